@@ -1,0 +1,38 @@
+# Two commands on a fresh machine: `make demo` and `make test`. Both install first when needed.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed-stamp
+
+.PHONY: install demo test test-fast bench lint clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+# The embedded simulator, a short concurrency sweep, the analysis and its report.
+demo: install
+	$(VENV)/bin/capacity run scenarios/quickstart.yaml
+
+# System packages the browser / Prometheus tests need (installed when we are root and they are missing).
+test: install
+	bash scripts/ensure_system_deps.sh
+	$(PY) -m pytest -q -ra
+
+# Quick loop while developing: everything but the slow end-to-end runs.
+test-fast: install
+	$(PY) -m pytest -q -ra -m "not slow and not browser and not prometheus"
+
+bench: install
+	$(PY) bench/run_all.py
+
+lint: install
+	$(VENV)/bin/ruff check capacity_plugins tests locustfiles bench scripts
+	$(VENV)/bin/mypy capacity_plugins
+
+clean:
+	rm -rf $(VENV) results .pytest_cache

@@ -1,0 +1,5 @@
+import sys
+
+from capacity_plugins.cli import main
+
+sys.exit(main())

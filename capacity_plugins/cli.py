@@ -1,0 +1,60 @@
+"""The `capacity` command.
+
+Each subcommand lives in the module that owns its concern and exposes `main(argv) -> int`;
+this file only dispatches, so adding a command never touches another one's code. Imports are
+lazy: `capacity analyze` must not pay for (or be broken by) gevent/Locust imports.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+from capacity_plugins.errors import EXIT_BAD_INPUT, EXIT_RUN_FAILED, RunError, UserError
+
+COMMANDS: dict[str, tuple[str, str]] = {
+    "run": ("capacity_plugins.runner", "run a scenario (sweep, rate steps, peak) and analyse it"),
+    "analyze": ("capacity_plugins.analysis.cli", "analyse a results folder: knee, capacity, plan, verdict"),
+    "compare": ("capacity_plugins.analysis.compare", "compare two analysed runs (before / after)"),
+    "simulate": ("capacity_plugins.simulator.cli", "start the embedded inference simulator"),
+    "corpus": ("capacity_plugins.corpus_cli", "corpus tools: stats, build"),
+    "gpu-agent": ("capacity_plugins.telemetry.agent", "Prometheus exporter of NVML GPU readings"),
+}
+
+
+def _usage() -> str:
+    lines = ["usage: capacity COMMAND [options]", "", "commands:"]
+    lines += [f"  {name:<10} {help_}" for name, (_, help_) in COMMANDS.items()]
+    lines += ["", "`capacity COMMAND --help` for a command's options."]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        print(_usage())
+        return 0 if argv else EXIT_BAD_INPUT
+    if argv[0] in ("-V", "--version"):
+        from capacity_plugins import __version__
+
+        print(f"capacity-plugins {__version__}")
+        return 0
+    name, rest = argv[0], argv[1:]
+    if name not in COMMANDS:
+        print(f"capacity: unknown command {name!r} (known: {', '.join(COMMANDS)})", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    module = importlib.import_module(COMMANDS[name][0])
+    try:
+        return int(module.main(rest) or 0)
+    except UserError as e:
+        print(f"capacity {name}: error: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except RunError as e:
+        print(f"capacity {name}: run failed: {e}", file=sys.stderr)
+        return EXIT_RUN_FAILED
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Debian packages some tests need: headless Chromium (web UI tab) and a real Prometheus server
+# (live exporter). Installed when missing and we are root. Tests that need them skip locally with
+# the reason when they are absent, and FAIL when CI=true (no skipped test hiding in CI).
+set -uo pipefail
+need=()
+command -v chromium >/dev/null 2>&1 || need+=(chromium)
+command -v chromedriver >/dev/null 2>&1 || need+=(chromium-driver)
+command -v prometheus >/dev/null 2>&1 || need+=(prometheus)
+if [ ${#need[@]} -eq 0 ]; then exit 0; fi
+if [ "$(id -u)" != "0" ]; then
+  echo "ensure_system_deps: missing ${need[*]} and not root; the tests that need them will skip (fail in CI)" >&2
+  exit 0
+fi
+echo "ensure_system_deps: installing ${need[*]}" >&2
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq >/dev/null 2>&1 || true
+apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null 2>&1 \
+  || echo "ensure_system_deps: apt-get install ${need[*]} failed" >&2
+# The Debian prometheus package may start a service on :9090; tests run their own on free ports.
+(service prometheus stop || systemctl stop prometheus) >/dev/null 2>&1 || true
+exit 0

@@ -1,0 +1,1 @@
+"""Fixtures that start the embedded simulator (owned by the simulator work)."""
