@@ -1,0 +1,103 @@
+"""A periodic loop in a real OS thread, whether or not gevent has patched the process.
+
+Locust monkey-patches `threading` on import, so `threading.Thread` becomes a greenlet and a
+blocking C call in it (NVML, a slow socket read) would freeze every simulated user
+(reference/locust.md §10). `_thread.start_new_thread` and `allocate_lock` are taken from
+gevent's saved originals, so the loop runs beside the hub, and waiting uses a real lock (a
+gevent Event is not safe across OS threads).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+
+def _original(name: str) -> Any:
+    try:
+        from gevent import monkey
+
+        return monkey.get_original("_thread", name)
+    except ImportError:  # pragma: no cover - gevent is a dependency, but keep the module usable alone
+        import _thread
+
+        return getattr(_thread, name)
+
+
+def real_lock() -> Any:
+    """A lock that blocks the OS thread, not a greenlet."""
+    return _original("allocate_lock")()
+
+
+class NativeLoop:
+    """Call `tick()` every `interval_s` in a native thread until `stop()`; `final()` runs once at the end.
+
+    Ticks are scheduled on a fixed grid (start + k·interval) so a slow tick does not make the
+    series drift; a tick that overruns skips the missed slots instead of bursting.
+    """
+
+    def __init__(self, name: str, interval_s: float, tick: Callable[[], None],
+                 final: Callable[[], None] | None = None) -> None:
+        if interval_s <= 0:
+            raise ValueError(f"{name}: interval_s must be > 0, got {interval_s}")
+        self.name = name
+        self.interval_s = float(interval_s)
+        self._tick = tick
+        self._final = final
+        self._wake = real_lock()
+        self._wake.acquire()  # held until stop(): acquire(timeout) below is an interruptible sleep
+        self._done = real_lock()
+        self._started = False
+        self._stopping = False
+
+    def start(self) -> None:
+        if self._started:
+            return
+        self._started = True
+        self._done.acquire()
+        _original("start_new_thread")(self._run, ())
+
+    def _run(self) -> None:
+        try:
+            t0 = time.monotonic()
+            k = 0
+            while not self._stopping:
+                try:
+                    self._tick()
+                except Exception:  # one bad tick must not end the loop
+                    logger.exception("%s: tick failed", self.name)
+                k = max(k + 1, int((time.monotonic() - t0) / self.interval_s) + 1)
+                delay = t0 + k * self.interval_s - time.monotonic()
+                if delay > 0 and self._wake.acquire(timeout=delay):
+                    break
+            if self._final is not None:
+                try:
+                    self._final()
+                except Exception:
+                    logger.exception("%s: final step failed", self.name)
+        finally:
+            self._done.release()
+
+    def stop(self, timeout_s: float = 10.0) -> bool:
+        """Ask the loop to end, wait for its final step; True when it ended within the timeout.
+
+        Waits by polling with `time.sleep`, which is gevent's sleep in a patched process, so the
+        hub keeps serving other greenlets while the final scrape/flush runs.
+        """
+        if not self._started:
+            return True
+        if not self._stopping:
+            self._stopping = True
+            self._wake.release()
+        deadline = time.monotonic() + timeout_s
+        while not self._done.acquire(False):
+            if time.monotonic() > deadline:
+                logger.warning("%s: did not stop within %.1f s", self.name, timeout_s)
+                return False
+            time.sleep(0.01)
+        self._done.release()
+        return True
