@@ -1,0 +1,124 @@
+"""RunContext: everything a run's users and sinks share, attached as `environment.capacity`.
+
+One object, built once per process by plugin.register() from the options; users read it, sinks
+write through it. The seams below let later parts (scenarios, load shapes, open-loop arrivals,
+live exporter, web UI) change *who sends when* and *who sees records* without touching users.py:
+
+- `step_provider(now_unix) -> (step index | None, is_warmup)`: stamped on every record at send.
+- `pacer`: None = closed loop. Otherwise `pacer.wait_next() -> float | None` blocks (gevent) until
+  this user's next scheduled send and returns its scheduled_unix; None = no arrival now (the user
+  idles briefly and asks again).
+- `record_listeners`: called with every finished RequestRecord in the process that writes
+  requests.jsonl (local or master). Listeners must be fast and must not raise.
+- `extra_meta`: merged into meta.json at the end of the run.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+from capacity_plugins.dialects import Dialect, RequestParams, get_dialect
+from capacity_plugins.options import LLMOptions
+from capacity_plugins.stats import LLMStats
+
+if TYPE_CHECKING:
+    from capacity_plugins.record import RequestRecord
+
+log = logging.getLogger(__name__)
+
+StepProvider = Callable[[float], tuple[int | None, bool]]
+RecordListener = Callable[["RequestRecord"], None]
+
+
+class Pacer(Protocol):
+    def wait_next(self) -> float | None: ...
+
+
+def no_step(now_unix: float) -> tuple[int | None, bool]:
+    return None, False
+
+
+@dataclass(eq=False)
+class RunContext:
+    options: LLMOptions
+    dialect: Dialect
+    params: RequestParams
+    results_dir: Path
+    llm_stats: LLMStats = field(default_factory=LLMStats)
+    corpus: Any = None  # capacity_plugins.corpus.Corpus (None until loaded)
+    sampler: Any = None  # capacity_plugins.corpus.Sampler for this process's shard
+    sink: Any = None  # capacity_plugins.sinks.records.RecordsSink
+    worker_index: int = 0
+    worker_count: int = 1
+    role: str = "local"  # local | master | worker
+    step_provider: StepProvider = no_step
+    pacer: Pacer | None = None
+    record_listeners: list[RecordListener] = field(default_factory=list)
+    extra_meta: dict[str, Any] = field(default_factory=dict)
+    request_name: str = ""
+    # Built from --api-key-env at startup; kept out of repr so it never lands in a log line.
+    auth_headers: dict[str, str] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def from_options(cls, options: LLMOptions, *, role: str = "local") -> RunContext:
+        ctx = cls(
+            options=options,
+            dialect=get_dialect(options.dialect),
+            params=RequestParams(),
+            results_dir=options.results_dir,
+            role=role,
+        )
+        ctx.reconfigure(options)
+        return ctx
+
+    def reconfigure(self, options: LLMOptions) -> None:
+        """Apply (new) options in place: a worker learns the master's options only when the test
+        starts, and users hold a reference to this object."""
+        self.options = options
+        self.dialect = get_dialect(options.dialect)
+        self.params = RequestParams(
+            model=options.model,
+            max_tokens=options.max_tokens,
+            temperature=options.temperature,
+            top_p=options.top_p,
+            stream=options.stream,
+            include_usage=options.include_usage,
+            ignore_eos=options.ignore_eos,
+        )
+        self.results_dir = options.results_dir
+        self.request_name = options.dialect
+        key = options.api_key()
+        self.auth_headers = {"Authorization": f"Bearer {key}"} if key else {}
+
+    def request_headers(self, call_headers: dict[str, str]) -> dict[str, str]:
+        """Headers for one call: dialect's, then user extras, then auth; identity encoding
+        because the body is read raw, line by line (a gzip-ing proxy would break parsing)."""
+        headers = dict(call_headers)
+        headers.update(self.options.headers)
+        headers.update(self.auth_headers)
+        headers["Accept-Encoding"] = "identity"
+        return headers
+
+    def next_sample(self) -> Any:
+        if self.sampler is None:
+            return None
+        return self.sampler.next()
+
+    def emit(self, record: RequestRecord) -> None:
+        """A finished record in the writing process: hand it to every listener."""
+        for listener in list(self.record_listeners):
+            try:
+                listener(record)
+            except Exception:  # a broken exporter must not lose the record or stop the swarm
+                log.exception("record listener %r failed", listener)
+
+
+def get_context(environment: Any) -> RunContext:
+    ctx = getattr(environment, "capacity", None)
+    if ctx is None:
+        raise RuntimeError("capacity plugin not registered on this environment (plugin.register)")
+    return ctx  # type: ignore[no-any-return]

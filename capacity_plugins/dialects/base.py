@@ -1,0 +1,110 @@
+"""What every dialect provides: build one HTTP call from a sample, parse what comes back.
+
+No Locust import here: the user (users.py) does the I/O and stamps the time of each line with
+`perf_counter_ns()` *before* handing the payload to a parser, so parsing cost never shifts a
+timestamp. Parsers return a small int per event so the hot path allocates nothing it doesn't need.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+# What one event carried (return value of Parser.event).
+NO_OUTPUT = 0  # role-only / usage-only / keep-alive / final summary without tokens
+OUTPUT = 1  # generated output on a non-visible channel (reasoning, tool call, special token)
+VISIBLE = 2  # generated, non-empty visible content (implies OUTPUT)
+
+
+class MalformedEvent(ValueError):
+    """A payload that is not the JSON the dialect expects (error_kind `malformed`)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RequestParams:
+    model: str = ""
+    max_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    stream: bool = True
+    include_usage: bool = True
+    ignore_eos: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class HttpCall:
+    method: str
+    path: str
+    body: bytes
+    headers: dict[str, str]
+    max_tokens: int | None  # the limit actually asked for (per-sample or global)
+
+
+class SampleLike(Protocol):
+    """The corpus Sample fields a dialect reads (capacity_plugins.corpus.Sample)."""
+
+    id: str
+    max_tokens: int | None
+
+    @property
+    def text(self) -> str: ...
+
+    def as_messages(self) -> list[dict[str, Any]]: ...
+
+
+class Parser:
+    """Per-request parse state. Subclasses fill the counters as events arrive.
+
+    `framing` says how the body is split into events ("sse" or "ndjson").
+    """
+
+    framing = "sse"
+    __slots__ = (
+        "response_id",
+        "usage_output_tokens",
+        "continuous_output_tokens",
+        "prompt_tokens",
+        "chunk_tokens",
+        "error",
+        "done",
+    )
+
+    def __init__(self) -> None:
+        self.response_id: str | None = None
+        self.usage_output_tokens: int | None = None  # final server count (usage / details / eval_count)
+        self.continuous_output_tokens: int | None = None  # running count from per-chunk usage
+        self.prompt_tokens: int | None = None
+        self.chunk_tokens: int | None = None  # tokens in the last event, when the server says
+        self.error: str | None = None  # an error object the server sent inside a 200 response
+        self.done = False  # the server said the generation finished ([DONE], done:true, details)
+
+    def event(self, data: bytes) -> int:
+        """One streamed payload → NO_OUTPUT / OUTPUT / VISIBLE. Raises MalformedEvent."""
+        raise NotImplementedError
+
+    def full(self, body: bytes) -> int:
+        """A whole non-streamed body → what it carried. Raises MalformedEvent."""
+        raise NotImplementedError
+
+
+class Dialect(Protocol):
+    name: str
+
+    def build(self, sample: SampleLike, params: RequestParams) -> HttpCall: ...
+
+    def parser(self, stream: bool) -> Parser: ...
+
+
+def effective_max_tokens(sample: SampleLike, params: RequestParams) -> int | None:
+    """A per-sample limit (the corpus carries it) wins over the global one."""
+    per_sample = getattr(sample, "max_tokens", None)
+    return per_sample if per_sample is not None else params.max_tokens
+
+
+def error_text(obj: Any) -> str:
+    """A short message from the many shapes of in-stream error objects."""
+    if isinstance(obj, dict):
+        for key in ("message", "error", "detail"):
+            if isinstance(obj.get(key), str):
+                return obj[key][:300]
+    return str(obj)[:300]

@@ -1,0 +1,121 @@
+"""Ollama native API: /api/chat and /api/generate, NDJSON streaming.
+
+Stream lines: `{"message": {"content", "thinking"}, "done": false}` (chat) or `{"response",
+"thinking", "done": false}` (generate); the last line has `done: true`, `eval_count` (output tokens)
+and `prompt_eval_count`. Errors arrive as `{"error": "..."}`. Ollama has no response id.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from capacity_plugins.dialects.base import (
+    NO_OUTPUT,
+    OUTPUT,
+    VISIBLE,
+    HttpCall,
+    MalformedEvent,
+    Parser,
+    RequestParams,
+    SampleLike,
+    effective_max_tokens,
+    error_text,
+)
+
+
+class _OllamaParser(Parser):
+    framing = "ndjson"
+    __slots__ = ()
+    _chat = True
+
+    def _doc(self, data: bytes) -> dict[str, Any]:
+        try:
+            doc = orjson.loads(data)
+        except orjson.JSONDecodeError as e:
+            raise MalformedEvent(f"invalid JSON line: {e}") from None
+        if not isinstance(doc, dict):
+            raise MalformedEvent("NDJSON line is not a JSON object")
+        return doc
+
+    def _classify(self, doc: dict[str, Any]) -> int:
+        if "error" in doc:
+            self.error = error_text(doc)
+            return NO_OUTPUT
+        if doc.get("done"):
+            self.done = True
+            if doc.get("eval_count") is not None:
+                self.usage_output_tokens = doc["eval_count"]
+            if doc.get("prompt_eval_count") is not None:
+                self.prompt_tokens = doc["prompt_eval_count"]
+        part = (doc.get("message") or {}) if self._chat else doc
+        if not isinstance(part, dict):
+            raise MalformedEvent("message is not an object")
+        text_key = "content" if self._chat else "response"
+        if part.get(text_key):
+            return VISIBLE
+        if part.get("thinking") or part.get("tool_calls"):
+            return OUTPUT
+        return NO_OUTPUT
+
+    def event(self, data: bytes) -> int:
+        return self._classify(self._doc(data))
+
+    def full(self, body: bytes) -> int:
+        return self._classify(self._doc(body))
+
+
+class _OllamaChatParser(_OllamaParser):
+    __slots__ = ()
+    _chat = True
+
+
+class _OllamaGenerateParser(_OllamaParser):
+    __slots__ = ()
+    _chat = False
+
+
+def _options(params: RequestParams, max_tokens: int | None) -> dict[str, Any]:
+    options: dict[str, Any] = {}
+    if max_tokens is not None:
+        options["num_predict"] = max_tokens
+    if params.temperature is not None:
+        options["temperature"] = params.temperature
+    if params.top_p is not None:
+        options["top_p"] = params.top_p
+    return options
+
+
+class OllamaChat:
+    name = "ollama"
+
+    def build(self, sample: SampleLike, params: RequestParams) -> HttpCall:
+        max_tokens = effective_max_tokens(sample, params)
+        body = {
+            "model": params.model,
+            "messages": sample.as_messages(),
+            "stream": params.stream,
+            "options": _options(params, max_tokens),
+        }
+        return HttpCall("POST", "/api/chat", orjson.dumps(body), {"Content-Type": "application/json"}, max_tokens)
+
+    def parser(self, stream: bool) -> Parser:
+        return _OllamaChatParser()
+
+
+class OllamaGenerate:
+    name = "ollama-generate"
+
+    def build(self, sample: SampleLike, params: RequestParams) -> HttpCall:
+        max_tokens = effective_max_tokens(sample, params)
+        body = {
+            "model": params.model,
+            "prompt": sample.text,
+            "stream": params.stream,
+            "options": _options(params, max_tokens),
+        }
+        return HttpCall("POST", "/api/generate", orjson.dumps(body), {"Content-Type": "application/json"}, max_tokens)
+
+    def parser(self, stream: bool) -> Parser:
+        return _OllamaGenerateParser()

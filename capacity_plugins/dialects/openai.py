@@ -1,0 +1,171 @@
+"""OpenAI-compatible chat and completions (vLLM, SGLang, TGI's /v1, Ollama's /v1, OpenAI).
+
+Streaming framing: SSE `data: {chunk}` lines, optional `data: [DONE]`. Token channels in a chat
+delta: `content` (visible), `reasoning_content` / `reasoning` (reasoning models), `tool_calls`.
+Usage: with `stream_options.include_usage` the last chunk has `choices: []` and the final `usage`;
+vLLM's `continuous_usage_stats` puts a running `usage` on every chunk.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from capacity_plugins.dialects.base import (
+    NO_OUTPUT,
+    OUTPUT,
+    VISIBLE,
+    HttpCall,
+    MalformedEvent,
+    Parser,
+    RequestParams,
+    SampleLike,
+    effective_max_tokens,
+    error_text,
+)
+
+_HEADERS = {"Content-Type": "application/json"}
+
+
+def _common_body(params: RequestParams, max_tokens: int | None) -> dict[str, Any]:
+    body: dict[str, Any] = {"model": params.model, "stream": params.stream}
+    if max_tokens is not None:
+        body["max_tokens"] = max_tokens
+    if params.temperature is not None:
+        body["temperature"] = params.temperature
+    if params.top_p is not None:
+        body["top_p"] = params.top_p
+    if params.stream and params.include_usage:
+        body["stream_options"] = {"include_usage": True}
+    if params.ignore_eos:
+        # vLLM / SGLang extension: generate exactly max_tokens, so output lengths are controlled
+        body["ignore_eos"] = True
+        if max_tokens is not None:
+            body["min_tokens"] = max_tokens
+    return body
+
+
+class _OpenAIParser(Parser):
+    __slots__ = ()
+    _chat = True
+
+    def _usage(self, usage: dict[str, Any], final: bool) -> None:
+        completion = usage.get("completion_tokens")
+        if usage.get("prompt_tokens") is not None:
+            self.prompt_tokens = usage["prompt_tokens"]
+        if completion is None:
+            return
+        if final:
+            self.usage_output_tokens = completion
+        else:
+            prev = self.continuous_output_tokens or 0
+            self.chunk_tokens = completion - prev
+            self.continuous_output_tokens = completion
+
+    def event(self, data: bytes) -> int:
+        if data == b"[DONE]":
+            self.done = True
+            return NO_OUTPUT
+        try:
+            chunk = orjson.loads(data)
+        except orjson.JSONDecodeError as e:
+            raise MalformedEvent(f"invalid JSON in stream event: {e}") from None
+        if not isinstance(chunk, dict):
+            raise MalformedEvent("stream event is not a JSON object")
+        if "error" in chunk:
+            self.error = error_text(chunk["error"])
+            return NO_OUTPUT
+        if self.response_id is None:
+            self.response_id = chunk.get("id")
+        choices = chunk.get("choices")
+        usage = chunk.get("usage")
+        self.chunk_tokens = None
+        if not choices:
+            if usage:
+                self._usage(usage, final=True)
+            return NO_OUTPUT
+        if usage:
+            self._usage(usage, final=False)
+        choice = choices[0]
+        if not isinstance(choice, dict):
+            raise MalformedEvent("choices[0] is not an object")
+        if choice.get("finish_reason"):
+            self.done = True
+        if self._chat:
+            delta = choice.get("delta") or {}
+            if delta.get("content"):
+                return VISIBLE
+            if delta.get("reasoning_content") or delta.get("reasoning") or delta.get("tool_calls"):
+                return OUTPUT
+            return NO_OUTPUT
+        return VISIBLE if choice.get("text") else NO_OUTPUT
+
+    def full(self, body: bytes) -> int:
+        try:
+            doc = orjson.loads(body)
+        except orjson.JSONDecodeError as e:
+            raise MalformedEvent(f"invalid JSON body: {e}") from None
+        if not isinstance(doc, dict):
+            raise MalformedEvent("response body is not a JSON object")
+        if "error" in doc:
+            self.error = error_text(doc["error"])
+            return NO_OUTPUT
+        self.response_id = doc.get("id")
+        self.done = True
+        if isinstance(doc.get("usage"), dict):
+            self._usage(doc["usage"], final=True)
+        choices = doc.get("choices") or []
+        if not choices:
+            return NO_OUTPUT
+        choice = choices[0]
+        if self._chat:
+            msg = choice.get("message") or {}
+            if msg.get("content"):
+                return VISIBLE
+            if msg.get("reasoning_content") or msg.get("reasoning") or msg.get("tool_calls"):
+                return OUTPUT
+            return NO_OUTPUT
+        return VISIBLE if choice.get("text") else NO_OUTPUT
+
+
+class _ChatParser(_OpenAIParser):
+    __slots__ = ()
+    _chat = True
+
+
+class _CompletionsParser(_OpenAIParser):
+    __slots__ = ()
+    _chat = False
+
+
+class OpenAIChat:
+    name = "openai-chat"
+    path = "/v1/chat/completions"
+
+    def build(self, sample: SampleLike, params: RequestParams) -> HttpCall:
+        max_tokens = effective_max_tokens(sample, params)
+        body = _common_body(params, max_tokens)
+        body["messages"] = sample.as_messages()
+        headers = dict(_HEADERS)
+        headers["Accept"] = "text/event-stream" if params.stream else "application/json"
+        return HttpCall("POST", self.path, orjson.dumps(body), headers, max_tokens)
+
+    def parser(self, stream: bool) -> Parser:
+        return _ChatParser()
+
+
+class OpenAICompletions:
+    name = "openai-completions"
+    path = "/v1/completions"
+
+    def build(self, sample: SampleLike, params: RequestParams) -> HttpCall:
+        max_tokens = effective_max_tokens(sample, params)
+        body = _common_body(params, max_tokens)
+        body["prompt"] = sample.text
+        headers = dict(_HEADERS)
+        headers["Accept"] = "text/event-stream" if params.stream else "application/json"
+        return HttpCall("POST", self.path, orjson.dumps(body), headers, max_tokens)
+
+    def parser(self, stream: bool) -> Parser:
+        return _CompletionsParser()
