@@ -1,0 +1,118 @@
+"""Capacity per node under the SLO: the primary number of the whole product.
+
+A step passes when every latency limit's attainment share is >= slo.attainment and its error
+rate is <= slo.error_rate (table.py judges that). Capacity = achieved rps interpolated linearly
+between the last passing and the first failing step, against the limiting metric's quantile at
+the attainment level (the P95 for 0.95); client-limited steps never take part. The result is
+divided by `replicas_behind_url` (the measured URL fronted that many nodes).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from capacity_plugins.analysis.config import CapacityConfig, SLOConfig
+
+BRACKET_WARN = 0.20
+
+
+def _interp(x0: float, x1: float, y0: float, y1: float, y: float) -> float:
+    if y1 == y0:
+        return x0
+    f = (y - y0) / (y1 - y0)
+    return x0 + min(max(f, 0.0), 1.0) * (x1 - x0)
+
+
+def _limiting(fail: dict[str, Any], slo: SLOConfig) -> tuple[str, float | None]:
+    """The limit the first failing step missed worst (ratio of its quantile to the limit)."""
+    worst, ratio = None, -1.0
+    for m, v in fail["slo"].items():
+        if v["pass"]:
+            continue
+        q = v["quantile_ms"]
+        r = (q / v["limit_ms"]) if q is not None else float("inf")
+        if r > ratio:
+            worst, ratio = m, r
+    if worst is None:
+        if fail["ok_requests"] == 0:
+            return "no_successful_requests", None
+        return "error_rate", None
+    return worst, ratio
+
+
+def capacity_under_slo(rows: list[dict[str, Any]], slo: SLOConfig, cap: CapacityConfig, sweep_kind: str) -> dict[str, Any]:
+    valid = sorted((r for r in rows if r["valid"]), key=lambda r: r["level"])
+    replicas = cap.replicas_behind_url
+    out: dict[str, Any] = {
+        "per_node_rps": None, "per_node_concurrency": None, "limiting_slo": None,
+        "last_pass_level": None, "first_fail_level": None, "method": None, "replicas_behind_url": replicas,
+        "excluded_steps": [r["step"] for r in rows if not r["valid"]], "notes": [],
+    }
+    if out["excluded_steps"]:
+        out["notes"].append(f"steps {out['excluded_steps']} excluded (client-limited or no completed requests)")
+    if not valid:
+        out["method"] = "no_valid_steps"
+        out["notes"].append("no valid step: capacity unknown")
+        return out
+
+    no_limits = slo.ttft_p95_ms is None and slo.tpot_p95_ms is None and slo.e2e_p95_ms is None and slo.itl_p95_ms is None
+    if no_limits:
+        # Without an SLO the only defensible figure is a utilisation cap on the best sustained
+        # throughput; with an SLO this cap would be double headroom (DESIGN.md).
+        best = max(valid, key=lambda r: r["rps"] or 0.0)
+        out.update(method="utilisation_cap", last_pass_level=best["level"],
+                   per_node_rps=(best["rps"] or 0.0) * cap.utilisation_cap / replicas)
+        if sweep_kind == "concurrency":
+            out["per_node_concurrency"] = best["level"] * cap.utilisation_cap / replicas
+        out["notes"].append(f"no SLO limit set: {cap.utilisation_cap:.0%} of the best sustained throughput")
+        return out
+
+    first_fail = next((i for i, r in enumerate(valid) if not r["slo_pass"]), None)
+    if first_fail == 0:
+        fail = valid[0]
+        out.update(method="fails_at_lowest_load", first_fail_level=fail["level"], per_node_rps=0.0,
+                   limiting_slo=_limiting(fail, slo)[0])
+        out["notes"].append(f"the SLO fails already at the lowest level {fail['level']:g}: capacity 0 under this SLO")
+        return out
+    if first_fail is None:
+        top = valid[-1]
+        out.update(method="never_failed", last_pass_level=top["level"],
+                   per_node_rps=(top["rps"] or 0.0) / replicas)
+        if sweep_kind == "concurrency":
+            out["per_node_concurrency"] = top["level"] / replicas
+        out["notes"].append("the SLO held at every level: capacity is at least this; extend the sweep")
+        return out
+
+    passed, fail = valid[first_fail - 1], valid[first_fail]
+    later_pass = [r["level"] for r in valid[first_fail + 1:] if r["slo_pass"]]
+    if later_pass:
+        out["notes"].append(f"levels {later_pass} passed again after the first failure (noise?): the first failure sets capacity")
+    metric, _ = _limiting(fail, slo)
+    x0, x1 = passed["rps"] or 0.0, fail["rps"] or 0.0
+    if metric in passed["slo"] and metric in fail["slo"] and fail["slo"][metric]["quantile_ms"] is not None:
+        y0 = passed["slo"][metric]["quantile_ms"]
+        y1 = fail["slo"][metric]["quantile_ms"]
+        lim = fail["slo"][metric]["limit_ms"]
+        f_rps = _interp(x0, x1, y0, y1, lim) if x1 > x0 and y1 > y0 else x0
+        f_lvl = _interp(passed["level"], fail["level"], y0, y1, lim) if y1 > y0 else passed["level"]
+    elif metric == "error_rate":
+        e0, e1 = passed["error_rate"] or 0.0, fail["error_rate"] or 0.0
+        f_rps = _interp(x0, x1, e0, e1, slo.error_rate) if x1 > x0 and e1 > e0 else x0
+        f_lvl = _interp(passed["level"], fail["level"], e0, e1, slo.error_rate) if e1 > e0 else passed["level"]
+    else:
+        f_rps, f_lvl = x0, passed["level"]
+    out.update(method="interpolated", limiting_slo=metric, last_pass_level=passed["level"],
+               first_fail_level=fail["level"], per_node_rps=f_rps / replicas,
+               last_pass_rps=x0 / replicas, first_fail_rps=x1 / replicas)
+    if sweep_kind == "concurrency":
+        out["per_node_concurrency"] = f_lvl / replicas
+    elif passed.get("e2e_mean_ms"):
+        # Little's law: requests in flight at the capacity point (rate sweeps).
+        out["per_node_concurrency"] = f_rps * passed["e2e_mean_ms"] / 1000 / replicas
+    width = (fail["level"] - passed["level"]) / passed["level"] if passed["level"] else None
+    out["bracket_width"] = width
+    if width is not None and width > BRACKET_WARN:
+        out["notes"].append(
+            f"bracket {passed['level']:g}–{fail['level']:g} is {width:.0%} wide: add levels in between to refine"
+        )
+    return out

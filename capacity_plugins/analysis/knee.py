@@ -1,0 +1,175 @@
+"""The saturation knee (informational): where throughput stops growing while latency climbs.
+
+Primary rules (DESIGN.md "Capacity method"):
+- rate sweeps: the last level before achieved/offered falls under 0.95 (offered = arrivals
+  actually scheduled, so Poisson noise cannot fake a knee);
+- concurrency sweeps: the last level whose throughput still rose >= 10 % over the previous
+  level(s) when the next level(s) rise < 10 % (running max, so noise cannot un-saturate a curve);
+  confidence high when two further levels confirm, low when only one does.
+Cross-checks, never the answer on their own: a bounded USL fit (N* trusted only when beta's 95 %
+CI excludes 0 and N* lies in the tested range; otherwise the Amdahl reading) and Kneedle on
+(log2 N, X) with >= 7 points (reference/capacity.md §1.2–1.5 for why).
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from typing import Any
+
+import numpy as np
+
+GAIN_MIN = 0.10
+RATE_RATIO_MIN = 0.95
+
+
+def _no_knee(unit: str, method: str, reason: str, **extra: Any) -> dict[str, Any]:
+    return {"value": None, "unit": unit, "bracket": None, "method": method, "confidence": None,
+            "reason": reason, **extra}
+
+
+def marginal_gain_knee(levels: list[float], xs: list[float], latency: list[float | None] | None = None) -> dict[str, Any]:
+    """Concurrency sweep: the last level before throughput stops rising >= 10 %."""
+    if len(levels) < 2:
+        return _no_knee("users", "marginal_gain", "fewer than two valid levels: no sweep to judge")
+    x = np.asarray(xs, float)
+    run_max = np.maximum.accumulate(x)
+    gains = [None] + [float(x[k] / run_max[k - 1] - 1) if run_max[k - 1] > 0 else math.inf for k in range(1, len(x))]
+    for i in range(len(levels) - 1):
+        # a knee at i: every level after it (up to two) gains < 10 % over the best so far
+        following = [k for k in range(i + 1, min(i + 3, len(levels)))]
+        if not all(gains[k] is not None and gains[k] < GAIN_MIN for k in following):
+            continue
+        if i > 0 and gains[i] is not None and gains[i] < GAIN_MIN:
+            continue  # i itself is already on the flat: the knee was earlier (or absent)
+        confirm = len(following)
+        confidence = "high" if confirm >= 2 else "low"
+        lat_note = ""
+        if latency is not None and latency[i] and latency[following[0]]:
+            ratio = latency[following[0]] / latency[i]  # type: ignore[operator]
+            lat_note = f"; p95 latency ×{ratio:.1f} over the bracket"
+            if confirm >= 2 and ratio < 1.2:
+                confidence = "medium"  # flat throughput without latency growth: odd, say so
+        flat = ", ".join(f"{levels[k]:g} ({gains[k]:+.0%})" for k in following)
+        return {
+            "value": levels[i], "unit": "users", "bracket": [levels[i], levels[i + 1]],
+            "method": "marginal_gain", "confidence": confidence,
+            "reason": f"throughput rose < {GAIN_MIN:.0%} at the next level(s): {flat}"
+                      f" ({confirm} level{'s' if confirm > 1 else ''} confirm){lat_note}",
+            "gains": gains,
+        }
+    return _no_knee("users", "marginal_gain", "no knee within the tested range: throughput still rose >= "
+                    f"{GAIN_MIN:.0%} at every level (or did not stay flat)", gains=gains)
+
+
+def rate_knee(levels: list[float], achieved: list[float | None], offered: list[float | None]) -> dict[str, Any]:
+    """Rate sweep: the last level before achieved/offered falls under 0.95."""
+    ratios = [a / o if a is not None and o else None for a, o in zip(achieved, offered, strict=True)]
+    if not levels or all(r is None for r in ratios):
+        return _no_knee("rps", "achieved_over_offered", "no offered/achieved rates in steps.json")
+    for k, r in enumerate(ratios):
+        if r is None or r >= RATE_RATIO_MIN:
+            continue
+        if k == 0:
+            return _no_knee("rps", "achieved_over_offered",
+                            f"saturated already at the lowest rate {levels[0]:g} (achieved {r:.0%} of offered)",
+                            ratios=ratios)
+        after = [q for q in ratios[k + 1:k + 2] if q is not None]
+        confidence = "high" if after and after[0] < RATE_RATIO_MIN else "low"
+        return {"value": levels[k - 1], "unit": "rps", "bracket": [levels[k - 1], levels[k]],
+                "method": "achieved_over_offered", "confidence": confidence,
+                "reason": f"achieved fell to {r:.0%} of offered at {levels[k]:g} rps"
+                          + ("" if after else " (no further level to confirm)"),
+                "ratios": ratios}
+    return _no_knee("rps", "achieved_over_offered",
+                    f"no knee within the tested range: achieved >= {RATE_RATIO_MIN:.0%} of offered at every rate",
+                    ratios=ratios)
+
+
+def _usl(n: np.ndarray, lam: float, a: float, b: float) -> np.ndarray:
+    return lam * n / (1 + a * (n - 1) + b * n * (n - 1))
+
+
+def usl_fit(levels: list[float], xs: list[float]) -> dict[str, Any] | None:
+    """Bounded USL fit with a 95 % CI on beta; None when there are too few points to fit 3 parameters."""
+    from scipy.optimize import curve_fit
+
+    n = np.asarray(levels, float)
+    x = np.asarray(xs, float)
+    if len(n) < 4 or not np.all(np.isfinite(x)) or x.max() <= 0:
+        return None
+    p0 = [max(x[0] / n[0], 1e-9), 0.01, 1e-4]
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            p, cov = curve_fit(_usl, n, x, p0=p0, bounds=([0, 0, 0], [np.inf, 1, 1]), maxfev=20000)
+    except (RuntimeError, ValueError):
+        return None
+    lam, a, b = (float(v) for v in p)
+    se = np.sqrt(np.clip(np.diag(cov), 0, None)) if np.all(np.isfinite(cov)) else np.full(3, np.inf)
+    n_star = math.sqrt((1 - a) / b) if b > 0 else math.inf
+    beta_sig = bool(b - 2 * se[2] > 0)
+    trusted = beta_sig and n.min() <= n_star <= n.max()
+    out: dict[str, Any] = {
+        "lambda": lam, "alpha": a, "beta": b,
+        "beta_ci95": [b - 2 * float(se[2]), b + 2 * float(se[2])],
+        "n_star": n_star if math.isfinite(n_star) else None,
+        "x_star": float(_usl(np.array([n_star]), lam, a, b)[0]) if math.isfinite(n_star) else None,
+        "trusted": bool(trusted),
+    }
+    if not trusted:
+        # Amdahl reading (beta ~ 0): asymptote lambda/alpha, 90 % of it at N90 = 9(1-alpha)/alpha.
+        out["amdahl_x_max"] = lam / a if a > 0 else None
+        out["amdahl_n90"] = 9 * (1 - a) / a if a > 0 else None
+        out["why_untrusted"] = ("beta's 95 % CI includes 0" if not beta_sig
+                                else f"N* = {n_star:.0f} outside the tested range")
+    return out
+
+
+def kneedle(levels: list[float], xs: list[float]) -> dict[str, Any] | None:
+    """Kneedle on (log2 N, X); needs >= 7 points, else it only reflects the grid."""
+    if len(levels) < 7 or min(levels) <= 0:
+        return None
+    try:
+        from kneed import KneeLocator
+    except ImportError:  # pragma: no cover - kneed is a dependency
+        return None
+    lx = np.log2(np.asarray(levels, float))
+    if len(set(lx)) != len(lx):
+        return None
+    kl = KneeLocator(lx, np.asarray(xs, float), S=1.0, curve="concave", direction="increasing")
+    return {"value": float(2 ** kl.knee) if kl.knee is not None else None, "x": "log2(level)"}
+
+
+def find_knee(rows: list[dict[str, Any]], sweep_kind: str) -> dict[str, Any]:
+    valid = sorted((r for r in rows if r["valid"]), key=lambda r: r["level"])
+    excluded = [r["level"] for r in rows if not r["valid"]]
+    if sweep_kind == "rate":
+        knee = rate_knee([r["level"] for r in valid], [r["achieved_rps"] for r in valid],
+                         [r["offered_rps"] if r["offered_rps"] is not None else r["target_rps"] for r in valid])
+    elif sweep_kind == "peak" or len(valid) < 2:
+        knee = _no_knee("users" if sweep_kind == "concurrency" else "rps", "none",
+                        "not a sweep (one valid level): no knee to find" if len(valid) < 2 else "peak rehearsal: no sweep")
+    else:
+        levels = [r["level"] for r in valid]
+        xs = [r["rps"] or 0.0 for r in valid]
+        lat = [r["e2e_p95_ms"] for r in valid]
+        knee = marginal_gain_knee(levels, xs, lat)
+        usl = usl_fit(levels, xs)
+        kn = kneedle(levels, xs)
+        checks: dict[str, Any] = {}
+        if usl is not None:
+            checks["usl"] = usl
+        if kn is not None:
+            checks["kneedle"] = kn
+        knee["cross_checks"] = checks
+        if knee["value"] is not None and knee["confidence"] == "high":
+            disagree = []
+            if usl and usl["trusted"] and usl["n_star"] and not (knee["bracket"][0] / 2 <= usl["n_star"] <= knee["bracket"][1] * 2):
+                disagree.append(f"USL N* = {usl['n_star']:.0f}")
+            if disagree:
+                knee["confidence"] = "medium"
+                knee["reason"] += "; cross-check disagrees: " + ", ".join(disagree)
+    if excluded:
+        knee["excluded_levels"] = excluded
+    return knee

@@ -1,0 +1,73 @@
+"""Plan (nodes, GPUs) and cost from the capacity per node.
+
+nodes = ceil(peak_qps × safety_factor / capacity_per_node) + redundancy (seed 000: 300 × 1.5 / 50
+= 9); GPUs = nodes × gpus_per_node. The concurrency view follows the seed too: peak concurrency /
+concurrency one GPU carries under the SLO (200 / 20 = 10), without extra factors, as the seed
+writes it. No 70 % cap on top of an SLO-measured capacity (double headroom): the 70 % figure here
+is only the seed's trigger "traffic above 70 % of current capacity".
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from capacity_plugins.analysis.config import CapacityConfig
+
+TRIGGER_SHARE = 0.70
+
+
+def make_plan(capacity: dict[str, Any], cap: CapacityConfig) -> dict[str, Any]:
+    per_node = capacity.get("per_node_rps")
+    plan: dict[str, Any] = {
+        "peak_qps": cap.peak_qps, "peak_concurrency": cap.peak_concurrency, "safety_factor": cap.safety_factor,
+        "redundancy": cap.redundancy, "current_nodes": cap.current_nodes, "gpus_per_node": cap.gpus_per_node,
+        "nodes": None, "gpus": None, "gpus_by_concurrency": None, "per_gpu_concurrency": None,
+        "peak_share_of_current_capacity": None, "trigger_70pct": None, "notes": [],
+    }
+    if cap.peak_qps is not None and per_node:
+        plan["nodes"] = math.ceil(round(cap.peak_qps * cap.safety_factor / per_node, 9)) + cap.redundancy
+        plan["gpus"] = plan["nodes"] * cap.gpus_per_node
+    elif cap.peak_qps is None:
+        plan["notes"].append("no forecast peak: pass --peak-qps (or capacity.peak_qps) to size the fleet")
+    else:
+        plan["notes"].append("no capacity under the SLO: the fleet cannot be sized from this run")
+    conc = capacity.get("per_node_concurrency")
+    if conc:
+        plan["per_gpu_concurrency"] = conc / cap.gpus_per_node
+        if cap.peak_concurrency is not None:
+            plan["gpus_by_concurrency"] = math.ceil(round(cap.peak_concurrency / plan["per_gpu_concurrency"], 9))
+    if cap.peak_qps is not None and per_node:
+        fleet = per_node * (cap.current_nodes if cap.current_nodes else 1)
+        share = cap.peak_qps / fleet
+        plan["peak_share_of_current_capacity"] = share
+        plan["trigger_70pct"] = share >= TRIGGER_SHARE
+        who = f"{cap.current_nodes} current node(s)" if cap.current_nodes else "one node (current_nodes unknown)"
+        plan["notes"].append(f"forecast peak = {share:.0%} of the capacity of {who}"
+                             + (" — above the seed's 70 % trigger" if share >= TRIGGER_SHARE else ""))
+    return plan
+
+
+def make_cost(rows: list[dict[str, Any]], capacity: dict[str, Any], cap: CapacityConfig) -> dict[str, Any]:
+    cost: dict[str, Any] = {"gpu_hour_usd": cap.gpu_hour_usd, "per_1k_requests_usd": None,
+                            "per_1m_output_tokens_usd": None, "per_effective_output_usd": None, "basis": None}
+    per_node = capacity.get("per_node_rps")
+    if cap.gpu_hour_usd is None:
+        cost["basis"] = "no gpu_hour_usd given"
+        return cost
+    node_usd_per_s = cap.gpu_hour_usd * cap.gpus_per_node / 3600.0
+    passing = [r for r in rows if r["valid"] and r["slo_pass"]]
+    ref = max(passing, key=lambda r: r["level"]) if passing else None
+    if per_node:
+        cost["per_1k_requests_usd"] = node_usd_per_s / per_node * 1000
+        toks = ref["output_tokens_mean"] if ref else None
+        if toks:
+            cost["per_1m_output_tokens_usd"] = node_usd_per_s / (per_node * toks) * 1e6
+        cost["basis"] = f"one node at its capacity under the SLO ({per_node:.3g} rps)"
+    if ref is not None and ref.get("goodput_rps"):
+        # Seed 002: cost divided over the outputs that succeeded *and* met the SLO only.
+        node_rps = ref["goodput_rps"] / cap.replicas_behind_url
+        cost["per_effective_output_usd"] = node_usd_per_s / node_rps
+        cost["effective_share"] = ref["good_requests"] / ref["requests"] if ref["requests"] else None
+        cost["effective_basis_level"] = ref["level"]
+    return cost
