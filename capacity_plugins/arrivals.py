@@ -1,0 +1,200 @@
+"""Open-loop arrival schedules, and the pacer that makes users send on them.
+
+One *global* schedule per step is generated from (seed, step index) — identical in every
+process — and worker k of n takes arrivals k, k+n, k+2n, … So the swarm as a whole offers exactly
+the target rate (not n× it), and the master can count the arrivals actually offered in a window
+without asking the workers. Times are offsets (seconds) from the step's start on an absolute
+timeline: a late send never shifts the ones after it (no drift, no coordinated omission).
+
+Gamma inter-arrivals follow vLLM's `--burstiness`: shape k = 1/cv², scale = 1/(rate·k), so the
+mean stays 1/rate and cv = 1 is Poisson (reference/capacity.md §3.3).
+
+The pacer half imports gevent lazily so that the schedule maths stays importable (and testable)
+without a Locust process.
+"""
+
+from __future__ import annotations
+
+import time
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+
+ArrivalKind = Literal["poisson", "gamma", "constant"]
+
+
+def _unit_renewal(kind: ArrivalKind, cv: float, horizon: float, rng: np.random.Generator) -> np.ndarray:
+    """Arrival times of a unit-rate renewal process in [0, horizon)."""
+    if horizon <= 0:
+        return np.empty(0)
+    if kind == "constant":
+        return np.arange(0.0, horizon, 1.0)
+    if kind == "poisson" or (kind == "gamma" and cv == 1.0):
+        draw: Callable[[int], np.ndarray] = lambda n: rng.exponential(1.0, n)  # noqa: E731
+    elif kind == "gamma":
+        shape = 1.0 / (cv * cv)
+        draw = lambda n: rng.gamma(shape, 1.0 / shape, n)  # noqa: E731
+    else:  # pragma: no cover - the scenario model only lets the three kinds through
+        raise ValueError(f"unknown arrival kind {kind!r}")
+    chunks: list[np.ndarray] = []
+    t = 0.0
+    # Draw in chunks sized to the expected count; a few extra draws are cheap, a Python loop is not.
+    n = int(horizon * 1.1) + 16
+    while t < horizon:
+        gaps = draw(n)
+        times = t + np.cumsum(gaps)
+        chunks.append(times)
+        t = float(times[-1])
+    out = np.concatenate(chunks)
+    return out[out < horizon]
+
+
+def schedule(
+    kind: ArrivalKind,
+    rate: float,
+    duration_s: float,
+    *,
+    cv: float = 1.0,
+    seed: int = 0,
+    step: int = 0,
+    ramp_s: float = 0.0,
+) -> np.ndarray:
+    """Offsets (s from the step start, ascending, all < duration_s) of one step's global schedule.
+
+    With `ramp_s` > 0 the rate rises linearly from 0 to `rate` over the first ramp_s seconds and then
+    holds (peak rehearsal): a unit-rate process is generated in "operational time" Λ(t) (the expected
+    count by t) and mapped back through Λ⁻¹, which keeps the chosen arrival kind and cv.
+    """
+    if rate <= 0 or duration_s <= 0:
+        return np.empty(0)
+    # A seed per (scenario seed, step): reruns are reproducible and steps are independent.
+    rng = np.random.default_rng([seed, step])
+    ramp_s = min(max(ramp_s, 0.0), duration_s)
+    total = rate * (duration_s - ramp_s / 2.0)  # Λ(duration_s)
+    unit = _unit_renewal(kind, cv, total, rng)
+    if ramp_s == 0:
+        return unit / rate
+    ramp_mass = rate * ramp_s / 2.0  # Λ(ramp_s)
+    in_ramp = unit < ramp_mass
+    out = np.empty_like(unit)
+    # Λ(t) = rate·t²/(2·ramp_s) on the ramp → t = sqrt(2·ramp_s·u/rate)
+    out[in_ramp] = np.sqrt(2.0 * ramp_s * unit[in_ramp] / rate)
+    out[~in_ramp] = ramp_s + (unit[~in_ramp] - ramp_mass) / rate
+    return out
+
+
+def shard(offsets: np.ndarray, index: int, count: int) -> np.ndarray:
+    """Worker `index` of `count` takes arrivals index, index+count, …: an exact partition."""
+    if count < 1 or not 0 <= index < count:
+        raise ValueError(f"shard {index} of {count} does not exist")
+    return offsets[index::count]
+
+
+def offered_in_window(offsets: np.ndarray, start: float, end: float) -> int:
+    """Arrivals scheduled in [start, end) (offsets relative to the same origin)."""
+    return int(np.searchsorted(offsets, end, side="left") - np.searchsorted(offsets, start, side="left"))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Pacer: the seam LLMUser calls (`environment.capacity.pacer.wait_next()`).
+
+
+@dataclass
+class PacerStats:
+    """What one process's pacer saw during one step (shipped to the master for steps.json)."""
+
+    scheduled: int = 0
+    # Arrivals that came due while every user of this process was busy: the cap held them back.
+    cap_hits: int = 0
+    # How late the dispatcher woke for each due arrival (ms): event-loop / CPU lag, cap excluded.
+    dispatch_lag_ms: list[float] = field(default_factory=list)
+
+    def as_message(self) -> dict[str, Any]:
+        lags = self.dispatch_lag_ms
+        return {
+            "scheduled": self.scheduled,
+            "cap_hits": self.cap_hits,
+            "dispatch_lag_p99_ms": float(np.percentile(lags, 99)) if lags else None,
+        }
+
+
+class Pacer:
+    """Hands this process's share of the schedule to idle users at the scheduled instants.
+
+    A dispatcher greenlet sleeps until each arrival is due and puts it on a queue; users block in
+    `wait_next()` on that queue. When an arrival comes due and no user is waiting (all are busy with
+    requests, i.e. the max_concurrency cap binds), it is counted as a cap hit and queued: the next free
+    user sends it late, and its record keeps the scheduled time, so the wait shows in
+    ttft_from_schedule_ms instead of vanishing (no coordinated omission).
+    """
+
+    def __init__(self, clock: Callable[[], float] = time.time, idle_poll_s: float = 0.25) -> None:
+        import gevent.queue
+
+        self._clock = clock
+        self._idle_poll_s = idle_poll_s
+        self._queue: gevent.queue.Queue[float] = gevent.queue.Queue()
+        self._waiting = 0
+        self._busy: weakref.WeakSet[Any] = weakref.WeakSet()
+        self._dispatcher: Any = None
+        self.step: int | None = None
+        self.stats: dict[int, PacerStats] = {}
+
+    # -- called by the rehearsal wiring -----------------------------------------------------------------
+    def begin(self, step: int, start_unix: float, offsets: np.ndarray) -> None:
+        """Start dispatching `offsets` (this process's shard, seconds after start_unix)."""
+        import gevent
+
+        self.stop()
+        self.step = step
+        st = self.stats.setdefault(step, PacerStats())
+        self._dispatcher = gevent.spawn(self._dispatch, start_unix, np.asarray(offsets, dtype=float), st)
+
+    def stop(self) -> None:
+        """No further arrivals; queued ones are dropped (they were never sent, so never offered to the server)."""
+        if self._dispatcher is not None:
+            self._dispatcher.kill(block=False)
+            self._dispatcher = None
+        while not self._queue.empty():
+            self._queue.get_nowait()
+        self.step = None
+
+    def _dispatch(self, start_unix: float, offsets: np.ndarray, st: PacerStats) -> None:
+        import gevent
+
+        for off in offsets:
+            due = start_unix + float(off)
+            delay = due - self._clock()
+            if delay > 0:
+                gevent.sleep(delay)
+            st.scheduled += 1
+            st.dispatch_lag_ms.append(max(0.0, (self._clock() - due) * 1000.0))
+            if self._waiting <= self._queue.qsize():
+                st.cap_hits += 1
+            self._queue.put(due)
+
+    # -- called by users ---------------------------------------------------------------------------------
+    def wait_next(self) -> float | None:
+        """Block until this user's next arrival; its scheduled Unix time, or None when nothing is due."""
+        import gevent
+        import gevent.queue
+
+        me = gevent.getcurrent()
+        self._busy.discard(me)
+        self._waiting += 1
+        try:
+            due = self._queue.get(timeout=self._idle_poll_s)
+        except gevent.queue.Empty:
+            return None
+        finally:
+            self._waiting -= 1
+        self._busy.add(me)
+        return due
+
+    @property
+    def in_flight(self) -> int:
+        """Users that took an arrival and have not come back for the next one (their request is running)."""
+        return sum(1 for g in list(self._busy) if not getattr(g, "dead", False))

@@ -1,0 +1,207 @@
+"""Load shapes for rehearsals: concurrency sweep, open-loop rate sweep, peak rehearsal.
+
+`plan_steps(scenario)` turns a scenario's `load` section into a list of `StepPlan`s; `RehearsalShape`
+(a Locust `LoadTestShape`) walks them on the master / local process:
+
+    run (duration_s; the first warmup_s excluded) ─► drain (no new requests; in-flight ones finish
+    and are recorded; ends when every generator process reports nothing in flight, or after
+    drain_timeout_s) ─► next step … ─► settle (lets workers' last reports reach the master) ─► None
+
+Step boundaries are decided here and announced through callbacks (the rehearsal wiring broadcasts
+them to workers and feeds the pacer). The clock and the in-flight count are injected, so `tick()`
+is tested without sleeping or a runner.
+
+The shape is never defined in a locustfile's namespace (Locust would pick it up for every run):
+the rehearsal wiring sets `environment.shape_class` only when a scenario asks for it, so plain
+`-u/-r/-t` runs keep working.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from locust import LoadTestShape
+
+from capacity_plugins.steps import Step, StepKind
+
+if TYPE_CHECKING:
+    from capacity_plugins.scenario import Scenario
+
+logger = logging.getLogger(__name__)
+
+# Users started per second in an open-loop pool: they only wait for arrivals, so start them fast.
+POOL_SPAWN_RATE = 200.0
+
+
+@dataclass(frozen=True)
+class StepPlan:
+    kind: StepKind
+    level: float  # users, or target rps
+    users: int  # Locust users to run (the pool size in open loop)
+    spawn_rate: float
+    duration_s: float  # from the step's start to the end of its measured window
+    warmup_s: float  # excluded from the step's numbers (includes any ramp)
+    target_rps: float | None = None
+    ramp_s: float = 0.0  # open-loop peak: arrival rate ramps 0 → target over this time
+
+    @property
+    def open_loop(self) -> bool:
+        return self.target_rps is not None
+
+
+def plan_steps(scenario: Scenario) -> list[StepPlan]:
+    from capacity_plugins.scenario import ConcurrencySweepLoad, PeakLoad, RateSweepLoad
+
+    load = scenario.load
+    if isinstance(load, ConcurrencySweepLoad):
+        return [
+            StepPlan("concurrency", float(n), n, load.spawn_rate, load.step_s, load.warmup_s) for n in load.levels
+        ]
+    if isinstance(load, RateSweepLoad):
+        pool = load.max_concurrency
+        return [
+            StepPlan("rate", float(r), pool, max(POOL_SPAWN_RATE, float(pool)), load.step_s, load.warmup_s, float(r))
+            for r in load.levels
+        ]
+    assert isinstance(load, PeakLoad)
+    duration = load.ramp_s + load.hold_s
+    warmup = load.ramp_s + load.warmup_s
+    if load.users is not None:
+        rate = load.users / load.ramp_s if load.ramp_s > 0 else POOL_SPAWN_RATE
+        return [StepPlan("peak", float(load.users), load.users, rate, duration, warmup)]
+    rps = scenario.peak_rps
+    assert rps is not None
+    pool = load.max_concurrency
+    return [StepPlan("peak", rps, pool, max(POOL_SPAWN_RATE, float(pool)), duration, warmup, rps, load.ramp_s)]
+
+
+# Callbacks the wiring installs; all optional.
+OnStep = Callable[[Step], None]
+
+
+class RehearsalShape(LoadTestShape):
+    """Walks a list of StepPlans: run, drain, …, settle, stop."""
+
+    abstract = True  # never auto-discovered; installed on environment.shape_class by the wiring
+
+    def __init__(
+        self,
+        plans: list[StepPlan],
+        *,
+        drain_timeout_s: float,
+        in_flight: Callable[[float], int | None],
+        settle_s: float = 0.0,
+        open_loop_lead_s: float = 0.25,
+        clock: Callable[[], float] = time.time,
+        on_step_start: OnStep | None = None,
+        on_window_end: OnStep | None = None,
+        on_drain_end: OnStep | None = None,
+        on_finished: Callable[[], None] | None = None,
+        on_reset: Callable[[], None] | None = None,
+    ) -> None:
+        super().__init__()
+        if not plans:
+            raise ValueError("a rehearsal needs at least one step")
+        self.plans = plans
+        self.drain_timeout_s = drain_timeout_s
+        # in_flight(since_unix): requests running across all generator processes, counting only
+        # reports made after since_unix; None while some process has not reported since then.
+        self.in_flight = in_flight
+        self.settle_s = settle_s
+        # Open-loop steps start slightly in the future so workers hear of them before the first arrival.
+        self.open_loop_lead_s = open_loop_lead_s
+        self.clock = clock
+        self.on_step_start = on_step_start
+        self.on_window_end = on_window_end
+        self.on_drain_end = on_drain_end
+        self.on_finished = on_finished
+        self.on_reset = on_reset
+        self._reset_state()
+
+    def _reset_state(self) -> None:
+        self.phase = "idle"  # idle → run → drain → (run …) → settle → done
+        self.index = -1
+        self.current: Step | None = None
+        self.phase_since = 0.0
+        self.steps: list[Step] = []
+
+    def reset_time(self) -> None:
+        # Called by Locust at every (re)start of a shape test: a UI restart begins a fresh rehearsal.
+        super().reset_time()
+        self._reset_state()
+        if self.on_reset:
+            self.on_reset()
+
+    @property
+    def finished(self) -> bool:
+        return self.phase == "done"
+
+    # -- the state machine -------------------------------------------------------------------------------
+    def _start_step(self, i: int, now: float) -> None:
+        plan = self.plans[i]
+        start = now + (self.open_loop_lead_s if plan.open_loop else 0.0)
+        step = Step(
+            index=i,
+            kind=plan.kind,
+            level=plan.level,
+            start_unix=start,
+            warmup_end_unix=start + plan.warmup_s,
+            end_unix=start + plan.duration_s,
+            target_rps=plan.target_rps,
+        )
+        self.index, self.current, self.phase, self.phase_since = i, step, "run", now
+        self.steps.append(step)
+        logger.info("step %d/%d: %s %g", i + 1, len(self.plans), plan.kind, plan.level)
+        if self.on_step_start:
+            self.on_step_start(step)
+
+    def _tuple(self, users: int, plan: StepPlan) -> tuple[int, float]:
+        return (users, plan.spawn_rate)
+
+    def tick(self) -> tuple[int, float] | None:
+        now = self.clock()
+        if self.phase == "idle":
+            self._start_step(0, now)
+        assert self.current is not None or self.phase in ("settle", "done")
+
+        if self.phase == "run":
+            assert self.current is not None
+            plan = self.plans[self.index]
+            if now < self.current.end_unix:
+                return self._tuple(plan.users, plan)
+            self.phase, self.phase_since = "drain", now
+            if self.on_window_end:
+                self.on_window_end(self.current)
+            # Closed loop: ramp to 0 (users finish the request they are in: --stop-timeout ≥ drain).
+            # Open loop: the pool stays; there are simply no more arrivals.
+            return self._tuple(plan.users if plan.open_loop else 0, plan)
+
+        if self.phase == "drain":
+            assert self.current is not None
+            plan = self.plans[self.index]
+            busy = self.in_flight(self.phase_since)
+            timed_out = now - self.phase_since >= self.drain_timeout_s
+            if busy != 0 and not timed_out:
+                return self._tuple(plan.users if plan.open_loop else 0, plan)
+            if timed_out and busy:
+                logger.warning("step %d: %s requests still in flight after the %g s drain", self.index, busy, self.drain_timeout_s)
+            self.current.drain_end_unix = now
+            if self.on_drain_end:
+                self.on_drain_end(self.current)
+            if self.index + 1 < len(self.plans):
+                self._start_step(self.index + 1, now)
+                nxt = self.plans[self.index]
+                return self._tuple(nxt.users, nxt)
+            self.phase, self.phase_since = "settle", now
+
+        if self.phase == "settle":
+            if now - self.phase_since < self.settle_s:
+                return (0, self.plans[-1].spawn_rate)
+            self.phase = "done"
+            if self.on_finished:
+                self.on_finished()
+        return None

@@ -1,0 +1,222 @@
+"""The step timeline, per-step generator accounting, and the steps.json writer.
+
+The master (or the local process) is the authority on step boundaries: its shape decides when a
+step starts, when its measured window closes and when the drain ends. Workers learn each step from
+its messages (`Step.to_message` / `Step.from_message`) and tag every record through
+`StepTimeline.lookup(now_unix)`. `StepAccounting` collects what the generator did in each measured
+window — records (sent, completed, schedule lag), self-watch samples (CPU per process), pacer
+counters (cap hits) — and `steps_document()` turns it into DESIGN.md's steps.json.
+
+client_limited (DESIGN.md) means the load generator could not do what was asked: sends behind
+schedule (lag p99 over the threshold), a generator process's CPU stayed over the limit, or the
+max-concurrency cap held arrivals back. The server completing less than offered is NOT in here:
+that is saturation, which is what the knee looks for.
+
+No Locust import: this module is plain data and arithmetic.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+StepKind = Literal["concurrency", "rate", "peak"]
+
+
+@dataclass
+class Step:
+    index: int
+    kind: StepKind
+    level: float  # users (closed loop) or target rps (open loop)
+    start_unix: float
+    warmup_end_unix: float
+    end_unix: float  # measured window end = drain start (planned when the step starts)
+    target_rps: float | None = None
+    drain_end_unix: float | None = None
+    # Open-loop steps: arrivals in the global schedule that fall in the measured window (known in advance).
+    offered: int | None = None
+
+    @property
+    def window_s(self) -> float:
+        return max(self.end_unix - self.warmup_end_unix, 0.0)
+
+    def to_message(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_message(cls, data: dict[str, Any]) -> Step:
+        return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
+
+
+class StepTimeline:
+    """Ordered steps, and which one a given instant belongs to.
+
+    `lookup` answers (index, excluded): excluded is True during a step's warmup and after its
+    measured window closed (a request a worker sent before it heard the drain began) — such
+    records keep their step but are left out of its numbers. Outside any step: (None, False).
+    """
+
+    def __init__(self) -> None:
+        self.steps: list[Step] = []
+        self.finished = False
+
+    def upsert(self, step: Step) -> None:
+        for i, s in enumerate(self.steps):
+            if s.index == step.index:
+                self.steps[i] = step
+                return
+        self.steps.append(step)
+        self.steps.sort(key=lambda s: s.index)
+
+    def get(self, index: int) -> Step | None:
+        for s in self.steps:
+            if s.index == index:
+                return s
+        return None
+
+    def lookup(self, now_unix: float) -> tuple[int | None, bool]:
+        for s in reversed(self.steps):
+            if now_unix >= s.start_unix:
+                drain_end = s.drain_end_unix
+                if drain_end is not None and now_unix >= drain_end:
+                    return None, False
+                return s.index, not (s.warmup_end_unix <= now_unix < s.end_unix)
+        return None, False
+
+
+def _p99(values: list[float]) -> float | None:
+    if not values:
+        return None
+    v = sorted(values)
+    # Nearest-rank percentile: exact on small samples, no interpolation between two requests.
+    return v[max(0, math.ceil(0.99 * len(v)) - 1)]
+
+
+@dataclass
+class _StepTally:
+    sent: int = 0
+    completed_ok: int = 0
+    lag_ms: list[float] = field(default_factory=list)
+    cap_hits: int = 0
+    dispatch_lag_p99_ms: list[float] = field(default_factory=list)
+
+
+class StepAccounting:
+    """Per-step generator numbers, fed on the master/local process."""
+
+    def __init__(self, timeline: StepTimeline, max_lag_p99_ms: float = 100.0, max_cpu_pct: float = 90.0) -> None:
+        self.timeline = timeline
+        self.max_lag_p99_ms = max_lag_p99_ms
+        self.max_cpu_pct = max_cpu_pct
+        self._tally: dict[int, _StepTally] = defaultdict(_StepTally)
+        # process key → [(unix, cpu_pct)], 1 Hz or faster, from every generator process.
+        self.cpu: dict[str, list[tuple[float, float]]] = defaultdict(list)
+
+    # -- inputs ------------------------------------------------------------------------------------------
+    def add_record(self, rec: Any) -> None:
+        """One finished request attempt (a RequestRecord or a dict with DESIGN.md's field names)."""
+        get = rec.get if isinstance(rec, dict) else lambda k, d=None: getattr(rec, k, d)
+        index = get("step")
+        if index is None:
+            return
+        step = self.timeline.get(int(index))
+        if step is None:
+            return
+        t = self._tally[step.index]
+        sent = get("sent_unix")
+        scheduled = get("scheduled_unix")
+        w0, w1 = step.warmup_end_unix, step.end_unix
+        # Open loop: a request belongs to the window its arrival was scheduled in (it may be sent late).
+        anchor = scheduled if scheduled is not None else sent
+        if sent is not None and w0 <= sent < w1:
+            t.sent += 1
+        if anchor is not None and w0 <= anchor < w1 and scheduled is not None and sent is not None:
+            t.lag_ms.append(max(0.0, (sent - scheduled) * 1000.0))
+        e2e = get("e2e_ms")
+        if get("ok") and sent is not None and e2e is not None and w0 <= sent + e2e / 1000.0 < w1:
+            # Completions inside the window: throughput the server actually delivered while the step ran.
+            t.completed_ok += 1
+
+    def add_cpu(self, process: str, unix: float, cpu_pct: float) -> None:
+        self.cpu[process].append((unix, cpu_pct))
+
+    def add_pacer(self, step: int, cap_hits: int, dispatch_lag_p99_ms: float | None) -> None:
+        t = self._tally[step]
+        t.cap_hits += cap_hits
+        if dispatch_lag_p99_ms is not None:
+            t.dispatch_lag_p99_ms.append(dispatch_lag_p99_ms)
+
+    # -- outputs -----------------------------------------------------------------------------------------
+    def _cpu_in(self, w0: float, w1: float) -> tuple[float | None, str | None]:
+        """(max CPU % of any process in the window, the process whose CPU *stayed* over the limit)."""
+        top: float | None = None
+        bound: str | None = None
+        for proc, samples in self.cpu.items():
+            vals = sorted(v for (u, v) in samples if w0 <= u <= w1)
+            if not vals:
+                continue
+            top = vals[-1] if top is None else max(top, vals[-1])
+            # "Stayed above": the median sample, so one GC pause or import burst does not flag a step.
+            if len(vals) >= 2 and vals[len(vals) // 2] > self.max_cpu_pct and bound is None:
+                bound = proc
+        return top, bound
+
+    def row(self, step: Step) -> dict[str, Any]:
+        t = self._tally.get(step.index, _StepTally())
+        window = step.window_s
+        rate = (lambda n: n / window) if window > 0 else (lambda n: None)
+        lag_p99 = _p99(t.lag_ms)
+        cpu_max, cpu_bound = self._cpu_in(step.warmup_end_unix, step.end_unix)
+        reasons: list[str] = []
+        if lag_p99 is not None and lag_p99 > self.max_lag_p99_ms:
+            reasons.append(f"sends behind schedule: lag p99 {lag_p99:.0f} ms > {self.max_lag_p99_ms:g} ms")
+        if cpu_bound is not None:
+            reasons.append(f"generator CPU stayed above {self.max_cpu_pct:g} % ({cpu_bound})")
+        if t.cap_hits:
+            reasons.append(f"max_concurrency cap held back {t.cap_hits} arrivals (raise load.max_concurrency)")
+        return {
+            "index": step.index,
+            "kind": step.kind,
+            "level": step.level,
+            "start_unix": step.start_unix,
+            "warmup_end_unix": step.warmup_end_unix,
+            "end_unix": step.end_unix,
+            "drain_end_unix": step.drain_end_unix,
+            "target_rps": step.target_rps,
+            "offered_rps": rate(step.offered) if step.offered is not None else None,
+            "sent_rps": rate(t.sent),
+            "achieved_rps": rate(t.completed_ok),
+            "schedule_lag_p99_ms": lag_p99,
+            "client_cpu_max_pct": cpu_max,
+            "client_limited": bool(reasons),
+            "client_limited_reason": "; ".join(reasons) or None,
+        }
+
+    def document(self, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+        doc: dict[str, Any] = {"steps": [self.row(s) for s in self.timeline.steps]}
+        doc["complete"] = self.timeline.finished
+        if extra:
+            doc.update(extra)
+        return doc
+
+
+def write_steps_json(path: str | os.PathLike[str], doc: dict[str, Any]) -> None:
+    """Atomic replace: a reader (or a Ctrl-C) never sees half a file."""
+    p = Path(path)
+    tmp = p.with_name(p.name + ".tmp")
+    tmp.write_text(json.dumps(doc, indent=2, allow_nan=False), encoding="utf-8")
+    os.replace(tmp, p)
+
+
+def steps_from_rows(rows: Iterable[dict[str, Any]]) -> StepTimeline:
+    """Rebuild a timeline from steps.json rows (re-analysis of a results folder)."""
+    tl = StepTimeline()
+    for r in rows:
+        tl.upsert(Step.from_message(r))
+    return tl

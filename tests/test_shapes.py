@@ -1,0 +1,153 @@
+"""RehearsalShape.tick() driven by an injected clock and in-flight count: no sleeping, no runner."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from capacity_plugins.scenario import load_scenario
+from capacity_plugins.shapes import RehearsalShape, StepPlan, plan_steps
+
+
+class Clock:
+    def __init__(self, t: float = 1000.0) -> None:
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def make(plans, inflight, **kw):
+    clock = Clock()
+    events: list[tuple[str, int]] = []
+    shape = RehearsalShape(
+        plans,
+        drain_timeout_s=kw.pop("drain_timeout_s", 30.0),
+        in_flight=inflight,
+        clock=clock,
+        on_step_start=lambda s: events.append(("start", s.index)),
+        on_window_end=lambda s: events.append(("window_end", s.index)),
+        on_drain_end=lambda s: events.append(("drain_end", s.index)),
+        on_finished=lambda: events.append(("finished", -1)),
+        **kw,
+    )
+    return shape, clock, events
+
+
+def sweep(levels=(1, 2, 4), step_s=10.0, warmup_s=2.0):
+    return [StepPlan("concurrency", float(n), n, 100.0, step_s, warmup_s) for n in levels]
+
+
+def test_concurrency_sweep_steps_drains_and_stops():
+    busy = {"n": 0}
+    shape, clock, events = make(sweep(), lambda since: busy["n"], settle_s=5.0)
+    assert shape.tick() == (1, 100.0)
+    s0 = shape.steps[0]
+    assert (s0.start_unix, s0.warmup_end_unix, s0.end_unix) == (1000.0, 1002.0, 1010.0)
+    clock.t = 1009.9
+    assert shape.tick() == (1, 100.0)
+    # Window over: ramp to 0, requests still running → keep draining.
+    clock.t = 1010.2
+    busy["n"] = 1
+    assert shape.tick() == (0, 100.0)
+    clock.t = 1013.0
+    assert shape.tick() == (0, 100.0)
+    assert events == [("start", 0), ("window_end", 0)]
+    # Idle: the next step starts at once, on an idle server.
+    busy["n"] = 0
+    clock.t = 1014.0
+    assert shape.tick() == (2, 100.0)
+    assert s0.drain_end_unix == 1014.0
+    s1 = shape.steps[1]
+    assert (s1.index, s1.level, s1.start_unix, s1.end_unix) == (1, 2.0, 1014.0, 1024.0)
+    clock.t = 1024.0
+    assert shape.tick() == (0, 100.0)
+    clock.t = 1025.0
+    assert shape.tick() == (4, 100.0)
+    clock.t = 1035.0
+    assert shape.tick() == (0, 100.0)
+    clock.t = 1036.0
+    assert shape.tick() == (0, 100.0)  # settle: the workers' last reports reach the master
+    clock.t = 1040.9
+    assert shape.tick() == (0, 100.0)
+    clock.t = 1041.0
+    assert shape.tick() is None
+    assert shape.finished
+    assert [e for e in events if e[0] == "start"] == [("start", 0), ("start", 1), ("start", 2)]
+    assert events[-1] == ("finished", -1)
+
+
+def test_drain_bounded_by_timeout_and_unknown_counts_as_busy():
+    shape, clock, events = make(sweep((1, 2)), lambda since: None, drain_timeout_s=7.0)
+    shape.tick()
+    clock.t = 1010.0
+    assert shape.tick() == (0, 100.0)
+    clock.t = 1016.9
+    assert shape.tick() == (0, 100.0)  # no report yet from some worker: not idle
+    clock.t = 1017.0
+    assert shape.tick() == (2, 100.0)  # drain timeout reached: move on anyway
+
+
+def test_in_flight_is_asked_only_for_reports_after_the_drain_began():
+    seen: list[float] = []
+    shape, clock, _ = make(sweep((1, 2)), lambda since: seen.append(since) or 0)
+    shape.tick()
+    clock.t = 1010.5
+    shape.tick()
+    clock.t = 1011.5
+    shape.tick()
+    assert seen == [1010.5]
+
+
+def test_open_loop_pool_stays_and_steps_start_after_lead():
+    plans = [StepPlan("rate", r, 16, 200.0, 10.0, 2.0, r) for r in (1.0, 2.5)]
+    shape, clock, _ = make(plans, lambda since: 0, open_loop_lead_s=0.25)
+    assert shape.tick() == (16, 200.0)
+    s0 = shape.steps[0]
+    assert s0.start_unix == 1000.25 and s0.end_unix == 1010.25 and s0.target_rps == 1.0
+    clock.t = 1010.3
+    assert shape.tick() == (16, 200.0)  # drain: users stay, the schedule simply ends
+    clock.t = 1011.0
+    assert shape.tick() == (16, 200.0)
+    assert shape.steps[1].target_rps == 2.5
+
+
+def test_reset_time_restarts_the_rehearsal():
+    resets = []
+    shape, clock, _ = make(sweep((1, 2)), lambda since: 0, on_reset=lambda: resets.append(1))
+    shape.tick()
+    clock.t = 1010.0
+    shape.tick()
+    shape.reset_time()
+    assert resets == [1] and shape.steps == []
+    assert shape.tick() == (1, 100.0)
+    assert shape.steps[0].start_unix == 1010.0
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    p = tmp_path / "s.yaml"
+    p.write_text(text)
+    return p
+
+
+def test_plan_steps_from_scenarios(tmp_path):
+    s = load_scenario(write(tmp_path, "target: {url: embedded}\nload: {levels: [1, 3], step_s: 5, warmup_s: 1}\n"))
+    assert plan_steps(s) == [
+        StepPlan("concurrency", 1.0, 1, 100.0, 5.0, 1.0),
+        StepPlan("concurrency", 3.0, 3, 100.0, 5.0, 1.0),
+    ]
+    s = load_scenario(
+        write(tmp_path, "target: {url: embedded}\nload: {kind: rate_sweep, levels: [0.5, 2], step_s: 5, warmup_s: 1, max_concurrency: 8}\n")
+    )
+    p = plan_steps(s)
+    assert [(x.kind, x.level, x.users, x.target_rps) for x in p] == [("rate", 0.5, 8, 0.5), ("rate", 2.0, 8, 2.0)]
+    s = load_scenario(
+        write(tmp_path, "target: {url: embedded}\nload: {kind: peak, ramp_s: 4, hold_s: 6, warmup_s: 1}\ncapacity: {peak_qps: 2, safety_factor: 1.5}\n")
+    )
+    (peak,) = plan_steps(s)
+    assert peak.kind == "peak" and peak.target_rps == pytest.approx(3.0)
+    assert peak.duration_s == 10.0 and peak.warmup_s == 5.0 and peak.ramp_s == 4.0
+    s = load_scenario(write(tmp_path, "target: {url: embedded}\nload: {kind: peak, users: 12, ramp_s: 4, hold_s: 6}\n"))
+    (peak,) = plan_steps(s)
+    assert (peak.users, peak.spawn_rate, peak.target_rps) == (12, 3.0, None)
