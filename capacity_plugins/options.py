@@ -11,18 +11,29 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 from capacity_plugins.errors import UserError
 
 SAMPLING_MODES = ("shuffle", "sequential", "random")
-_SECRET_NAME = re.compile(r"(authorization|api[-_]?key|token|secret|password|cookie|auth)", re.I)
+# Names whose values are credentials. `max_tokens` must not match: only a trailing singular
+# "token" (x-auth-token, access_token) counts.
+_SECRET_NAME = re.compile(
+    r"(authorization|api[-_]?key|secret|passw(or)?d|cookie|credential|bearer|(^|[-_])auth($|[-_])|token$)",
+    re.I,
+)
 REDACTED = "<redacted>"
 
 
 def add_arguments(parser: Any) -> None:
     """Register on a LocustArgumentParser (idempotent enough: Locust builds a fresh parser each time)."""
-    g = parser.add_argument_group("capacity-plugins LLM load", "Streaming LLM users (capacity-plugins)")
+    # Locust's own add_argument (not an argument group) takes include_in_web_ui / is_secret.
+    def add(*args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("include_in_web_ui", True)
+        parser.add_argument(*args, **kwargs)
+
+    g = SimpleNamespace(add_argument=add)
     g.add_argument("--dialect", default="openai-chat", help="API dialect: openai-chat, openai-completions, tgi, ollama, ollama-generate")
     g.add_argument("--model", default="", help="Model name sent in requests")
     g.add_argument("--corpus", default="builtin", help="Prompt corpus: builtin, a file path, or synthetic:prompt_tokens=..,output_tokens=..,n=..")
@@ -35,7 +46,7 @@ def add_arguments(parser: Any) -> None:
     g.add_argument("--seed", type=int, default=0, help="Sampling seed")
     g.add_argument("--min-distinct", type=int, default=1000, help="Minimum distinct prompts the corpus must have")
     g.add_argument("--api-key-env", default="", help="Name of the environment variable holding the API key (the key itself is never an option)")
-    g.add_argument("--header", action="append", default=[], is_secret=True, help="Extra request header K:V (repeatable)")
+    g.add_argument("--header", action="append", default=[], include_in_web_ui=False, help="Extra request header K:V (repeatable)")
     g.add_argument("--no-usage", action="store_true", default=False, help="Do not ask OpenAI servers for stream usage (include_usage)")
     g.add_argument("--ignore-eos", action="store_true", default=False, help="Ask the server to generate exactly max_tokens (vLLM/SGLang)")
     g.add_argument("--insecure", action="store_true", default=False, help="Do not verify TLS certificates")

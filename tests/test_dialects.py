@@ -1,0 +1,126 @@
+import orjson
+import pytest
+
+from capacity_plugins.corpus import Sample
+from capacity_plugins.dialects import NO_OUTPUT, OUTPUT, VISIBLE, MalformedEvent, RequestParams, get_dialect
+from capacity_plugins.errors import UserError
+
+
+def sample(max_tokens=None, messages=None):
+    return Sample.make("s1", prompt=None if messages else "hello there", messages=messages, max_tokens=max_tokens)
+
+
+def body(call):
+    return orjson.loads(call.body)
+
+
+def test_unknown_dialect_is_a_user_error_naming_the_known_ones():
+    with pytest.raises(UserError, match="unknown dialect 'nope'.*openai-chat"):
+        get_dialect("nope")
+
+
+def test_openai_chat_request_fields():
+    p = RequestParams(model="m", max_tokens=64, temperature=0.0, top_p=0.9, ignore_eos=True)
+    call = get_dialect("openai-chat").build(sample(), p)
+    b = body(call)
+    assert call.path == "/v1/chat/completions"
+    assert b["messages"] == [{"role": "user", "content": "hello there"}]
+    assert b["stream"] is True and b["stream_options"] == {"include_usage": True}
+    assert b["max_tokens"] == 64 and b["temperature"] == 0.0 and b["top_p"] == 0.9
+    assert b["ignore_eos"] is True and b["min_tokens"] == 64
+
+
+def test_per_sample_max_tokens_wins_and_no_usage_and_no_stream():
+    call = get_dialect("openai-completions").build(sample(max_tokens=7), RequestParams(max_tokens=64, include_usage=False))
+    assert body(call)["max_tokens"] == 7 and call.max_tokens == 7 and "stream_options" not in body(call)
+    assert body(call)["prompt"] == "hello there"
+    call = get_dialect("openai-chat").build(sample(), RequestParams(max_tokens=64, stream=False))
+    assert body(call)["stream"] is False and "stream_options" not in body(call)
+
+
+def test_tgi_and_ollama_requests():
+    tgi = get_dialect("tgi")
+    c = tgi.build(sample(), RequestParams(max_tokens=9, temperature=0.0))
+    assert c.path == "/generate_stream"
+    assert body(c)["parameters"] == {"details": True, "max_new_tokens": 9, "do_sample": False}
+    assert tgi.build(sample(), RequestParams(stream=False)).path == "/generate"
+    o = get_dialect("ollama").build(sample(), RequestParams(model="llama", max_tokens=5, stream=False))
+    assert o.path == "/api/chat" and body(o)["options"] == {"num_predict": 5} and body(o)["stream"] is False
+    g = get_dialect("ollama-generate").build(sample(), RequestParams(model="llama", max_tokens=5))
+    assert g.path == "/api/generate" and body(g)["prompt"] == "hello there"
+
+
+def chat_chunk(delta, usage=None, finish=None):
+    d = {"id": "r1", "choices": [{"delta": delta, "finish_reason": finish}]}
+    if usage is not None:
+        d["usage"] = usage
+    return orjson.dumps(d)
+
+
+def test_openai_chat_channels_role_reasoning_tools_content():
+    p = get_dialect("openai-chat").parser(True)
+    assert p.event(chat_chunk({"role": "assistant", "content": ""})) == NO_OUTPUT
+    assert p.response_id == "r1"
+    assert p.event(chat_chunk({"reasoning_content": "thinking"})) == OUTPUT
+    assert p.event(chat_chunk({"reasoning": "more"})) == OUTPUT
+    assert p.event(chat_chunk({"tool_calls": [{"index": 0, "function": {"arguments": "{"}}]})) == OUTPUT
+    assert p.event(chat_chunk({"content": "Hi"})) == VISIBLE
+    assert not p.done
+    assert p.event(chat_chunk({"content": "!"}, finish="stop")) == VISIBLE
+    assert p.done
+    assert p.event(orjson.dumps({"id": "r1", "choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 6}})) == NO_OUTPUT
+    assert p.usage_output_tokens == 6 and p.prompt_tokens == 3
+    assert p.event(b"[DONE]") == NO_OUTPUT
+
+
+def test_openai_continuous_usage_gives_tokens_per_chunk():
+    p = get_dialect("openai-chat").parser(True)
+    p.event(chat_chunk({"content": "ab"}, usage={"prompt_tokens": 3, "completion_tokens": 2}))
+    assert p.chunk_tokens == 2
+    p.event(chat_chunk({"content": "c"}, usage={"prompt_tokens": 3, "completion_tokens": 3}))
+    assert p.chunk_tokens == 1 and p.continuous_output_tokens == 3 and p.usage_output_tokens is None
+
+
+def test_openai_in_stream_error_and_malformed():
+    p = get_dialect("openai-chat").parser(True)
+    assert p.event(b'{"error": {"message": "boom", "code": 500}}') == NO_OUTPUT
+    assert p.error == "boom"
+    with pytest.raises(MalformedEvent):
+        get_dialect("openai-chat").parser(True).event(b"{not json")
+    with pytest.raises(MalformedEvent):
+        get_dialect("openai-chat").parser(True).event(b"[1, 2]")
+
+
+def test_openai_completions_and_non_stream_bodies():
+    p = get_dialect("openai-completions").parser(True)
+    assert p.event(b'{"id":"c","choices":[{"text":""}]}') == NO_OUTPUT
+    assert p.event(b'{"id":"c","choices":[{"text":"x"}]}') == VISIBLE
+    full = get_dialect("openai-chat").parser(False)
+    doc = {"id": "f", "choices": [{"message": {"content": "hey"}}], "usage": {"prompt_tokens": 2, "completion_tokens": 4}}
+    assert full.full(orjson.dumps(doc)) == VISIBLE
+    assert (full.response_id, full.usage_output_tokens, full.prompt_tokens, full.done) == ("f", 4, 2, True)
+
+
+def test_tgi_stream_tokens_special_and_details():
+    p = get_dialect("tgi").parser(True)
+    assert p.event(b'{"token":{"id":1,"text":"Hi","special":false},"details":null}') == VISIBLE
+    assert p.event(b'{"token":{"id":2,"text":"</s>","special":true},"generated_text":"Hi","details":{"generated_tokens":2}}') == OUTPUT
+    assert p.done and p.usage_output_tokens == 2
+    e = get_dialect("tgi").parser(True)
+    e.event(b'{"error":"Input validation error","error_type":"validation"}')
+    assert e.error == "Input validation error"
+    f = get_dialect("tgi").parser(False)
+    assert f.full(b'{"generated_text":"abc","details":{"generated_tokens":3}}') == VISIBLE and f.usage_output_tokens == 3
+
+
+def test_ollama_ndjson_thinking_content_done():
+    p = get_dialect("ollama").parser(True)
+    assert p.framing == "ndjson"
+    assert p.event(b'{"message":{"role":"assistant","content":"","thinking":"hmm"},"done":false}') == OUTPUT
+    assert p.event(b'{"message":{"role":"assistant","content":"Hi"},"done":false}') == VISIBLE
+    assert p.event(b'{"message":{"role":"assistant","content":""},"done":true,"eval_count":2,"prompt_eval_count":9}') == NO_OUTPUT
+    assert p.done and p.usage_output_tokens == 2 and p.prompt_tokens == 9
+    g = get_dialect("ollama-generate").parser(True)
+    assert g.event(b'{"response":"x","done":false}') == VISIBLE
+    g.event(b'{"error":"model not found"}')
+    assert g.error == "model not found"

@@ -1,0 +1,93 @@
+import orjson
+
+from capacity_plugins.record import RECORD_FIELDS, RequestRecord, Timings
+
+# DESIGN.md "Interfaces": requests.jsonl fields, in one place so a drift fails here.
+DESIGN_FIELDS = {
+    "request_id", "response_id", "prompt_id", "worker", "step", "warmup", "attempt", "ok", "status",
+    "error_kind", "error", "scheduled_unix", "sent_unix", "ttft_ms", "first_visible_ms", "e2e_ms",
+    "ttft_from_schedule_ms", "e2e_from_schedule_ms", "tpot_ms", "itl_ms", "itl_tokens",
+    "prompt_tokens", "output_tokens", "output_tokens_source", "client_output_tokens", "max_tokens",
+    "stream", "class",
+}
+MS = 1_000_000
+
+
+def build(t, **kw):
+    args = dict(request_id="r", response_id="x", prompt_id="p", worker=0, step=None, warmup=False,
+                attempt=1, status=200, error_kind=None, error=None, usage_output_tokens=None,
+                continuous_output_tokens=None, prompt_tokens=None, max_tokens=64, stream=True)
+    args.update(kw)
+    return RequestRecord.build(t, **args)
+
+
+def stream_timings():
+    # sent at 0; tokens at 100, 110, 125, 140 ms (first is reasoning, visible from 110); end 150
+    t = Timings(sent_unix=1000.0, sent_ns=0)
+    t.first_token_ns = 100 * MS
+    t.first_visible_ns = 110 * MS
+    t.token_ns = [100 * MS, 110 * MS, 125 * MS, 140 * MS]
+    t.chunk_tokens = [None, None, None, None]
+    t.end_ns = 150 * MS
+    return t
+
+
+def test_fields_are_exactly_design_md():
+    rec = build(stream_timings())
+    d = orjson.loads(rec.to_json_bytes())
+    assert set(d) == DESIGN_FIELDS == set(RECORD_FIELDS)
+    assert rec.to_json_bytes().endswith(b"\n")
+    assert RequestRecord.from_dict(d) == rec
+
+
+def test_derived_metrics_from_raw_stamps():
+    rec = build(stream_timings(), usage_output_tokens=7)
+    assert rec.ttft_ms == 100.0 and rec.first_visible_ms == 110.0 and rec.e2e_ms == 150.0
+    assert rec.itl_ms == [10.0, 15.0, 15.0]
+    # TPOT uses the server's count: (140 - 100) / (7 - 1)
+    assert abs(rec.tpot_ms - 40 / 6) < 1e-3
+    assert (rec.output_tokens, rec.output_tokens_source, rec.client_output_tokens) == (7, "usage", 4)
+    assert rec.ok and rec.error_kind is None
+
+
+def test_token_source_priority():
+    t = stream_timings()
+    assert build(t, usage_output_tokens=4, continuous_output_tokens=9).output_tokens_source == "usage"
+    r = build(t, continuous_output_tokens=9)
+    assert (r.output_tokens, r.output_tokens_source, r.client_output_tokens) == (9, "continuous_usage", 4)
+    r = build(t)
+    assert (r.output_tokens, r.output_tokens_source, r.client_output_tokens) == (4, "chunks", None)
+
+
+def test_itl_tokens_only_when_the_server_says_for_every_chunk():
+    t = stream_timings()
+    t.chunk_tokens = [2, 1, 3, 1]
+    assert build(t).itl_tokens == [1, 3, 1]
+    t.chunk_tokens = [2, None, 3, 1]
+    assert build(t).itl_tokens is None
+
+
+def test_tpot_null_for_single_token_and_failures_keep_timing():
+    t = Timings(sent_unix=1.0, sent_ns=0)
+    t.first_token_ns = 5 * MS
+    t.token_ns = [5 * MS]
+    t.chunk_tokens = [None]
+    t.end_ns = 6 * MS
+    assert build(t).tpot_ms is None
+    f = build(Timings(sent_unix=1.0, sent_ns=0, end_ns=3 * MS), status=503, error_kind="http_5xx", error="HTTP 503")
+    assert not f.ok and f.ttft_ms is None and f.e2e_ms == 3.0 and f.itl_ms == [] and f.output_tokens == 0
+
+
+def test_schedule_relative_metrics_add_the_send_lag():
+    t = stream_timings()
+    t.scheduled_unix = 999.95  # sent 50 ms late
+    r = build(t)
+    assert abs(r.ttft_from_schedule_ms - 150.0) < 1e-6 and abs(r.e2e_from_schedule_ms - 200.0) < 1e-6
+
+
+def test_non_stream_has_no_token_timing_and_usage_count():
+    t = Timings(sent_unix=1.0, sent_ns=0, end_ns=80 * MS)
+    r = build(t, stream=False, usage_output_tokens=12)
+    assert r.ttft_ms is None and r.tpot_ms is None and r.output_tokens == 12 and r.client_output_tokens is None
+    r = build(t, stream=False)
+    assert r.output_tokens is None and r.output_tokens_source is None
