@@ -1,0 +1,206 @@
+"""The continuous-batching engine: one scheduler loop shared by every dialect.
+
+Like vLLM's scheduler, in a loop of steps:
+- between steps, finished and aborted requests leave the batch and waiting requests join it
+  (FIFO) while there is a free slot (`max_num_seqs`) and KV budget (`kv_cache_tokens`: prompt +
+  generated tokens of running requests; a request joins only if its tokens + 1 fit);
+- a step lasts `decode_base_ms + decode_per_seq_ms × running` plus, for the requests that joined
+  in it, their (uncached) prompt tokens / `prefill_tokens_per_s`; so a larger batch makes every
+  request slower, and a prefill stalls the decode of everyone else for its duration;
+- at the end of a step every running request gets one token (a joining request's first token);
+- when the KV budget would overflow, the most recently joined request is preempted back to the
+  head of the queue and later recomputes its prompt + generated tokens (vLLM's recompute mode).
+
+Step deadlines are chained (a step starts when the previous one was due, not when the event
+loop woke up), so the event loop's ~1 ms timer slack does not slow the simulated GPU down.
+Output length: `max_tokens` with ignore_eos / force_max_tokens, else a seeded uniform draw in
+[max(min_tokens, max_tokens // 2, 1), max_tokens]; `finish_reason` is "length" when it reaches
+`max_tokens`, else "stop".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections import OrderedDict, deque
+from collections.abc import Callable
+from time import perf_counter
+
+from capacity_plugins.simulator.config import SimConfig
+from capacity_plugins.simulator.metrics import EngineMetrics
+
+
+class Sequence:
+    """One request inside the engine. The dialect handler owns `on_token` / `on_finish`."""
+
+    __slots__ = (
+        "id", "prompt_tokens", "blocks", "max_tokens", "target_tokens", "generated", "arrival",
+        "admitted_at", "first_token_at", "last_token_at", "state", "finish_reason", "on_token",
+        "on_finish", "prefill_tokens_next", "cached_tokens",
+    )
+
+    def __init__(self, id: str, prompt_tokens: int, blocks: list[bytes], max_tokens: int, target_tokens: int,
+                 arrival: float, on_token: Callable[[Sequence], None],
+                 on_finish: Callable[[Sequence], None]) -> None:
+        self.id = id
+        self.prompt_tokens = prompt_tokens
+        self.blocks = blocks
+        self.max_tokens = max_tokens
+        self.target_tokens = target_tokens
+        self.generated = 0
+        self.arrival = arrival
+        self.admitted_at: float | None = None
+        self.first_token_at: float | None = None
+        self.last_token_at: float | None = None
+        self.state = "new"  # new → waiting → running → done | aborted
+        self.finish_reason: str | None = None
+        self.on_token = on_token
+        self.on_finish = on_finish
+        self.prefill_tokens_next = 0
+        self.cached_tokens = 0
+
+    @property
+    def kv_tokens(self) -> int:
+        return self.prompt_tokens + self.generated
+
+
+class Engine:
+    def __init__(self, config: SimConfig, metrics: EngineMetrics, rng: random.Random) -> None:
+        self.config = config
+        self.metrics = metrics
+        self.rng = rng
+        self.waiting: deque[Sequence] = deque()
+        self.running: list[Sequence] = []
+        self.kv_used = 0
+        self._wake = asyncio.Event()
+        self._cache: OrderedDict[bytes, None] = OrderedDict()
+        self._cache_blocks = max(1, config.kv_cache_tokens // config.block_size)
+
+    # -- called by dialect handlers -----------------------------------------------------------
+    def output_length(self, max_tokens: int, min_tokens: int, ignore_eos: bool) -> int:
+        if ignore_eos or self.config.force_max_tokens:
+            return max_tokens
+        low = min(max_tokens, max(min_tokens, max_tokens // 2, 1))
+        return self.rng.randint(low, max_tokens)
+
+    def submit(self, seq: Sequence) -> None:
+        seq.state = "waiting"
+        seq.prefill_tokens_next = seq.prompt_tokens
+        self.waiting.append(seq)
+        self.metrics.waiting = len(self.waiting)
+        self._wake.set()
+
+    def abort(self, seq: Sequence) -> None:
+        """The client went away: drop the request at the next step boundary."""
+        if seq.state == "waiting":
+            self.waiting.remove(seq)
+            self.metrics.waiting = len(self.waiting)
+        elif seq.state == "running":
+            self.running.remove(seq)
+            self.kv_used -= seq.kv_tokens
+            self.metrics.running = len(self.running)
+        if seq.state in ("waiting", "running"):
+            seq.state = "aborted"
+            seq.finish_reason = "abort"
+            self.metrics.request_finished(seq, perf_counter())
+
+    # -- the loop -------------------------------------------------------------------------------
+    async def run(self) -> None:
+        cfg = self.config
+        due: float | None = None
+        while True:
+            if not self.running and not self.waiting:
+                self._wake.clear()
+                self.metrics.mark_idle(perf_counter())
+                await self._wake.wait()
+                due = None
+            now = perf_counter()
+            # A step starts when the previous one was due, unless the loop was late by a lot.
+            start = due if due is not None and now - due < 0.005 else now
+            prefill_tokens = self._schedule(start)
+            n = len(self.running)
+            step_s = (cfg.decode_base_ms + cfg.decode_per_seq_ms * n) / 1000.0
+            step_s += prefill_tokens / cfg.prefill_tokens_per_s
+            due = start + step_s
+            self.metrics.mark_busy(start, n)
+            delay = due - perf_counter()
+            # Even a zero-length step yields, so sockets are served between steps.
+            await asyncio.sleep(delay if delay > 0 else 0)
+            self._emit(perf_counter())
+
+    def _schedule(self, now: float) -> int:
+        cfg = self.config
+        joined = []
+        while self.waiting and len(self.running) < cfg.max_num_seqs:
+            seq = self.waiting[0]
+            if self.kv_used + seq.kv_tokens + 1 > cfg.kv_cache_tokens:
+                break  # FIFO: the head waits for room, nobody overtakes it
+            self.waiting.popleft()
+            self._admit(seq, now)
+            joined.append(seq)
+        # Every running request grows by one token this step; make room by preempting the newest.
+        while self.running and self.kv_used + len(self.running) > cfg.kv_cache_tokens:
+            victim = self.running.pop()
+            self.kv_used -= victim.kv_tokens
+            victim.state = "waiting"
+            victim.prefill_tokens_next = victim.kv_tokens  # recompute prompt + generated
+            self.waiting.appendleft(victim)
+            self.metrics.preemptions += 1
+        self.metrics.running = len(self.running)
+        self.metrics.waiting = len(self.waiting)
+        self.metrics.kv_used = self.kv_used
+        return sum(s.prefill_tokens_next for s in joined if s.state == "running")
+
+    def _admit(self, seq: Sequence, now: float) -> None:
+        cfg = self.config
+        to_prefill = seq.prefill_tokens_next
+        if seq.admitted_at is None:
+            seq.admitted_at = now
+            if cfg.prefix_cache:
+                hit = 0
+                for h in seq.blocks:
+                    if h not in self._cache:
+                        break
+                    hit += 1
+                seq.cached_tokens = min(hit * cfg.block_size, seq.prompt_tokens - 1) if hit else 0
+                self.metrics.prefix_queries += seq.prompt_tokens
+                self.metrics.prefix_hits += seq.cached_tokens
+                for h in seq.blocks:
+                    self._cache[h] = None
+                    self._cache.move_to_end(h)
+                while len(self._cache) > self._cache_blocks:
+                    self._cache.popitem(last=False)
+                to_prefill -= seq.cached_tokens
+        seq.prefill_tokens_next = to_prefill
+        seq.state = "running"
+        self.running.append(seq)
+        self.kv_used += seq.kv_tokens
+        if seq.generated == 0:
+            self.metrics.prompt_tokens += seq.prompt_tokens
+
+    def _emit(self, now: float) -> None:
+        finished = []
+        for seq in self.running:
+            seq.generated += 1
+            self.kv_used += 1
+            if seq.first_token_at is None:
+                seq.first_token_at = now
+                self.metrics.first_token(seq, now)
+            seq.last_token_at = now
+            if seq.generated >= seq.target_tokens:
+                finished.append(seq)
+        self.metrics.generation_tokens += len(self.running)
+        for seq in finished:
+            self.running.remove(seq)
+            self.kv_used -= seq.kv_tokens
+            seq.state = "done"
+            seq.finish_reason = "length" if seq.generated >= seq.max_tokens else "stop"
+        self.metrics.running = len(self.running)
+        self.metrics.kv_used = self.kv_used
+        # Handlers run after the batch bookkeeping, so one that aborts cannot disturb the loop above.
+        for seq in list(self.running) + finished:
+            if seq.state != "aborted":
+                seq.on_token(seq)
+        for seq in finished:
+            self.metrics.request_finished(seq, now)
+            seq.on_finish(seq)

@@ -1,0 +1,184 @@
+"""`/metrics`: the engine's state under vLLM's names, plus simulated DCGM-exporter GPU readings.
+
+Written by hand (a few histograms and counters) rather than through prometheus_client so the
+engine loop pays a list index per observation, not a lock. Every vLLM series carries
+`model_name` and `engine="0"`; the GPU series carry `modelName="SIMULATED-GPU"` and
+`simulated="true"` so nobody mistakes them for a real card.
+
+GPU model: utilisation is the time-weighted batch occupancy (running / max_num_seqs while the
+engine is stepping, 0 while idle) smoothed over ~1 s; SM-active follows it at 0.9×; power is
+60 W + 240 W × util; temperature drifts towards 35 °C + 45 °C × util with a 20 s time constant;
+framebuffer use is constant at 90 % because vLLM preallocates its KV cache (raw VRAM is no load
+signal — use `vllm:kv_cache_usage_perc`).
+"""
+
+from __future__ import annotations
+
+import math
+import socket
+from bisect import bisect_left
+from time import perf_counter
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from capacity_plugins.simulator.config import SimConfig
+    from capacity_plugins.simulator.engine import Sequence
+
+TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5,
+                10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
+LATENCY_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0,
+                   240.0, 480.0, 960.0, 1920.0, 7680.0)
+
+
+class Histogram:
+    __slots__ = ("name", "help", "buckets", "counts", "sum", "count")
+
+    def __init__(self, name: str, help: str, buckets: tuple[float, ...]) -> None:
+        self.name, self.help, self.buckets = name, help, buckets
+        self.counts = [0] * (len(buckets) + 1)
+        self.sum = 0.0
+        self.count = 0
+
+    def observe(self, value: float) -> None:
+        self.counts[bisect_left(self.buckets, value)] += 1
+        self.sum += value
+        self.count += 1
+
+    def render(self, labels: str, out: list[str]) -> None:
+        out.append(f"# HELP {self.name} {self.help}")
+        out.append(f"# TYPE {self.name} histogram")
+        cumulative = 0
+        for bound, n in zip(self.buckets, self.counts, strict=False):
+            cumulative += n
+            out.append(f'{self.name}_bucket{{{labels},le="{bound}"}} {cumulative}')
+        out.append(f'{self.name}_bucket{{{labels},le="+Inf"}} {self.count}')
+        out.append(f"{self.name}_count{{{labels}}} {self.count}")
+        out.append(f"{self.name}_sum{{{labels}}} {self.sum!r}")
+
+
+class EngineMetrics:
+    def __init__(self, config: SimConfig) -> None:
+        self.config = config
+        self.running = 0
+        self.waiting = 0
+        self.kv_used = 0
+        self.prompt_tokens = 0
+        self.generation_tokens = 0
+        self.preemptions = 0
+        self.prefix_queries = 0
+        self.prefix_hits = 0
+        self.success: dict[str, int] = {"stop": 0, "length": 0, "abort": 0}
+        self.ttft = Histogram("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.",
+                              TTFT_BUCKETS)
+        self.queue = Histogram("vllm:request_queue_time_seconds",
+                               "Histogram of time spent in WAITING phase for request.", LATENCY_BUCKETS)
+        self.prefill = Histogram("vllm:request_prefill_time_seconds",
+                                 "Histogram of time spent in PREFILL phase for request.", LATENCY_BUCKETS)
+        self.decode = Histogram("vllm:request_decode_time_seconds",
+                                "Histogram of time spent in DECODE phase for request.", LATENCY_BUCKETS)
+        self.e2e = Histogram("vllm:e2e_request_latency_seconds",
+                             "Histogram of e2e request latency in seconds.", LATENCY_BUCKETS)
+        # GPU simulation state
+        self._occ_ewma = 0.0
+        self._occ_at = perf_counter()
+        self._occ_now = 0.0  # occupancy since _occ_at
+        self._temp_c = 35.0
+        self._temp_at = perf_counter()
+        self.hostname = socket.gethostname()
+
+    # -- engine hooks ---------------------------------------------------------------------------
+    def first_token(self, seq: Sequence, now: float) -> None:
+        self.ttft.observe(now - seq.arrival)
+        if seq.admitted_at is not None:
+            self.queue.observe(seq.admitted_at - seq.arrival)
+            self.prefill.observe(now - seq.admitted_at)
+
+    def request_finished(self, seq: Sequence, now: float) -> None:
+        reason = seq.finish_reason or "abort"
+        self.success[reason] = self.success.get(reason, 0) + 1
+        if reason != "abort":
+            self.e2e.observe(now - seq.arrival)
+            if seq.first_token_at is not None:
+                self.decode.observe(now - seq.first_token_at)
+
+    def mark_busy(self, now: float, running: int) -> None:
+        self._advance(now)
+        self._occ_now = running / self.config.max_num_seqs
+
+    def mark_idle(self, now: float) -> None:
+        self._advance(now)
+        self._occ_now = 0.0
+
+    def _advance(self, now: float) -> None:
+        dt = now - self._occ_at
+        if dt > 0:
+            keep = math.exp(-dt / 1.0)
+            self._occ_ewma = self._occ_ewma * keep + self._occ_now * (1 - keep)
+            self._occ_at = now
+
+    def gpu_util(self) -> float:
+        self._advance(perf_counter())
+        return min(1.0, max(0.0, self._occ_ewma))
+
+    # -- exposition -----------------------------------------------------------------------------
+    def render(self) -> bytes:
+        cfg = self.config
+        lab = f'engine="0",model_name="{cfg.model}"'
+        out: list[str] = []
+
+        def gauge(name: str, help: str, value: float, labels: str = lab) -> None:
+            out.append(f"# HELP {name} {help}")
+            out.append(f"# TYPE {name} gauge")
+            out.append(f"{name}{{{labels}}} {value!r}")
+
+        def counter(name: str, help: str, values: list[tuple[str, float]]) -> None:
+            out.append(f"# HELP {name} {help}")
+            out.append(f"# TYPE {name} counter")
+            for labels, value in values:
+                out.append(f"{name}_total{{{labels}}} {float(value)!r}")
+
+        gauge("vllm:num_requests_running", "Number of requests in model execution batches.", float(self.running))
+        gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.", float(self.waiting))
+        gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.",
+              self.kv_used / cfg.kv_cache_tokens)
+        counter("vllm:num_preemptions", "Cumulative number of preemption from the engine.", [(lab, self.preemptions)])
+        counter("vllm:prompt_tokens", "Number of prefill tokens processed.", [(lab, self.prompt_tokens)])
+        counter("vllm:generation_tokens", "Number of generation tokens processed.", [(lab, self.generation_tokens)])
+        counter("vllm:prefix_cache_queries", "Prefix cache queries, in terms of number of queried tokens.",
+                [(lab, self.prefix_queries)])
+        counter("vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens.",
+                [(lab, self.prefix_hits)])
+        counter("vllm:request_success", "Count of successfully processed requests.",
+                [(f'{lab},finished_reason="{k}"', v) for k, v in sorted(self.success.items())])
+        for h in (self.ttft, self.queue, self.prefill, self.decode, self.e2e):
+            h.render(lab, out)
+        info = (f'block_size="{cfg.block_size}",enable_prefix_caching="{cfg.prefix_cache}",'
+                f'engine="0",gpu_memory_utilization="0.9",model_name="{cfg.model}",'
+                f'num_gpu_blocks="{cfg.kv_cache_tokens // cfg.block_size}",max_num_seqs="{cfg.max_num_seqs}"')
+        gauge("vllm:cache_config_info", "Information of the LLMEngine CacheConfig", 1.0, info)
+        self._render_gpu(out)
+        out.append("")
+        return "\n".join(out).encode()
+
+    def _render_gpu(self, out: list[str]) -> None:
+        cfg = self.config
+        util = self.gpu_util()
+        now = perf_counter()
+        target = 35.0 + 45.0 * util
+        self._temp_c += (target - self._temp_c) * (1 - math.exp(-(now - self._temp_at) / 20.0))
+        self._temp_at = now
+        used_mib = int(cfg.gpu_memory_mib * 0.9)
+        labels = (f'gpu="0",UUID="GPU-00000000-0000-0000-0000-5133554c4154",pci_bus_id="00000000:00:00.0",'
+                  f'device="nvidia0",modelName="SIMULATED-GPU",Hostname="{self.hostname}",simulated="true"')
+        for name, help, value in (
+            ("DCGM_FI_DEV_GPU_UTIL", "GPU utilization (in %).", round(100 * util)),
+            ("DCGM_FI_DEV_FB_USED", "Framebuffer memory used (in MiB).", used_mib),
+            ("DCGM_FI_DEV_FB_FREE", "Framebuffer memory free (in MiB).", cfg.gpu_memory_mib - used_mib),
+            ("DCGM_FI_DEV_GPU_TEMP", "GPU temperature (in C).", round(self._temp_c)),
+            ("DCGM_FI_DEV_POWER_USAGE", "Power draw (in W).", round(60.0 + 240.0 * util, 3)),
+            ("DCGM_FI_PROF_SM_ACTIVE", "The ratio of cycles an SM has at least 1 warp assigned.",
+             round(0.9 * util, 6)),
+        ):
+            out.append(f"# HELP {name} {help}")
+            out.append(f"# TYPE {name} gauge")
+            out.append(f"{name}{{{labels}}} {value}")

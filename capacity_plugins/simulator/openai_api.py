@@ -1,0 +1,211 @@
+"""OpenAI-compatible API as vLLM serves it: /v1/chat/completions, /v1/completions, /v1/models.
+
+Framing follows vLLM's serving_chat / serving_completion:
+- chat stream: a role-only chunk (`{"role":"assistant","content":""}`) written with the first
+  token, then one chunk per token (`delta.content`, or `delta.reasoning_content` for the first
+  `reasoning_tokens`); the last token's chunk carries `finish_reason` ("length" / "stop") and
+  `stop_reason: null`; with `stream_options.include_usage` a final chunk with `"choices": []` and
+  `usage`; then `data: [DONE]`. `stream_options.continuous_usage_stats` adds `usage` (tokens so
+  far) to every chunk. Every chunk, and the non-streamed body, carries the same `id`.
+- completions: the same without the role chunk, `choices[0].text`, id `cmpl-…`; default
+  max_tokens 16 (vLLM's and OpenAI's default for this endpoint).
+- errors: `{"object":"error","message":…,"type":"BadRequestError","param":null,"code":400}`;
+  inside a stream `data: {"error": {…}}` then `data: [DONE]`.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import orjson
+
+from capacity_plugins.simulator.app import BadRequest, Dialect, Job, Params
+from capacity_plugins.simulator.tokens import (
+    CHAT_TOKENS_PER_MESSAGE,
+    CHAT_TOKENS_REPLY,
+    output_text,
+    prompt_units,
+    texts,
+)
+
+ERROR_TYPES = {400: "BadRequestError", 404: "NotFoundError", 405: "MethodNotAllowed", 429: "TooManyRequests",
+               500: "InternalServerError", 503: "ServiceUnavailableError"}
+
+
+def _json(value: Any) -> str:
+    return orjson.dumps(value).decode()
+
+
+class OpenAIDialect(Dialect):
+    name = "openai"
+    content_type = "text/event-stream; charset=utf-8"
+
+    def new_id(self, kind: str) -> str:
+        return ("chatcmpl-" if kind == "chat" else "cmpl-") + uuid.uuid4().hex
+
+    # -- parsing ------------------------------------------------------------------------------
+    def parse(self, kind: str, body: dict[str, Any]) -> Params:
+        cfg = self.config
+        model = body.get("model")
+        if model is not None and model != cfg.model:
+            raise BadRequest(f"The model `{model}` does not exist.", 404)
+        if kind == "chat":
+            messages = body.get("messages")
+            if not isinstance(messages, list) or not messages:
+                raise BadRequest("messages: Field required (a non-empty list of messages)")
+            units: list[str] = []
+            for i, msg in enumerate(messages):
+                if not isinstance(msg, dict) or not isinstance(msg.get("role"), str):
+                    raise BadRequest(f"messages[{i}]: must be an object with a string 'role'")
+                units += [f"<|{msg['role']}|>"] + [""] * (CHAT_TOKENS_PER_MESSAGE - 1)
+                units += prompt_units(_content_text(msg.get("content"), i))
+            units += ["<|assistant|>"] + [""] * (CHAT_TOKENS_REPLY - 1)
+            limit = body.get("max_completion_tokens", body.get("max_tokens"))
+            limit_name = "max_completion_tokens" if "max_completion_tokens" in body else "max_tokens"
+            what = "messages"
+        else:
+            prompt = body.get("prompt")
+            if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
+                prompt = prompt[0]
+            if isinstance(prompt, str):
+                units = prompt_units(prompt)
+            elif isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt):
+                units = [str(t) for t in prompt]
+            else:
+                raise BadRequest("prompt: Field required (a string, or a list of token ids; one prompt per request)")
+            limit = body.get("max_tokens", 16)
+            limit_name = "max_tokens"
+            what = "prompt"
+        prompt_tokens = max(1, len(units))
+        if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 1):
+            raise BadRequest(f"{limit_name}: must be an integer >= 1, got {_json(limit)}")
+        for name in ("temperature", "top_p", "frequency_penalty", "presence_penalty"):
+            value = body.get(name)
+            if value is not None and (not isinstance(value, (int, float)) or isinstance(value, bool)):
+                raise BadRequest(f"{name}: Input should be a valid number, got {_json(value)}")
+        n = body.get("n", 1)
+        if n not in (1, None):
+            raise BadRequest("n: the simulator generates one choice per request (n=1)")
+        stream = body.get("stream", False)
+        if not isinstance(stream, bool):
+            raise BadRequest(f"stream: Input should be a valid boolean, got {_json(stream)}")
+        opts = body.get("stream_options")
+        if opts is not None:
+            if not stream:
+                raise BadRequest("Stream options can only be defined when `stream=True`.")
+            if not isinstance(opts, dict):
+                raise BadRequest("stream_options: Input should be a valid dictionary")
+        opts = opts or {}
+        ignore_eos = body.get("ignore_eos", False)
+        min_tokens = body.get("min_tokens", 0)
+        if not isinstance(ignore_eos, bool):
+            raise BadRequest(f"ignore_eos: Input should be a valid boolean, got {_json(ignore_eos)}")
+        if not isinstance(min_tokens, int) or isinstance(min_tokens, bool) or min_tokens < 0:
+            raise BadRequest(f"min_tokens: must be an integer >= 0, got {_json(min_tokens)}")
+        max_len = cfg.max_model_len
+        if prompt_tokens > max_len:
+            raise BadRequest(f"This model's maximum context length is {max_len} tokens. However, your request has "
+                             f"{prompt_tokens} input tokens. Please reduce the length of the input {what}.")
+        if limit is None:
+            limit = min(cfg.default_max_tokens, max_len - prompt_tokens)
+        elif prompt_tokens + limit > max_len:
+            raise BadRequest(f"This model's maximum context length is {max_len} tokens. However, you requested "
+                             f"{prompt_tokens + limit} tokens ({prompt_tokens} in the {what}, {limit} in the "
+                             f"completion). Please reduce the length of the {what} or completion.")
+        if min_tokens > limit:
+            raise BadRequest(f"min_tokens ({min_tokens}) must be less than or equal to max_tokens ({limit})")
+        limit = max(1, limit)
+        return Params(kind, stream, units, prompt_tokens, limit, min_tokens, ignore_eos,
+                      include_usage=bool(opts.get("include_usage")),
+                      continuous_usage=bool(opts.get("continuous_usage_stats")))
+
+    def error_body(self, status: int, message: str) -> bytes:
+        return orjson.dumps({"object": "error", "message": message, "type": ERROR_TYPES.get(status, "Error"),
+                             "param": None, "code": status})
+
+    # -- streaming ------------------------------------------------------------------------------
+    def _prefix(self, job: Job) -> str:
+        obj = "chat.completion.chunk" if job.params.kind == "chat" else "text_completion"
+        return f'{{"id":"{job.id}","object":"{obj}","created":{job.created},"model":{_json(self.config.model)}'
+
+    def _usage(self, job: Job, completion: int) -> str:
+        p = job.params.prompt_tokens
+        return f'"usage":{{"prompt_tokens":{p},"total_tokens":{p + completion},"completion_tokens":{completion}}}'
+
+    def stream_head(self, job: Job) -> list[bytes]:
+        if job.params.kind != "chat":
+            return []
+        usage = "," + self._usage(job, 0) if job.params.continuous_usage else ""
+        return [(f'data: {self._prefix(job)},"choices":[{{"index":0,"delta":{{"role":"assistant","content":""}},'
+                 f'"logprobs":null,"finish_reason":null}}]{usage}}}\n\n').encode()]
+
+    def token_event(self, job: Job, first: int, upto: int, reasoning: bool, last: bool) -> bytes:
+        text = texts(first, upto)
+        finish = f'"finish_reason":"{job.seq.finish_reason}","stop_reason":null' if last else '"finish_reason":null'
+        if job.params.kind == "chat":
+            key = "reasoning_content" if reasoning else "content"
+            choice = f'{{"index":0,"delta":{{"{key}":{_json(text)}}},"logprobs":null,{finish}}}'
+        else:
+            stop = "" if last else ',"stop_reason":null'
+            choice = f'{{"index":0,"text":{_json(text)},"logprobs":null,{finish}{stop}}}'
+        usage = "," + self._usage(job, upto) if job.params.continuous_usage else ""
+        return f"data: {self._prefix(job)},\"choices\":[{choice}]{usage}}}\n\n".encode()
+
+    def stream_tail(self, job: Job) -> list[bytes]:
+        events = []
+        if job.params.include_usage:
+            events.append(f'data: {self._prefix(job)},"choices":[],{self._usage(job, job.seq.generated)}}}\n\n'.encode())
+        events.append(b"data: [DONE]\n\n")
+        return events
+
+    def stream_error(self, job: Job, message: str) -> list[bytes]:
+        return [b'data: {"error": %b}\n\n' % self.error_body(500, message), b"data: [DONE]\n\n"]
+
+    def malformed(self, job: Job) -> bytes:
+        return f'data: {self._prefix(job)},"choices":[{{"index":0,"delta":{{"content":" the\n\n'.encode()
+
+    # -- whole responses ------------------------------------------------------------------------
+    def full_body(self, job: Job) -> bytes:
+        seq = job.seq
+        reasoning = "".join(output_text(i) for i in range(min(job.reasoning, seq.generated))) or None
+        content = "".join(output_text(i) for i in range(job.reasoning, seq.generated))
+        p, c = job.params.prompt_tokens, seq.generated
+        usage = {"prompt_tokens": p, "total_tokens": p + c, "completion_tokens": c, "prompt_tokens_details": None}
+        if job.params.kind == "chat":
+            choice: dict[str, Any] = {
+                "index": 0,
+                "message": {"role": "assistant", "reasoning_content": reasoning, "content": content,
+                            "tool_calls": []},
+                "logprobs": None, "finish_reason": seq.finish_reason, "stop_reason": None,
+            }
+            obj = "chat.completion"
+        else:
+            choice = {"index": 0, "text": (reasoning or "") + content, "logprobs": None,
+                      "finish_reason": seq.finish_reason, "stop_reason": None, "prompt_logprobs": None}
+            obj = "text_completion"
+        return orjson.dumps({"id": job.id, "object": obj, "created": job.created, "model": self.config.model,
+                             "choices": [choice], "usage": usage})
+
+    def models_body(self) -> bytes:
+        cfg = self.config
+        return orjson.dumps({"object": "list", "data": [{
+            "id": cfg.model, "object": "model", "created": 0, "owned_by": "vllm", "root": cfg.model,
+            "parent": None, "max_model_len": cfg.max_model_len, "permission": [],
+        }]})
+
+
+def _content_text(content: Any, i: int) -> str:
+    if content is None or isinstance(content, str):
+        return content or ""
+    if isinstance(content, list):
+        parts = []
+        for j, part in enumerate(content):
+            if not isinstance(part, dict) or not isinstance(part.get("type"), str):
+                raise BadRequest(f"messages[{i}].content[{j}]: must be an object with a 'type'")
+            if part["type"] == "text":
+                if not isinstance(part.get("text"), str):
+                    raise BadRequest(f"messages[{i}].content[{j}].text: must be a string")
+                parts.append(part["text"])
+        return "".join(parts)
+    raise BadRequest(f"messages[{i}].content: must be a string or a list of content parts")
