@@ -14,7 +14,6 @@ for the new temperature and clock-event calls, sentinel memory counters).
 from __future__ import annotations
 
 import os
-import threading
 from dataclasses import dataclass, field
 
 NVML_SUCCESS = 0
@@ -103,11 +102,21 @@ class FakeGpu:
     legacy: bool = False           # old driver: only the deprecated temperature / throttle calls
     unsupported: set[str] = field(default_factory=set)   # call names raising NotSupported
     sentinel_memory: bool = False  # memory counters read NVML_VALUE_NOT_AVAILABLE
+    block_s: float = 0.0           # utilisation call blocks the OS thread this long, like a slow C call
     calls: int = 0
 
 
-_state = threading.local()
-_lock = threading.Lock()
+def _real_sleep(seconds: float) -> None:
+    # time.sleep may be gevent's (patched by Locust); a C call blocks the whole OS thread instead.
+    try:
+        from gevent import monkey
+
+        monkey.get_original("time", "sleep")(seconds)
+    except ImportError:
+        import time
+
+        time.sleep(seconds)
+
 _config: dict = {"scenario": None, "gpus": None, "init_error": None}
 _initialised = 0
 
@@ -145,18 +154,16 @@ def nvmlInit() -> None:
     gpus, err = _scenario()
     if err is not None:
         raise NVMLError(err)
-    with _lock:
-        if _initialised == 0:
-            _gpus = gpus
-        _initialised += 1
+    if _initialised == 0:
+        _gpus = gpus
+    _initialised += 1
 
 
 def nvmlShutdown() -> None:
     global _initialised
-    with _lock:
-        if _initialised == 0:
-            raise NVMLError(NVML_ERROR_UNINITIALIZED)
-        _initialised -= 1
+    if _initialised == 0:
+        raise NVMLError(NVML_ERROR_UNINITIALIZED)
+    _initialised -= 1
 
 
 def _check() -> None:
@@ -198,6 +205,8 @@ def _phase(h: FakeGpu) -> int:
 
 def nvmlDeviceGetUtilizationRates(h: FakeGpu) -> c_nvmlUtilization_t:
     _gate(h, "nvmlDeviceGetUtilizationRates")
+    if h.block_s:
+        _real_sleep(h.block_s)
     k = _phase(h)
     return c_nvmlUtilization_t(gpu=40 + (k % 50), memory=20 + (k % 30))
 

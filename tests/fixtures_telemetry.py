@@ -156,6 +156,7 @@ PAGES = {
     "/sglang/metrics": sglang_text,
     "/triton/metrics": triton_text,
     "/sim/metrics": lambda k: vllm_text(k) + dcgm_text(k),
+    "/custom/metrics": lambda k: "# TYPE myapp_queue_depth gauge\nmyapp_queue_depth 3\n",
 }
 
 
