@@ -1,0 +1,83 @@
+"""Cost of `LLMStats.record()` on the hot path, next to Locust's own `RequestStats.log_request`.
+
+Prints µs per recorded request (one TTFT, TPOT, E2E and a 64-gap ITL list) for LLMStats, and
+for the Locust route that records the same values in a private `RequestStats` (reference/
+locust.md §1.6 option B: one log_request per ITL gap plus TTFT/TPOT/E2E), as a ratio measured in
+one run. Also prints the worst relative p99 error of each against the exact nearest-rank p99.
+"""
+
+import locust  # noqa: F401, I001  (monkey-patches first, as in a real run)
+
+import math
+import random
+import time
+
+from collections.abc import Callable
+
+from locust.stats import RequestStats
+
+from capacity_plugins.stats import LLMStats, nearest_rank
+
+N = 20_000
+GAPS = 64
+
+
+def _requests(rng: random.Random) -> list[tuple[float, list[float], float, float]]:
+    out = []
+    for _ in range(N):
+        ttft = rng.lognormvariate(5, 0.6)
+        itl = [rng.lognormvariate(2.2, 0.25) for _ in range(GAPS)]
+        out.append((ttft, itl, sum(itl) / GAPS, ttft + sum(itl)))
+    return out
+
+
+def main() -> None:
+    reqs = _requests(random.Random(1))
+    now = time.time()
+
+    ours = LLMStats()
+    t0 = time.perf_counter()
+    for ttft, itl, tpot, e2e in reqs:
+        ours.record("chat", ok=True, error_kind=None, ttft_ms=ttft, itl_ms=itl, tpot_ms=tpot, e2e_ms=e2e,
+                    output_tokens=GAPS + 1, prompt_tokens=100, now_unix=now)
+    ours_s = time.perf_counter() - t0
+
+    theirs = RequestStats(use_response_times_cache=False)
+    t0 = time.perf_counter()
+    for ttft, itl, tpot, e2e in reqs:
+        theirs.log_request("TTFT", "chat", ttft, 0)
+        for g in itl:
+            theirs.log_request("ITL", "chat", g, 0)
+        theirs.log_request("TPOT", "chat", tpot, 0)
+        theirs.log_request("E2E", "chat", e2e, GAPS + 1)
+    theirs_s = time.perf_counter() - t0
+
+    print(f"requests recorded: {N} (each: TTFT, TPOT, E2E + {GAPS} ITL gaps)")
+    print(f"LLMStats.record            {ours_s / N * 1e6:8.2f} µs/request")
+    print(f"Locust RequestStats route  {theirs_s / N * 1e6:8.2f} µs/request")
+    print(f"ratio (Locust / LLMStats)  {theirs_s / ours_s:8.2f}x")
+    row = ours.rows()[0]
+    for metric, kind, values in (("ttft", "TTFT", [r[0] for r in reqs]), ("itl", "ITL", [g for r in reqs for g in r[1]])):
+        exact_sorted = sorted(values)
+        for label, q in (("p50", 0.5), ("p99", 0.99)):
+            exact = nearest_rank(exact_sorted, q)
+            mine = row[f"{metric}_{label}_ms"]
+            locust_v = theirs.get("chat", kind).get_response_time_percentile(q)
+            print(f"{kind:4} {label} exact {exact:9.3f} ms | LLMStats {mine:9.3f} ({abs(mine - exact) / exact:6.3%} off)"
+                  f" | Locust {locust_v:9.3f} ({abs(locust_v - exact) / exact:6.3%} off)")
+    t0 = time.perf_counter()
+    for _ in range(100):
+        d = ours.take_delta()
+    print(f"take_delta (empty) {((time.perf_counter() - t0) / 100) * 1e6:.1f} µs; "
+          f"rows() {_time(lambda: ours.rows(now)) * 1e3:.2f} ms")
+    assert math.isfinite(ours_s) and d is not None
+
+
+def _time(fn: Callable[[], object]) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+if __name__ == "__main__":
+    main()
