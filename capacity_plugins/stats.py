@@ -351,10 +351,11 @@ class _Entry:
 class LLMStats:
     """Per-request-name LLM metric distributions and counters, mergeable across processes.
 
-    Two stores: `_total` (what rows/CSV show) and `_delta` (recorded since the last
-    `take_delta()`). `record()` writes only into `_delta`, so the hot path pays once; views fold
-    the two together. On a worker, `take_delta()` ships and clears the delta; on the master,
-    `merge_delta()` adds a worker's delta to `_total`.
+    `record()` writes only into a small pending store (`_recent`), so the hot path pays once.
+    Views and `take_delta()` first flush it into `_total` (what rows/CSV show) and `_outbox`
+    (what the next `take_delta()` ships). On a worker, `take_delta()` ships and clears the
+    outbox; on the master, `merge_delta()` adds a worker's delta to `_total`. Not safe across
+    OS threads; under gevent (Locust) greenlets never interleave inside these methods.
 
     Rates (`rps`, `output_tokens_per_s`) count requests by the second they *ended*: over the last
     `window_s` seconds before `now_unix` (shorter when the run is younger), or, without
@@ -368,7 +369,8 @@ class LLMStats:
         self.rel_error = rel_error
         self.window_s = int(window_s)
         self._total: dict[str, _Entry] = {}
-        self._delta: dict[str, _Entry] = {}
+        self._recent: dict[str, _Entry] = {}
+        self._outbox: dict[str, _Entry] = {}
 
     # -- hot path -------------------------------------------------------------------------
 
@@ -386,9 +388,9 @@ class LLMStats:
         prompt_tokens: int | None,
         now_unix: float,
     ) -> None:
-        e = self._delta.get(name)
+        e = self._recent.get(name)
         if e is None:
-            e = self._delta[name] = _Entry(self.rel_error)
+            e = self._recent[name] = _Entry(self.rel_error)
         e.requests += 1
         start_unix = now_unix - e2e_ms / 1000.0 if e2e_ms is not None else now_unix
         if e.first_unix is None or start_unix < e.first_unix:
@@ -427,8 +429,8 @@ class LLMStats:
         The delta is also folded into this object's own totals, so a process that both records
         and displays (a local run) still sees everything.
         """
-        delta, self._delta = self._delta, {}
-        self._fold(self._total, delta)
+        self._flush()
+        delta, self._outbox = self._outbox, {}
         return {
             "v": _DELTA_VERSION,
             "rel_error": self.rel_error,
@@ -447,7 +449,14 @@ class LLMStats:
     def reset(self) -> None:
         """Forget everything (Locust's "reset stats")."""
         self._total.clear()
-        self._delta.clear()
+        self._recent.clear()
+        self._outbox.clear()
+
+    def _flush(self) -> None:
+        if self._recent:
+            recent, self._recent = self._recent, {}
+            self._fold(self._total, recent)
+            self._fold(self._outbox, recent)
 
     def _fold(self, into: dict[str, _Entry], src: dict[str, _Entry]) -> None:
         for name, e in src.items():
@@ -460,12 +469,8 @@ class LLMStats:
     # -- views ----------------------------------------------------------------------------
 
     def _view(self) -> dict[str, _Entry]:
-        if not self._delta:
-            return self._total
-        view: dict[str, _Entry] = {}
-        self._fold(view, self._total)
-        self._fold(view, self._delta)
-        return view
+        self._flush()
+        return self._total
 
     def names(self) -> list[str]:
         return sorted(self._view())
@@ -473,7 +478,7 @@ class LLMStats:
     def histograms(self, name: str) -> dict[str, LogHistogram]:
         """The four histograms of one name (or `Aggregated`), e.g. for a Prometheus exporter.
 
-        Returns copies when recording is pending, so callers may read them without locking.
+        These are the live objects (copy them to keep a snapshot); `Aggregated` is a fresh merge.
         """
         view = self._view()
         if name == self.AGGREGATED:

@@ -291,3 +291,19 @@ def test_histograms_access_for_exporters() -> None:
     assert agg["ttft_ms"].count == 2 and agg["ttft_ms"].max == 60.0
     assert s.histograms("missing")["e2e_ms"].count == 0
     assert math.isclose(sum(c for _, c in agg["e2e_ms"].iter_buckets()), 2)
+
+
+def test_views_between_takes_neither_lose_nor_double_count() -> None:
+    w, master = LLMStats(), LLMStats()
+    kw = dict(ok=True, error_kind=None, ttft_ms=10.0, itl_ms=[1.0], tpot_ms=1.0, e2e_ms=12.0,
+              output_tokens=2, prompt_tokens=3)
+    w.record("chat", now_unix=1.0, **kw)
+    assert w.rows()[0]["requests"] == 1  # a local view flushes pending records
+    w.record("chat", now_unix=2.0, **kw)
+    w.histograms("chat")
+    master.merge_delta(w.take_delta())
+    w.record("chat", now_unix=3.0, **kw)
+    master.merge_delta(w.take_delta())
+    assert w.take_delta()["names"] == {}
+    assert master.rows()[0]["requests"] == w.rows()[0]["requests"] == 3
+    assert master.rows()[0]["ttft_count"] == 3 and master.rows()[0]["output_tokens"] == 6
