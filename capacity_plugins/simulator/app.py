@@ -140,7 +140,7 @@ class Job:
             self._flush_pending_if_streaming(i)
             self.error_kind = "server_error"
             if self.params.stream:
-                self.resp.end(b"".join(self.dialect.stream_error(self, "simulated engine failure")))
+                self.resp.end(self.dialect.stream_error(self, "simulated engine failure"))
             else:
                 self.status = 500
                 self.resp.send(500, self.dialect.error_body(500, "simulated engine failure"))
@@ -167,7 +167,7 @@ class Job:
                 self.finish_waiting = True
                 return
             self._flush(seq.generated)
-            self.resp.end(b"".join(self.dialect.stream_tail(self)))
+            self.resp.end(self.dialect.stream_tail(self))
         else:
             if self.stall_at:  # a non-streamed body is held back whole
                 self.finish_waiting = True
@@ -239,7 +239,7 @@ class Job:
         if self.params.stream:
             self._flush(self.seq.generated)
             if self.finish_waiting:
-                self.resp.end(b"".join(self.dialect.stream_tail(self)))
+                self.resp.end(self.dialect.stream_tail(self))
                 self._close()
         elif self.finish_waiting:
             self._send_full()

@@ -82,9 +82,13 @@ class Responder:
         self._transport.write(b"%x\r\n%b\r\n" % (len(data), data))
         return perf_counter()
 
-    def end(self, last: bytes = b"") -> float:
+    def end(self, events: list[bytes] | tuple[bytes, ...] = ()) -> float:
+        """Write the final events (one chunk and one write each) and the terminating chunk."""
         if self.done:
             return perf_counter()
+        for event in events[:-1]:
+            self._transport.write(b"%x\r\n%b\r\n" % (len(event), event))
+        last = events[-1] if events else b""
         data = b"%x\r\n%b\r\n0\r\n\r\n" % (len(last), last) if last else b"0\r\n\r\n"
         self._transport.write(data)
         t = perf_counter()
