@@ -1,0 +1,57 @@
+"""The thin locustfile under a real `locust` process (headless, loopback fake server)."""
+
+import pytest
+from fixtures_core import FAKE_TOKENS, fake_llm, free_port, write_corpus  # noqa: F401
+from locust_runs import locust_request_count, records, run_locust
+
+
+def base_args(url, tmp_path, *extra):
+    corpus = write_corpus(tmp_path / "c.jsonl", 1200)
+    return ["--headless", "-u", "4", "-r", "4", "-t", "3s", "--host", url, "--corpus", str(corpus),
+            "--min-distinct", "1000", "--max-tokens", "64", "--results-dir", str(tmp_path / "out"),
+            "--json-file", str(tmp_path / "locust"), "--only-summary", *extra]
+
+
+@pytest.mark.parametrize("stream_flag", [[], ["--no-stream"]])
+def test_locustfile_run_writes_one_record_per_locust_request(fake_llm, tmp_path, stream_flag):  # noqa: F811
+    p = run_locust(base_args(fake_llm, tmp_path, "--dialect", "openai-chat", "--model", "ok", *stream_flag))
+    assert "Traceback" not in p.stderr, p.stderr[-3000:]
+    recs = records(tmp_path / "out")
+    n, failures = locust_request_count(tmp_path / "locust")
+    assert len(recs) == n > 8
+    assert failures == sum(1 for r in recs if not r["ok"])
+    ok = [r for r in recs if r["ok"]]
+    assert len(ok) >= n - 4  # at most one cancelled request per user at the stop
+    assert all(r["error_kind"] == "cancelled" for r in recs if not r["ok"])
+    assert all(r["output_tokens"] == FAKE_TOKENS and r["stream"] == (not stream_flag) for r in ok)
+    assert len({r["prompt_id"] for r in recs}) == len(recs)  # sampled without replacement
+    assert (tmp_path / "out" / "meta.json").exists() and (tmp_path / "out" / "llm_stats.csv").exists()
+
+
+def test_swarm_keeps_going_through_failures(fake_llm, tmp_path):  # noqa: F811
+    p = run_locust(base_args(fake_llm, tmp_path, "--model", "cut"))
+    assert "Traceback" not in p.stderr, p.stderr[-3000:]
+    recs = records(tmp_path / "out")
+    assert len(recs) > 20 and all(not r["ok"] for r in recs)
+    assert {r["error_kind"] for r in recs} <= {"stream_cut", "cancelled"}
+    assert "stream_cut" in p.stdout + p.stderr  # Locust's failure table names the class
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--dialect", "grpc-magic"], "unknown dialect 'grpc-magic'"),
+        (["--corpus", "/nonexistent/prompts.jsonl"], "/nonexistent/prompts.jsonl"),
+        (["--api-key-env", "SURELY_UNSET_KEY_VAR"], "SURELY_UNSET_KEY_VAR"),
+        (["--header", "no-colon-here"], "--header"),
+    ],
+)
+def test_bad_options_exit_2_with_one_line(fake_llm, tmp_path, extra, message):  # noqa: F811
+    args = base_args(fake_llm, tmp_path)
+    if "--corpus" in extra:
+        i = args.index("--corpus")
+        del args[i : i + 2]
+    p = run_locust([*args, *extra], timeout=60)
+    assert p.returncode == 2, (p.returncode, p.stderr[-2000:])
+    assert "Traceback" not in p.stderr
+    assert message in p.stderr

@@ -1,0 +1,164 @@
+"""LLMUser against the scripted fake server, in-process (one Environment, its own Events)."""
+
+import argparse
+import os
+from pathlib import Path
+
+import gevent
+import orjson
+import pytest
+from fixtures_core import FAKE_TOKENS, fake_llm, free_port, write_corpus  # noqa: F401
+from locust.env import Environment
+from locust.event import Events
+
+from capacity_plugins import plugin
+from capacity_plugins.users import LLMUser
+
+
+class U(LLMUser):
+    pass
+
+
+def make(url, tmp_path: Path, **opts):
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    corpus = tmp_path / "c.jsonl"
+    if not corpus.exists():
+        write_corpus(corpus, 50)
+    ns = argparse.Namespace(
+        dialect="openai-chat", model="ok", corpus=str(corpus), min_distinct=1, max_tokens=16,
+        results_dir=str(tmp_path / "out"), no_stream=False, request_timeout=10.0, retries=0,
+        header=[], api_key_env="", insecure=False, sampling="shuffle", seed=0,
+    )
+    for k, v in opts.items():
+        setattr(ns, k, v)
+    user_class = type("U", (U,), {"host": url})
+    env = Environment(user_classes=[user_class], events=Events(), host=url, parsed_options=ns)
+    env.create_local_runner()
+    ctx = plugin.register(env)
+    ctx.sampler = ctx.corpus.sampler("shuffle", 0, 0, 1)
+    fired = []
+    env.events.request.add_listener(lambda **kw: fired.append(kw))
+    return env, ctx, user_class(env), fired
+
+
+def lines(ctx):
+    ctx.sink.close()
+    return [orjson.loads(x) for x in (ctx.results_dir / "requests.jsonl").read_bytes().splitlines()]
+
+
+@pytest.mark.parametrize("dialect", ["openai-chat", "openai-completions", "tgi", "ollama", "ollama-generate"])
+@pytest.mark.parametrize("stream", [True, False])
+def test_every_dialect_streaming_and_not(fake_llm, tmp_path, dialect, stream):  # noqa: F811
+    env, ctx, user, fired = make(fake_llm, tmp_path, dialect=dialect, model="ok", no_stream=not stream)
+    rec = user.call(ctx.next_sample())
+    assert rec.ok, rec.error
+    assert rec.output_tokens == FAKE_TOKENS
+    assert rec.output_tokens_source == "usage"
+    if stream:
+        assert rec.ttft_ms is not None and 0 < rec.ttft_ms <= rec.e2e_ms
+        assert len(rec.itl_ms) == FAKE_TOKENS - 1 and rec.tpot_ms is not None
+    else:
+        assert rec.ttft_ms is None and rec.itl_ms == []
+    # exactly one Locust request event per call: E2E as response_time, tokens as length
+    assert len(fired) == 1 and fired[0]["exception"] is None
+    assert fired[0]["response_time"] == rec.e2e_ms and fired[0]["response_length"] == FAKE_TOKENS
+    assert lines(ctx)[0]["request_id"] == rec.request_id
+
+
+def test_reasoning_counts_for_ttft_and_content_for_first_visible(fake_llm, tmp_path):  # noqa: F811
+    env, ctx, user, fired = make(fake_llm, tmp_path, model="reasoning")
+    rec = user.call(ctx.next_sample())
+    assert rec.ok and rec.first_visible_ms > rec.ttft_ms
+    assert rec.output_tokens == FAKE_TOKENS and len(rec.itl_ms) == FAKE_TOKENS - 1
+
+
+@pytest.mark.parametrize(
+    ("model", "kind", "status"),
+    [
+        ("http-429", "http_429", 429),
+        ("http-503", "http_5xx", 503),
+        ("http-400", "http_4xx", 400),
+        ("cut", "stream_cut", 200),
+        ("nodone", "stream_cut", 200),
+        ("malformed", "malformed", 200),
+        ("inerror", "server_error", 200),
+    ],
+)
+def test_error_classes_are_records_and_locust_failures(fake_llm, tmp_path, model, kind, status):  # noqa: F811
+    env, ctx, user, fired = make(fake_llm, tmp_path, model=model)
+    rec = user.call(ctx.next_sample())
+    assert (rec.ok, rec.error_kind, rec.status) == (False, kind, status)
+    assert len(fired) == 1 and fired[0]["exception"] is not None and kind in str(fired[0]["exception"])
+    # the user keeps working after a failure (same connection pool)
+    rec2 = user.call(ctx.next_sample())
+    assert rec2.error_kind == kind
+    assert [d["error_kind"] for d in lines(ctx)] == [kind, kind]
+
+
+def test_timeout_and_connect_refused(fake_llm, tmp_path):  # noqa: F811
+    env, ctx, user, fired = make(fake_llm, tmp_path, model="hang", request_timeout=0.5)
+    rec = user.call(ctx.next_sample())
+    assert rec.error_kind == "timeout" and rec.e2e_ms >= 450
+    env2, ctx2, user2, fired2 = make(f"http://127.0.0.1:{free_port()}", tmp_path / "b")
+    rec = user2.call(ctx2.next_sample())
+    assert (rec.error_kind, rec.status) == ("connect", 0) and fired2[0]["exception"] is not None
+
+
+def test_cancelled_mid_stream_is_recorded(fake_llm, tmp_path):  # noqa: F811
+    env, ctx, user, fired = make(fake_llm, tmp_path, model="hang")
+    g = gevent.spawn(user.call, ctx.next_sample())
+    gevent.sleep(0.3)
+    g.kill(block=True)
+    assert [d["error_kind"] for d in lines(ctx)] == ["cancelled"]
+    assert len(fired) == 1 and fired[0]["exception"] is not None
+
+
+def test_retries_record_every_attempt(fake_llm, tmp_path):  # noqa: F811
+    env, ctx, user, fired = make(fake_llm, tmp_path, model="http-503", retries=2)
+    rec = user.call(ctx.next_sample())
+    assert rec.attempt == 3
+    got = lines(ctx)
+    assert [d["attempt"] for d in got] == [1, 2, 3] and all(d["error_kind"] == "http_5xx" for d in got)
+    assert len({d["prompt_id"] for d in got}) == 1 and len(fired) == 3
+    env, ctx, user, fired = make(fake_llm, tmp_path / "b", model="http-400", retries=2)
+    assert user.call(ctx.next_sample()).attempt == 1  # 4xx is not retryable
+
+
+def test_api_key_sent_but_never_written(fake_llm, tmp_path, monkeypatch):  # noqa: F811
+    monkeypatch.setenv("FAKE_LLM_KEY", "sk-very-secret-123")
+    env, ctx, user, fired = make(
+        fake_llm, tmp_path, api_key_env="FAKE_LLM_KEY", header=["X-Api-Key: hdr-secret-456", "X-Team: blue"]
+    )
+    assert "sk-very-secret-123" not in repr(ctx)
+    user.call(ctx.next_sample())
+    import urllib.request
+
+    seen = orjson.loads(urllib.request.urlopen(fake_llm + "/seen-auth").read())
+    assert seen["auth"] == "Bearer sk-very-secret-123"
+    env.events.quitting.fire(environment=env)
+    for f in (tmp_path / "out").iterdir():
+        text = f.read_text()
+        assert "sk-very-secret-123" not in text and "hdr-secret-456" not in text, f.name
+    meta = orjson.loads((tmp_path / "out" / "meta.json").read_bytes())
+    assert meta["extra_headers"] == {"X-Api-Key": "<redacted>", "X-Team": "blue"}
+    assert meta["records"]["written"] == 1 and meta["records"]["lost"] == 0
+    assert meta["server"].get("models") == ["fake-model"]
+
+
+def test_tls_verified_unless_insecure(fake_llm, tmp_path):  # noqa: F811
+    import gevent.ssl
+
+    env, ctx, user, _ = make("https://127.0.0.1:1", tmp_path)
+    assert user.client.client.clientpool.client_args["ssl_context_factory"] is gevent.ssl.create_default_context
+    env, ctx, user, _ = make("https://127.0.0.1:1", tmp_path / "b", insecure=True)
+    assert user.client.client.clientpool.client_args["ssl_context_factory"] is not gevent.ssl.create_default_context
+
+
+def test_missing_api_key_env_and_unknown_dialect_are_user_errors(fake_llm, tmp_path):  # noqa: F811
+    from capacity_plugins.errors import UserError
+
+    os.environ.pop("NOPE_KEY_XYZ", None)
+    with pytest.raises(UserError, match="NOPE_KEY_XYZ"):
+        make(fake_llm, tmp_path, api_key_env="NOPE_KEY_XYZ")
+    with pytest.raises(UserError, match="unknown dialect"):
+        make(fake_llm, tmp_path, dialect="grpc-magic")
