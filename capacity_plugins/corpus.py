@@ -136,12 +136,18 @@ def _percentiles(values: list[int]) -> dict[str, float]:
 
 def _long_prefix(text: str) -> str | None:
     """The first LONG_PREFIX_TOKENS estimated tokens of text, or None when it is shorter."""
-    cost = 0.0
-    for i, ch in enumerate(text):
-        cost += 1.0 if _CJK_RE.match(ch) else 0.25
-        if cost >= LONG_PREFIX_TOKENS:
-            return text[: i + 1]
-    return None
+    head = text[: LONG_PREFIX_TOKENS * 4]
+    if estimate_tokens(head) < LONG_PREFIX_TOKENS:
+        return None
+    # The estimate grows with the prefix length: binary-search the shortest prefix reaching it.
+    lo, hi = 1, len(head)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if estimate_tokens(head[:mid]) >= LONG_PREFIX_TOKENS:
+            hi = mid
+        else:
+            lo = mid + 1
+    return head[:lo]
 
 
 @dataclass

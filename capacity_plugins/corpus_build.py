@@ -179,7 +179,7 @@ def _en_sentence(rng: random.Random, topic: str) -> str:
         f"After the change, median {n} fell from {_num(rng, 50, 900)} to {_num(rng, 5, 400)} ms in {c}.",
         f"Nobody owns the {a} {n2} yet, so the {n} for {topic} keeps growing.",
     ]
-    return _pick(rng, templates)  # type: ignore[no-any-return]
+    return _pick(rng, templates)
 
 
 def _zh_sentence(rng: random.Random, topic: str) -> str:
@@ -199,7 +199,7 @@ def _zh_sentence(rng: random.Random, topic: str) -> str:
         f"改动之后，{c}的{n}中位数从{_num(rng, 50, 900)}毫秒降到了{_num(rng, 5, 400)}毫秒。",
         f"{a}{n2}目前没有负责人，所以{topic}的{n}还在不断增加。",
     ]
-    return _pick(rng, templates)  # type: ignore[no-any-return]
+    return _pick(rng, templates)
 
 
 def _paragraph(rng: random.Random, zh: bool, topic: str, sentences: int) -> str:
@@ -268,7 +268,7 @@ def _short(rng: random.Random, zh: bool) -> str:
             f"Translate '{_pick(rng, EN_ADJ)} {n}' into Chinese and give {_num(rng, 2, 4)} example sentences.",
             f"Which questions should we ask about {t} at the week-{_num(rng, 1, 52)} {n} review?",
         ]
-    return _pick(rng, choices)  # type: ignore[no-any-return]
+    return _pick(rng, choices)
 
 
 def _code_snippet(rng: random.Random) -> str:

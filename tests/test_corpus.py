@@ -9,6 +9,7 @@ import logging
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -41,7 +42,7 @@ def test_sample_text_and_messages() -> None:
     p = Sample.make("a", prompt="hello world")
     assert p.as_messages() == [{"role": "user", "content": "hello world"}]
     assert p.text == "hello world" and p.prompt_chars == 11 and p.prompt_tokens_est == 3
-    msgs = [{"role": "system", "content": "be brief"}, {"role": "user", "content": [{"type": "text", "text": "你好"}]}]
+    msgs: list[dict[str, Any]] = [{"role": "system", "content": "be brief"}, {"role": "user", "content": [{"type": "text", "text": "你好"}]}]
     m = Sample.make("b", messages=msgs, max_tokens=7)
     assert m.prompt is None and m.as_messages() is msgs
     assert m.text == "be brief\n\n你好" and m.max_tokens == 7

@@ -6,6 +6,7 @@ import csv
 import json
 import math
 import random
+from typing import Any
 
 import msgpack
 import pytest
@@ -295,7 +296,7 @@ def test_histograms_access_for_exporters() -> None:
 
 def test_views_between_takes_neither_lose_nor_double_count() -> None:
     w, master = LLMStats(), LLMStats()
-    kw = dict(ok=True, error_kind=None, ttft_ms=10.0, itl_ms=[1.0], tpot_ms=1.0, e2e_ms=12.0,
+    kw: dict[str, Any] = dict(ok=True, error_kind=None, ttft_ms=10.0, itl_ms=[1.0], tpot_ms=1.0, e2e_ms=12.0,
               output_tokens=2, prompt_tokens=3)
     w.record("chat", now_unix=1.0, **kw)
     assert w.rows()[0]["requests"] == 1  # a local view flushes pending records
