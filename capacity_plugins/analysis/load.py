@@ -425,9 +425,10 @@ def load_run(path: Path, overrides: dict | None = None, progress=None) -> RunDat
         telemetry["unix"] = pd.to_numeric(telemetry["unix"], errors="coerce")
         if "step" in telemetry.columns:
             telemetry["step"] = pd.to_numeric(telemetry["step"], errors="coerce")
-    for k in ("lost_records", "records_lost", "dropped_records"):
-        if meta.get(k):
-            warnings.append(f"meta.json: {meta[k]} request records were lost by the writer")
+    records = meta.get("records") if isinstance(meta.get("records"), dict) else {}
+    lost = records.get("lost") or meta.get("lost_records")
+    if lost:
+        warnings.append(f"meta.json: {lost} request records were lost by the writer (percentiles may be biased)")
 
     return RunData(
         path=path, requests=req, itl_values=np.asarray(itl_vals, dtype=float), itl_steps=np.asarray(itl_steps),

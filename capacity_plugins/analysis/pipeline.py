@@ -63,8 +63,8 @@ def summarise(run: RunData, progress: Callable[[str], None] | None = None) -> di
 
 
 def _meta(run: RunData) -> dict[str, Any]:
-    keep = ("versions", "target", "model", "server", "gpu", "gpus", "gpu_names", "incomplete", "started_unix",
-            "ended_unix", "scenario", "lost_records")
+    keep = ("versions", "target", "model", "server", "dialect", "gpu", "gpus", "gpu_names", "incomplete",
+            "start_unix", "end_unix", "records", "workers")
     meta = {k: run.meta[k] for k in keep if k in run.meta}
     meta["requests_total"] = len(run.requests)
     meta["results_dir"] = str(run.path)
