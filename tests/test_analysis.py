@@ -94,7 +94,9 @@ def test_robust_to_real_data_oddities(tmp_path):
         r["tpot_ms"] = None
     lines.append({"request_id": "x", "step": None, "warmup": False, "ok": False, "error_kind": "cancelled"})
     (p / "requests.jsonl").write_text("\n".join(json.dumps(r) for r in lines) + "\n")
-    s = analyze(p)
+    msgs: list[str] = []
+    s = analyze(p, progress=msgs.append)
+    assert any("request records" in m for m in msgs) and any("analysis done" in m for m in msgs)
     rows = s["steps"]
     assert rows[2]["requests"] == 0 and rows[2]["conclusion"] == "no measured requests" and not rows[2]["valid"]
     assert rows[3]["ok_requests"] == 0 and rows[3]["conclusion"] == "all requests failed"

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from pathlib import Path
 
 from capacity_plugins.errors import EXIT_GATE_FAILED, UserError
@@ -52,6 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--format", choices=("text", "json", "md"), default="text", help="what to print (files are always written)")
     p.add_argument("--no-report", action="store_true", help="write summary.json only (no HTML / PNG / Markdown)")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    p.add_argument("--progress", action="store_true", help="progress lines from the start (default: after 1 s)")
     p.add_argument("--fail-on-slo", action="store_true", help="exit 3 when the SLO does not hold (see module docs)")
     p.add_argument("--fail-on-verdict", choices=("scale", "observe", "dont_scale_yet"), help="exit 3 on this verdict")
     return p
@@ -82,9 +84,18 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     overrides = {k: getattr(args, k) for k in OVERRIDE_KEYS if getattr(args, k) is not None}
 
+    t0 = time.monotonic()
+    held: list[str] = []
+
     def progress(msg: str) -> None:
-        if not args.quiet:
-            print(f"[analyze] {msg}", file=sys.stderr, flush=True)
+        # Short analyses stay silent (an error then is the only line); long ones show where they are.
+        if args.quiet:
+            return
+        held.append(msg)
+        if args.progress or time.monotonic() - t0 > 1.0:
+            for m in held:
+                print(f"[analyze] {m}", file=sys.stderr, flush=True)
+            held.clear()
 
     from capacity_plugins.analysis import pipeline
 
