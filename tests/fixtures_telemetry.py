@@ -16,6 +16,7 @@ subprocess so the server does not share the test's gevent hub.
 from __future__ import annotations
 
 import contextlib
+import json
 import socket
 import subprocess
 import sys
@@ -23,6 +24,7 @@ import time
 from collections import defaultdict
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
 
 VLLM_MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 SGLANG_MODEL = "Qwen/Qwen2.5-7B-Instruct"
@@ -168,7 +170,9 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         path = self.path
-        if path == "/slow/metrics":
+        if path.startswith("/api/v1/query_range?"):
+            self._query_range(path)
+        elif path == "/slow/metrics":
             time.sleep(3.0)
             self._send(200, vllm_text(1))
         elif path == "/garbage/metrics":
@@ -182,6 +186,25 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(200, PAGES[path](self.hits[path]))
         else:
             self._send(404, "not found\n")
+
+    def _query_range(self, path: str) -> None:
+        """A Prometheus HTTP API stand-in: echoes the asked range's ends as sample times."""
+        q = parse_qs(urlsplit(path).query)
+        expr, start, end = q["query"][0], float(q["start"][0]), float(q["end"][0])
+        if "(" in expr and ")" not in expr:
+            body = {"status": "error", "errorType": "bad_data", "error": "1:5: parse error: unclosed left parenthesis"}
+            self._send(400, json.dumps(body), "application/json")
+            return
+        result = []
+        if expr == "DCGM_FI_DEV_GPU_UTIL":
+            for gpu, value in (("0", "87"), ("1", "NaN")):
+                result.append({"metric": {"__name__": expr, "gpu": gpu, "Hostname": "gpu-node-1"},
+                               "values": [[start, value], [end, value]]})
+        elif expr.startswith("sum by (instance, model_name)"):
+            result.append({"metric": {"instance": "10.0.0.5:8000", "model_name": VLLM_MODEL},
+                           "values": [[start, "3"], [end, "5"]]})
+        body = {"status": "success", "data": {"resultType": "matrix", "result": result}}
+        self._send(200, json.dumps(body), "application/json")
 
     def _send(self, status: int, body: str, ctype: str = "text/plain; version=0.0.4; charset=utf-8") -> None:
         data = body.encode()
