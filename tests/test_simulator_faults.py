@@ -1,0 +1,215 @@
+"""Each fault knob produces its failure; bad bodies get the dialect's 4xx JSON; bad flags and bad
+`target.simulator` settings get one line and exit 2."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from capacity_plugins.errors import UserError
+from capacity_plugins.simulator.config import SimConfig
+from capacity_plugins.simulator.rawclient import request
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def chat_body(max_tokens: int = 8, stream: bool = True, **extra: object) -> dict:
+    return {"model": "sim-model", "messages": [{"role": "user", "content": "hi"}], "stream": stream,
+            "ignore_eos": True, "max_tokens": max_tokens, **extra}
+
+
+def truth_rows(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def assert_vllm_error(resp, status: int) -> dict:
+    assert resp.status == status
+    body = resp.json()
+    assert body["object"] == "error" and body["code"] == status and body["message"]
+    assert set(body) == {"object", "message", "type", "param", "code"}
+    return body
+
+
+# -- faults ------------------------------------------------------------------------------------
+def test_error_rate_answers_500_or_503(start_simulator, tmp_path):
+    truth = tmp_path / "t.jsonl"
+    sim = start_simulator(truth_log=truth, error_rate=1.0)
+    statuses = set()
+    for _ in range(8):
+        resp = request(sim.port, "POST", "/v1/chat/completions", chat_body())
+        assert_vllm_error(resp, resp.status)
+        statuses.add(resp.status)
+    assert statuses <= {500, 503} and statuses
+    assert {r["error_kind"] for r in truth_rows(truth)} == {"http_5xx"}
+
+
+def test_queue_limit_gives_429_when_the_queue_is_full(start_simulator, tmp_path):
+    truth = tmp_path / "t.jsonl"
+    sim = start_simulator(truth_log=truth, max_num_seqs=1, queue_limit_429=1, decode_base_ms=10.0)
+    results = []
+    threads = [threading.Thread(target=lambda: results.append(
+        request(sim.port, "POST", "/v1/chat/completions", chat_body(20)))) for _ in range(5)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    statuses = sorted(r.status for r in results)
+    # One runs, one waits, the other three find the queue full.
+    assert statuses == [200, 200, 429, 429, 429]
+    assert_vllm_error(next(r for r in results if r.status == 429), 429)
+    assert sorted(str(r["error_kind"]) for r in truth_rows(truth)) == ["None", "None"] + ["http_429"] * 3
+
+
+def test_disconnect_cuts_the_stream(start_simulator, tmp_path):
+    truth = tmp_path / "t.jsonl"
+    sim = start_simulator(truth_log=truth, disconnect_prob=1.0)
+    resp = request(sim.port, "POST", "/v1/chat/completions", chat_body(20))
+    assert resp.status == 200 and not resp.complete
+    assert b"[DONE]" not in resp.body
+    row = truth_rows(truth)[0]
+    assert row["error_kind"] == "stream_cut" and row["output_tokens"] < 20
+    # The server survives and the aborted request left the batch.
+    assert request(sim.port, "GET", "/health").status == 200
+
+
+def test_stall_holds_the_stream(start_simulator, tmp_path):
+    truth = tmp_path / "t.jsonl"
+    sim = start_simulator(truth_log=truth, stall_prob=1.0, stall_s=0.3, decode_base_ms=2.0)
+    resp = request(sim.port, "POST", "/v1/chat/completions", chat_body(10))
+    assert resp.complete
+    times = [t for t, _ in resp.chunks]
+    gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
+    assert max(gaps) >= 0.28
+    row = truth_rows(truth)[0]
+    assert row["error_kind"] is None and row["output_tokens"] == 10
+    assert max(row["tokens_per_write"]) > 1  # tokens generated during the stall arrive together
+
+
+def test_malformed_chunk_is_not_json(start_simulator, tmp_path):
+    truth = tmp_path / "t.jsonl"
+    sim = start_simulator(truth_log=truth, malformed_prob=1.0)
+    resp = request(sim.port, "POST", "/v1/chat/completions", chat_body(10))
+    bad = 0
+    for payload in resp.sse_events():
+        if payload != b"[DONE]":
+            try:
+                json.loads(payload)
+            except json.JSONDecodeError:
+                bad += 1
+    assert bad == 1 and resp.complete
+    assert truth_rows(truth)[0]["error_kind"] == "malformed"
+
+
+def test_stream_error_event_then_done(start_simulator, tmp_path):
+    truth = tmp_path / "t.jsonl"
+    sim = start_simulator(truth_log=truth, stream_error_prob=1.0)
+    resp = request(sim.port, "POST", "/v1/chat/completions", chat_body(10))
+    events = resp.sse_events()
+    assert events[-1] == b"[DONE]"
+    error = json.loads(events[-2])["error"]
+    assert error["code"] == 500 and error["object"] == "error"
+    assert all("error" not in json.loads(e) for e in events[:-2])
+    row = truth_rows(truth)[0]
+    assert row["error_kind"] == "server_error" and row["output_tokens"] < 10
+    # Same fault in the Ollama dialect: an {"error"} line ends the NDJSON stream.
+    resp = request(sim.port, "POST", "/api/chat", {"model": "sim-model", "messages": [{"role": "user", "content": "x"}],
+                                                  "options": {"num_predict": 10}})
+    assert "error" in json.loads(resp.body.splitlines()[-1])
+
+
+def test_client_disconnect_frees_the_slot(start_simulator, tmp_path):
+    truth = tmp_path / "t.jsonl"
+    sim = start_simulator(truth_log=truth, max_num_seqs=1, decode_base_ms=5.0)
+    import socket
+
+    s = socket.create_connection(("127.0.0.1", sim.port))
+    body = json.dumps(chat_body(500)).encode()
+    s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\ncontent-length: %d\r\n\r\n%b" % (len(body), body))
+    s.recv(4096)
+    s.close()
+    # The only slot is free again: the next request runs at once, not after 500 tokens.
+    resp = request(sim.port, "POST", "/v1/chat/completions", chat_body(3))
+    assert resp.complete
+    rows = truth_rows(truth)
+    assert rows[0]["error_kind"] == "cancelled" and rows[0]["generated_tokens"] < 500
+    assert rows[1]["queue_s"] < 0.05
+
+
+# -- bad request bodies ---------------------------------------------------------------------------
+@pytest.mark.parametrize("raw", [b"{not json", b"[1, 2]", b'{"messages": "hi"}', b'{"messages": []}',
+                                 b'{"messages": [{"content": "no role"}]}'])
+def test_bad_chat_bodies_get_vllm_400(simulator, raw):
+    resp = request(simulator.port, "POST", "/v1/chat/completions", raw=raw)
+    assert_vllm_error(resp, 400)
+
+
+@pytest.mark.parametrize("extra", [{"max_tokens": "ten"}, {"max_tokens": 0}, {"temperature": "hot"},
+                                   {"stream": "yes"}, {"n": 2}, {"stream": False, "stream_options": {}}])
+def test_bad_chat_fields_get_vllm_400(simulator, extra):
+    body = {**chat_body(), **extra}
+    message = assert_vllm_error(request(simulator.port, "POST", "/v1/chat/completions", body), 400)["message"]
+    assert message
+
+
+def test_too_long_requests_get_vllms_context_length_error(start_simulator):
+    sim = start_simulator(max_model_len=100, kv_cache_tokens=100)
+    long = {"model": "sim-model", "messages": [{"role": "user", "content": "word " * 200}]}
+    msg = assert_vllm_error(request(sim.port, "POST", "/v1/chat/completions", long), 400)["message"]
+    assert "maximum context length is 100 tokens" in msg
+    over = {"model": "sim-model", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 99}
+    msg = assert_vllm_error(request(sim.port, "POST", "/v1/chat/completions", over), 400)["message"]
+    assert "maximum context length is 100 tokens" in msg and "99 in the completion" in msg
+    tgi = request(sim.port, "POST", "/generate", {"inputs": "hi", "parameters": {"max_new_tokens": 100}})
+    assert tgi.status == 422 and tgi.json()["error_type"] == "validation"
+
+
+def test_unknown_model_and_other_dialects_errors(simulator):
+    resp = request(simulator.port, "POST", "/v1/chat/completions", {**chat_body(), "model": "gpt-9"})
+    assert "does not exist" in assert_vllm_error(resp, 404)["message"]
+    tgi = request(simulator.port, "POST", "/generate", {"parameters": {}})
+    assert tgi.status == 422 and set(tgi.json()) == {"error", "error_type"}
+    assert request(simulator.port, "POST", "/generate", raw=b"{oops").status == 400
+    ollama = request(simulator.port, "POST", "/api/chat", {"messages": [{"role": "user", "content": "x"}]})
+    assert ollama.status == 400 and ollama.json() == {"error": "model is required"}
+    assert request(simulator.port, "GET", "/v1/chat/completions").status == 405
+
+
+# -- flags and config ---------------------------------------------------------------------------
+@pytest.mark.parametrize("argv", [["--max-num-seqs", "many"], ["--max-num-seqs", "0"], ["--bogus"],
+                                  ["--error-rate", "1.5"], ["--port", "70000"]])
+def test_bad_flags_exit_2_with_one_line(argv):
+    proc = subprocess.run([sys.executable, "-m", "capacity_plugins.cli", "simulate", *argv], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert lines[0].startswith("capacity simulate: error:")
+
+
+def test_from_mapping_names_the_field():
+    with pytest.raises(UserError, match=r"^target\.simulator\.max_num_seqs: must be a positive integer$"):
+        SimConfig.from_mapping({"max_num_seqs": 0})
+    with pytest.raises(UserError, match=r"^target\.simulator\.max_num_seqs: must be an integer$"):
+        SimConfig.from_mapping({"max_num_seqs": True})
+    with pytest.raises(UserError, match=r"^target\.simulator\.max_num_sequences: unknown simulator setting"):
+        SimConfig.from_mapping({"max_num_sequences": 4})
+    with pytest.raises(UserError, match=r"^x\.prefix_cache: must be true or false$"):
+        SimConfig.from_mapping({"prefix_cache": "yes"}, where="x")
+    with pytest.raises(UserError, match=r"^target\.simulator: must be a mapping"):
+        SimConfig.from_mapping([1])
+    cfg = SimConfig.from_mapping({"max_num_seqs": 4, "decode_base_ms": 5, "prefix_cache": True})
+    assert cfg == SimConfig(max_num_seqs=4, decode_base_ms=5.0, prefix_cache=True)
+
+
+def test_to_argv_round_trips_through_the_cli_parser():
+    from capacity_plugins.simulator.cli import build_parser
+
+    cfg = SimConfig(max_num_seqs=3, prefix_cache=True, error_rate=0.25, model="m2", force_max_tokens=True)
+    ns = build_parser().parse_args(cfg.to_argv())
+    assert SimConfig.from_namespace(ns) == cfg
+    assert SimConfig().to_argv() == []
