@@ -35,12 +35,11 @@ def main() -> int:
     from capacity_plugins.telemetry.agent import check
     from capacity_plugins.telemetry.nvml import NvmlSampler
 
-    bindings: dict[str, object] = {}
+    bindings: dict[str, str | None] = {}
     try:
         import pynvml
     except ImportError as e:
-        report = {"ok": False, "verdict": f"nvidia-ml-py is not installed: {e}"}
-        print(json.dumps(report, indent=2))
+        print(json.dumps({"ok": False, "verdict": f"nvidia-ml-py is not installed: {e}"}, indent=2))
         return 1
     bindings["module_file"] = getattr(pynvml, "__file__", None)
     for dist in ("nvidia-ml-py", "pynvml"):

@@ -53,6 +53,7 @@ _STRINGS = {
 
 class NVMLError(Exception):
     _valClassMapping: dict[int, type] = {}
+    value: int
 
     def __new__(cls, value):
         if cls is NVMLError:

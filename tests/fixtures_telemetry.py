@@ -192,7 +192,7 @@ class _Handler(BaseHTTPRequestHandler):
         q = parse_qs(urlsplit(path).query)
         expr, start, end = q["query"][0], float(q["start"][0]), float(q["end"][0])
         if "(" in expr and ")" not in expr:
-            body = {"status": "error", "errorType": "bad_data", "error": "1:5: parse error: unclosed left parenthesis"}
+            body: dict[str, object] = {"status": "error", "errorType": "bad_data", "error": "1:5: parse error: unclosed left parenthesis"}
             self._send(400, json.dumps(body), "application/json")
             return
         result = []
@@ -242,7 +242,7 @@ def canned_server(port: int):
 try:
     import pytest
 except ImportError:  # running as the server script outside the test environment
-    pytest = None
+    pytest = None  # type: ignore[assignment]
 
 if pytest is not None:
     # Explicit name: test modules import it under an alias (until this module is in pytest_plugins).

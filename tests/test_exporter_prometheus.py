@@ -38,9 +38,9 @@ def test_prometheus_scrapes_exporter_and_promql_mode_reads_back(canned_url, tmp_
     prometheus = require_binary("prometheus")
     stats = LLMStats()
     now = time.time()
-    for ttft in (30.0, 40.0, 45.0, 200.0):
-        stats.record("chat", ok=True, error_kind=None, ttft_ms=ttft, itl_ms=[10.0], tpot_ms=10.0,
-                     e2e_ms=ttft + 50, output_tokens=2, prompt_tokens=5, now_unix=now)
+    for ttft_ms in (30.0, 40.0, 45.0, 200.0):
+        stats.record("chat", ok=True, error_kind=None, ttft_ms=ttft_ms, itl_ms=[10.0], tpot_ms=10.0,
+                     e2e_ms=ttft_ms + 50, output_tokens=2, prompt_tokens=5, now_unix=now)
     registry = build_registry(llm_stats=lambda: stats, runner_info=lambda: {"users": 4, "step": 1},
                               telemetry_latest=dict)
     exporter = serve(registry, "127.0.0.1", free_port())
@@ -63,9 +63,10 @@ scrape_configs:
     try:
         t_start = time.time()
         deadline = time.time() + 60
-        ttft = waiting = []
+        ttft: list = []
+        waiting: list = []
         while time.time() < deadline:
-            assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
+            assert proc.poll() is None, proc.communicate()[1].decode()[-2000:]
             try:
                 ttft = _query(base, 'capacity_ttft_seconds_count{name="chat"}')
                 waiting = _query(base, "vllm:num_requests_waiting")

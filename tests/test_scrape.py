@@ -26,6 +26,7 @@ def _series_after_two_scrapes(url: str, kind: str | None = None) -> tuple[dict, 
         assert result.error is None, result.error
         samples = result.samples
         kind = kind or guess_kind(s.name for s in samples)
+        assert kind is not None
         rows = tracker.rows(normalize(kind, samples, target.default_host), unix=100.0 + 2 * i)
     return {(r["host"], r["device"], r["series"]): r for r in rows}, target, samples
 

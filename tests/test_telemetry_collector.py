@@ -73,6 +73,7 @@ def test_collects_series_raw_rows_gaps_and_provenance(canned_url, tmp_path, fake
     assert {r["step"] for r in series} >= {"0", "1"}
     vram = [r for r in series if r["series"] == "vram_used_bytes" and r["host"] == "gpu-node-1"]
     assert vram and float(vram[0]["value"]) == 61440 * 2**20 and vram[0]["unit"] == "bytes"
+    assert collector._nvml is not None
     nvml_power = [r for r in series if r["series"] == "gpu_power_w" and r["host"] == collector._nvml.host]
     assert nvml_power and float(nvml_power[0]["value"]) == pytest.approx(512.345)
     cpu = [r for r in series if r["series"] == "client_cpu_pct"]

@@ -222,7 +222,12 @@ def serve(registry: CollectorRegistry, host: str = "127.0.0.1", port: int = 9646
     from prometheus_client import start_http_server
 
     httpd, _ = start_http_server(port, addr=host, registry=registry)
-    return ExporterServer(lambda: (httpd.shutdown(), httpd.server_close()), httpd.server_port)
+
+    def stop() -> None:
+        httpd.shutdown()
+        httpd.server_close()
+
+    return ExporterServer(stop, httpd.server_port)
 
 
 def flask_view(registry: CollectorRegistry) -> Callable[[], Any]:

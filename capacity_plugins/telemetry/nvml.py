@@ -135,9 +135,9 @@ class NvmlSampler:
         if self.reason:
             logger.info("GPU sampling off on %s: %s", self.host, self.reason)
             return
+        assert nv is not None
         self.available = True
-        self.driver_version = _as_str(self._call(nv.nvmlSystemGetDriverVersion)) \
-            if hasattr(nv, "nvmlSystemGetDriverVersion") else None
+        self.driver_version = _as_str(self._call(getattr(nv, "nvmlSystemGetDriverVersion", None)))
         for i, h in enumerate(self._handles):
             self._static.append({"index": i, "uuid": _as_str(self._call(nv.nvmlDeviceGetUUID, h)),
                                  "name": _as_str(self._call(nv.nvmlDeviceGetName, h))})
@@ -171,6 +171,7 @@ class NvmlSampler:
         if not self.available:
             return []
         nv = self._nvml
+        assert nv is not None
         out = []
         with self._lock:
             for static, h in zip(self._static, self._handles, strict=True):
