@@ -83,16 +83,24 @@ class NativeLoop:
             self._done.release()
 
     def stop(self, timeout_s: float = 10.0) -> bool:
-        """Ask the loop to end, wait for its final step; True when it ended within the timeout.
+        """Ask the loop to end and wait for its final step; True when it ended within the timeout."""
+        self.request_stop()
+        return self.wait(timeout_s)
+
+    def request_stop(self) -> None:
+        """Ask the loop to end without waiting (stop several loops at once, then `wait()` each)."""
+        if self._started and not self._stopping:
+            self._stopping = True
+            self._wake.release()
+
+    def wait(self, timeout_s: float = 10.0) -> bool:
+        """Wait for the loop's final step; True when it ended within the timeout.
 
         Waits by polling with `time.sleep`, which is gevent's sleep in a patched process, so the
         hub keeps serving other greenlets while the final scrape/flush runs.
         """
         if not self._started:
             return True
-        if not self._stopping:
-            self._stopping = True
-            self._wake.release()
         deadline = time.monotonic() + timeout_s
         while not self._done.acquire(False):
             if time.monotonic() > deadline:

@@ -1,10 +1,11 @@
 """Scrapes Prometheus endpoints (and local NVML) every interval and writes the telemetry files.
 
-Runs in one native OS thread, so it works unchanged inside a gevent-patched Locust process and
-never blocks its hub. An endpoint that is down, slow or returns garbage is a *gap* (url, unix,
-reason), logged once when it starts and once when it recovers; the run goes on. Targets are
-scraped one after another with a timeout shorter than the interval; a tick that overruns skips
-the missed slots rather than bursting.
+Each target (and local NVML) has its own native OS thread, so the collector works unchanged
+inside a gevent-patched Locust process, never blocks its hub, and one endpoint that hangs until
+its timeout (shorter than the interval) cannot delay the others. An endpoint that is down, slow
+or returns garbage is a *gap* (url, unix, reason), logged once when it starts and once when it
+recovers; the run goes on. A scrape that overruns skips the missed slots rather than bursting.
+Rows are appended and flushed after every scrape, under one lock.
 
 `latest()` shape (for the web UI and the live exporter)::
 
@@ -16,6 +17,7 @@ through `add_series_rows()`.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Callable
@@ -88,18 +90,26 @@ class TelemetryCollector:
         self._pending: list[dict[str, Any]] = []
         self._raw: AppendCsv | None = None
         self._series: AppendCsv | None = None
-        self._loop = NativeLoop("telemetry-collector", self.interval_s, self.tick, final=self._final)
+        self._loops = [NativeLoop(f"scrape {st.target.url}", self.interval_s, functools.partial(self._tick_target, st),
+                                  final=functools.partial(self._tick_target, st)) for st in self._targets]
+        if nvml:
+            self._loops.append(NativeLoop("nvml", self.interval_s, self._tick_nvml, final=self._tick_nvml))
         self.scrapes = 0
 
     # -- lifecycle ---------------------------------------------------------------------------
 
     def start(self) -> None:
         self._open_files()
-        self._loop.start()
+        for loop in self._loops:
+            loop.start()
 
     def stop(self) -> None:
-        """Final scrape, flush and close; safe to call twice."""
-        self._loop.stop(timeout_s=max(10.0, 3 * self.timeout_s * max(1, len(self._targets))))
+        """Final scrape of every target, flush and close; safe to call twice."""
+        for loop in self._loops:
+            loop.request_stop()
+        for loop in self._loops:
+            loop.wait(timeout_s=max(10.0, 3 * self.timeout_s))
+        self._flush_pending()
         self._close()
 
     def _open_files(self) -> None:
@@ -115,23 +125,37 @@ class TelemetryCollector:
         if self._nvml is not None:
             self._nvml.close()
 
-    def _final(self) -> None:
-        self.tick()
-
     # -- one interval ------------------------------------------------------------------------
 
     def tick(self) -> None:
-        """Scrape every target once and append the rows (public so tests and the runner can force one)."""
-        self._open_files()
-        if self._want_nvml and self._nvml is None:
-            # nvmlInit blocks; first tick runs in the native thread, not in the caller's hub.
-            self._nvml = NvmlSampler(interval_s=self.interval_s)
+        """Scrape every target (and NVML) once, now, in this thread; for tests and forced reads."""
+        for state in self._targets:
+            self._tick_target(state)
+        if self._want_nvml:
+            self._tick_nvml()
+
+    def _tick_target(self, state: _TargetState) -> None:
         raw_rows: list[dict[str, Any]] = []
         series_rows: list[dict[str, Any]] = []
-        for state in self._targets:
-            self._scrape_one(state, raw_rows, series_rows)
-        if self._nvml is not None and self._nvml.available:
+        self._scrape_one(state, raw_rows, series_rows)
+        self._write(raw_rows, series_rows, scrape=True)
+
+    def _tick_nvml(self) -> None:
+        if self._nvml is None:
+            # nvmlInit blocks; the first call runs in the NVML loop's own thread, not the caller's hub.
+            self._nvml = NvmlSampler(interval_s=self.interval_s)
+        if self._nvml.available:
+            raw_rows: list[dict[str, Any]] = []
+            series_rows: list[dict[str, Any]] = []
             self._read_nvml(raw_rows, series_rows)
+            self._write(raw_rows, series_rows, scrape=True)
+
+    def _flush_pending(self) -> None:
+        self._write([], [])
+
+    def _write(self, raw_rows: list[dict[str, Any]], series_rows: list[dict[str, Any]], *,
+               scrape: bool = False) -> None:
+        self._open_files()
         with self._lock:
             series_rows.extend(self._pending)
             self._pending.clear()
@@ -143,7 +167,8 @@ class TelemetryCollector:
             for row in series_rows:
                 self._latest.setdefault(row["host"], {}).setdefault(row["device"], {})[row["series"]] = {
                     "value": row["value"], "unit": row["unit"], "unix": row["unix"]}
-            self.scrapes += 1
+            if scrape:
+                self.scrapes += 1
 
     def _safe_step(self, unix: float) -> int | None:
         try:
