@@ -12,6 +12,7 @@ from pathlib import Path
 from prometheus_client.parser import text_string_to_metric_families
 
 from capacity_plugins.simulator.rawclient import Connection, Response, request
+from capacity_plugins.simulator.truth import read_truth
 
 CONTENT = b'"delta":{"content":'
 
@@ -21,8 +22,8 @@ def stream_body(max_tokens: int, content: str = "Tell me a story.") -> dict:
             "ignore_eos": True, "max_tokens": max_tokens}
 
 
-def truth_rows(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+def truth_rows(path: Path, n: int = 0) -> list[dict]:
+    return read_truth(path, n)
 
 
 def run_clients(port: int, n: int, body: dict, until: float | None = None, repeat: int = 1) -> list[Response]:
@@ -72,14 +73,16 @@ def test_throughput_grows_until_max_num_seqs_then_flattens_while_queue_grows(sta
     truth = tmp_path / "truth.jsonl"
     sim = start_simulator(truth_log=truth, max_num_seqs=4, decode_base_ms=4.0, decode_per_seq_ms=1.0)
     rates, queues = {}, {}
+    seen = 0
     for n in (1, 2, 4, 8):
-        seen = len(truth_rows(truth))
         start = time.perf_counter()
         window = (start + 0.25, start + 1.25)
         resps = run_clients(sim.port, n, stream_body(16), until=window[1])
         tokens = sum(chunk.count(CONTENT) for r in resps for t, chunk in r.chunks if window[0] <= t < window[1])
         rates[n] = tokens / (window[1] - window[0])
-        queues[n] = statistics.mean(row["queue_s"] for row in truth_rows(truth)[seen:])
+        rows = truth_rows(truth, seen + len(resps))
+        queues[n] = statistics.mean(row["queue_s"] for row in rows[seen:])
+        seen = len(rows)
     # Expected: 200, 333, 500, 500 tokens/s (step = 4 ms + 1 ms × running, 4 slots).
     assert rates[2] / rates[1] > 1.3, rates
     assert rates[4] / rates[2] > 1.2, rates
@@ -95,7 +98,7 @@ def test_ttft_is_queue_plus_prefill(start_simulator, tmp_path):
                           decode_per_seq_ms=0.0)
     prompt = "abcd " * 80  # 100 tokens + 6 chat-template tokens → 53 ms of prefill
     resps = run_clients(sim.port, 3, stream_body(10, prompt))
-    rows = sorted(truth_rows(truth), key=lambda r: r["queue_s"])
+    rows = sorted(truth_rows(truth, 3), key=lambda r: r["queue_s"])
     assert len(rows) == 3 and all(r["prompt_tokens"] == 106 for r in rows)
     for row in rows:
         assert row["prefill_s"] >= 0.053
@@ -119,7 +122,7 @@ def test_truth_log_matches_what_a_loopback_client_sees(start_simulator, tmp_path
             times = [t - resp.sent for t, c in resp.chunks if CONTENT in c]
             rid = json.loads(resp.sse_events()[0])["id"]
             seen.append((rid, times[0], times))
-    rows = {r["id"]: r for r in truth_rows(truth)}
+    rows = {r["id"]: r for r in truth_rows(truth, 10)}
     ttft_diffs, token_diffs = [], []
     for rid, ttft, times in seen:
         row = rows[rid]
@@ -173,7 +176,7 @@ def test_prefix_cache_hits_make_prefill_faster(start_simulator, tmp_path):
     prompt = "The same long system prompt, repeated. " * 50  # ≈ 500 tokens
     for _ in range(2):
         request(sim.port, "POST", "/v1/chat/completions", stream_body(2, prompt))
-    first, second = truth_rows(truth)
+    first, second = truth_rows(truth, 2)
     assert first["prefill_s"] > 0.09 and second["prefill_s"] < first["prefill_s"] / 3
     samples = scrape(sim.port)
     queries = metric(samples, "vllm:prefix_cache_queries_total")
@@ -195,7 +198,7 @@ def test_kv_budget_limits_the_batch_and_preempted_requests_still_finish(start_si
     assert metric(during, "vllm:num_requests_running") <= 3
     assert metric(during, "vllm:kv_cache_usage_perc") <= 1.0
     assert metric(scrape(sim.port), "vllm:num_preemptions_total") > 0
-    rows = truth_rows(truth)
+    rows = truth_rows(truth, 6)
     assert len(rows) == 6 and all(r["output_tokens"] == 40 and r["status"] == 200 for r in rows)
 
 

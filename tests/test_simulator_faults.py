@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,7 @@ import pytest
 from capacity_plugins.errors import UserError
 from capacity_plugins.simulator.config import SimConfig
 from capacity_plugins.simulator.rawclient import request
+from capacity_plugins.simulator.truth import read_truth
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -23,8 +25,8 @@ def chat_body(max_tokens: int = 8, stream: bool = True, **extra: object) -> dict
             "ignore_eos": True, "max_tokens": max_tokens, **extra}
 
 
-def truth_rows(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines()]
+def truth_rows(path: Path, n: int = 1) -> list[dict]:
+    return read_truth(path, n)
 
 
 def assert_vllm_error(resp, status: int) -> dict:
@@ -45,24 +47,30 @@ def test_error_rate_answers_500_or_503(start_simulator, tmp_path):
         assert_vllm_error(resp, resp.status)
         statuses.add(resp.status)
     assert statuses <= {500, 503} and statuses
-    assert {r["error_kind"] for r in truth_rows(truth)} == {"http_5xx"}
+    assert {r["error_kind"] for r in truth_rows(truth, 8)} == {"http_5xx"}
 
 
 def test_queue_limit_gives_429_when_the_queue_is_full(start_simulator, tmp_path):
     truth = tmp_path / "t.jsonl"
     sim = start_simulator(truth_log=truth, max_num_seqs=1, queue_limit_429=1, decode_base_ms=10.0)
     results = []
-    threads = [threading.Thread(target=lambda: results.append(
-        request(sim.port, "POST", "/v1/chat/completions", chat_body(20)))) for _ in range(5)]
+
+    def send() -> None:
+        results.append(request(sim.port, "POST", "/v1/chat/completions", chat_body(20)))
+
+    first = threading.Thread(target=send)
+    first.start()
+    time.sleep(0.1)  # the first is running (20 tokens × 10 ms): the queue is empty again
+    threads = [threading.Thread(target=send) for _ in range(4)]
     for t in threads:
         t.start()
-    for t in threads:
+    for t in [first, *threads]:
         t.join()
     statuses = sorted(r.status for r in results)
     # One runs, one waits, the other three find the queue full.
     assert statuses == [200, 200, 429, 429, 429]
     assert_vllm_error(next(r for r in results if r.status == 429), 429)
-    assert sorted(str(r["error_kind"]) for r in truth_rows(truth)) == ["None", "None"] + ["http_429"] * 3
+    assert sorted(str(r["error_kind"]) for r in truth_rows(truth, 5)) == ["None", "None"] + ["http_429"] * 3
 
 
 def test_disconnect_cuts_the_stream(start_simulator, tmp_path):
@@ -135,7 +143,7 @@ def test_client_disconnect_frees_the_slot(start_simulator, tmp_path):
     # The only slot is free again: the next request runs at once, not after 500 tokens.
     resp = request(sim.port, "POST", "/v1/chat/completions", chat_body(3))
     assert resp.complete
-    rows = truth_rows(truth)
+    rows = truth_rows(truth, 2)
     assert rows[0]["error_kind"] == "cancelled" and rows[0]["generated_tokens"] < 500
     assert rows[1]["queue_s"] < 0.05
 

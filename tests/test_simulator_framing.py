@@ -7,6 +7,7 @@ import json
 import pytest
 
 from capacity_plugins.simulator.rawclient import Connection, request
+from capacity_plugins.simulator.truth import read_truth
 
 CHAT = {"model": "sim-model", "messages": [{"role": "user", "content": "Say something."}]}
 
@@ -110,7 +111,7 @@ def test_tokens_per_write_coalesces_tokens_into_one_chunk(start_simulator, tmp_p
     evs = events(resp)
     assert [e["usage"]["completion_tokens"] for e in evs[1:-1]] == [4, 8, 10]
     assert [len(e["choices"][0]["delta"]["content"].split()) for e in evs[1:-1]] == [4, 4, 2]
-    truth = json.loads((tmp_path / "truth.jsonl").read_text().splitlines()[-1])
+    truth = read_truth(tmp_path / "truth.jsonl", 1)[-1]
     assert truth["tokens_per_write"] == [4, 4, 2] and truth["output_tokens"] == 10
 
 

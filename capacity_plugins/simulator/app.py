@@ -133,18 +133,19 @@ class Job:
         if i == self.disconnect_at:
             self._flush_pending_if_streaming(i)
             self.error_kind = "stream_cut"
-            self.resp.abort()
             self._close(abort=True)
+            self.resp.abort()
             return
         if i == self.error_at:
             self._flush_pending_if_streaming(i)
             self.error_kind = "server_error"
+            if not self.params.stream:
+                self.status = 500
+            self._close(abort=True)
             if self.params.stream:
                 self.resp.end(self.dialect.stream_error(self, "simulated engine failure"))
             else:
-                self.status = 500
                 self.resp.send(500, self.dialect.error_body(500, "simulated engine failure"))
-            self._close(abort=True)
             return
         if not self.params.stream:
             return
@@ -167,14 +168,14 @@ class Job:
                 self.finish_waiting = True
                 return
             self._flush(seq.generated)
-            self.resp.end(self.dialect.stream_tail(self))
-        else:
-            if self.stall_at:  # a non-streamed body is held back whole
-                self.finish_waiting = True
-                self.stall_until = perf_counter() + self.app.config.stall_s
-                asyncio.get_running_loop().call_later(self.app.config.stall_s, self._stall_over)
-                return
-            self._send_full()
+            self._end_stream()
+            return
+        if self.stall_at:  # a non-streamed body is held back whole
+            self.finish_waiting = True
+            self.stall_until = perf_counter() + self.app.config.stall_s
+            asyncio.get_running_loop().call_later(self.app.config.stall_s, self._stall_over)
+            return
+        self._send_full()
         self._close()
 
     def lost(self) -> None:
@@ -194,6 +195,12 @@ class Job:
         t = self.resp.send(200, body)
         self.token_times.append(t - self.req.arrival)
         self.tokens_per_write.append(n)
+
+    def _end_stream(self) -> None:
+        # Truth first: a client that has read the whole stream finds its truth line already there.
+        tail = self.dialect.stream_tail(self)
+        self._close()
+        self.resp.end(tail)
 
     def _flush_pending_if_streaming(self, upto: int) -> None:
         # Tokens generated before a fault index are written first, so the cut lands mid-stream.
@@ -239,8 +246,7 @@ class Job:
         if self.params.stream:
             self._flush(self.seq.generated)
             if self.finish_waiting:
-                self.resp.end(self.dialect.stream_tail(self))
-                self._close()
+                self._end_stream()
         elif self.finish_waiting:
             self._send_full()
             self._close()

@@ -22,6 +22,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--port", type=int, default=8000, help="port to bind; 0 picks a free one (default 8000)")
     parser.add_argument("--truth-log", type=Path, default=None, metavar="PATH",
                         help="append one JSON line per request with the server-side timings")
+    parser.add_argument("--exit-on-stdin-eof", action="store_true", help=argparse.SUPPRESS)
     SimConfig.add_arguments(parser)
     return parser
 
@@ -38,5 +39,5 @@ def main(argv: list[str]) -> int:
         raise UserError(f"--truth-log: folder {ns.truth_log.parent} does not exist")
     from capacity_plugins.simulator.server import run
 
-    run(config, ns.host, ns.port, ns.truth_log)
+    run(config, ns.host, ns.port, ns.truth_log, ns.exit_on_stdin_eof)
     return 0

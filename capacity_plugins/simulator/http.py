@@ -117,6 +117,7 @@ class HttpProtocol(asyncio.Protocol):
         self.transport: asyncio.Transport = None  # type: ignore[assignment]
         self.buf = bytearray()
         self.busy = False
+        self.continued = False
         self.on_lost: Callable[[], None] | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -177,7 +178,12 @@ class HttpProtocol(asyncio.Protocol):
             self._error(413, "request body too large")
             return
         if len(self.buf) < end + 4 + length:
+            # curl and others wait (1 s) for this before sending a body over 1 KiB.
+            if headers.get("expect", "").lower() == "100-continue" and not self.continued:
+                self.continued = True
+                self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
             return
+        self.continued = False
         body = bytes(self.buf[end + 4 : end + 4 + length])
         del self.buf[: end + 4 + length]
         arrival = perf_counter()

@@ -31,14 +31,15 @@ class SimulatorProcess:
         self.config = config or SimConfig()
         self.host = host
         self.truth_log = Path(truth_log) if truth_log is not None else None
-        argv = [sys.executable, "-m", "capacity_plugins.simulator", "--host", host, "--port", str(port)]
+        argv = [sys.executable, "-m", "capacity_plugins.simulator", "--host", host, "--port", str(port),
+                "--exit-on-stdin-eof"]
         if self.truth_log is not None:
             argv += ["--truth-log", str(self.truth_log)]
         argv += self.config.to_argv()
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join([str(_ROOT)] + [p for p in [env.get("PYTHONPATH")] if p])
         self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 (closed in stop())
-        self._proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=self._stderr, stdin=subprocess.DEVNULL,
+        self._proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=self._stderr, stdin=subprocess.PIPE,
                                       env=env, cwd=str(_ROOT))
         try:
             self.url = self._wait_ready(start_timeout_s)
@@ -104,6 +105,8 @@ class SimulatorProcess:
         """Stop the simulator (SIGTERM, then SIGKILL); returns its exit code."""
         if self._proc.poll() is None:
             self._proc.send_signal(signal.SIGTERM)
+            if self._proc.stdin is not None:
+                self._proc.stdin.close()
             try:
                 self._proc.wait(timeout=timeout_s)
             except subprocess.TimeoutExpired:

@@ -8,6 +8,7 @@ a free port.
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 import sys
 import traceback
@@ -22,7 +23,8 @@ from capacity_plugins.simulator.truth import TruthLog
 READY_PREFIX = "capacity-simulator ready on "
 
 
-async def serve(config: SimConfig, host: str = "127.0.0.1", port: int = 0, truth_log: Path | None = None) -> None:
+async def serve(config: SimConfig, host: str = "127.0.0.1", port: int = 0, truth_log: Path | None = None,
+                exit_on_stdin_eof: bool = False) -> None:
     truth = TruthLog(truth_log) if truth_log else None
     app = SimulatorApp(config, truth)
     loop = asyncio.get_running_loop()
@@ -34,6 +36,18 @@ async def serve(config: SimConfig, host: str = "127.0.0.1", port: int = 0, truth
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    if exit_on_stdin_eof:
+        # The launcher holds our stdin open; EOF means it died, so we must not linger as an orphan.
+        def stdin_readable() -> None:
+            try:
+                data = os.read(0, 4096)
+            except OSError:
+                data = b""
+            if not data:
+                loop.remove_reader(0)
+                stop.set()
+
+        loop.add_reader(0, stdin_readable)
     engine = asyncio.create_task(app.engine.run())
 
     def engine_died(task: asyncio.Task[None]) -> None:
@@ -53,5 +67,6 @@ async def serve(config: SimConfig, host: str = "127.0.0.1", port: int = 0, truth
             truth.close()
 
 
-def run(config: SimConfig, host: str = "127.0.0.1", port: int = 0, truth_log: Path | None = None) -> None:
-    asyncio.run(serve(config, host, port, truth_log))
+def run(config: SimConfig, host: str = "127.0.0.1", port: int = 0, truth_log: Path | None = None,
+        exit_on_stdin_eof: bool = False) -> None:
+    asyncio.run(serve(config, host, port, truth_log, exit_on_stdin_eof))

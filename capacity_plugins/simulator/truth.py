@@ -6,11 +6,14 @@ fully read; token times are when the write call returned): `id` (the response id
 first token generated), `first_token_s`, `token_times_s`, `tokens_per_write`, `prompt_tokens`,
 `output_tokens` (tokens written to the client), `generated_tokens`, `finish_reason`, `stream`,
 `status`, `error_kind` (`http_4xx`, `http_429`, `http_5xx`, `stream_cut`, `server_error`,
-`malformed`, `cancelled` or null). Flushed per line so a killed simulator loses nothing finished.
+`malformed`, `cancelled` or null). Flushed per line so a killed simulator loses nothing finished. A streamed request's line is
+written before the stream's last bytes; a non-streamed one's just after its body (it holds the
+write time), so a reader racing the server should use `read_truth(path, min_rows)`.
 """
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -28,3 +31,16 @@ class TruthLog:
 
     def close(self) -> None:
         self._f.close()
+
+
+def read_truth(path: Path, min_rows: int = 0, timeout_s: float = 5.0) -> list[dict[str, Any]]:
+    """The truth log's rows, waiting up to `timeout_s` until there are at least `min_rows`."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        rows = []
+        if path.exists():
+            lines = path.read_bytes().split(b"\n")
+            rows = [orjson.loads(line) for line in lines[:-1]]  # the last piece may be half-written
+        if len(rows) >= min_rows or time.monotonic() > deadline:
+            return rows
+        time.sleep(0.01)
