@@ -172,6 +172,12 @@ class _Handler(BaseHTTPRequestHandler):
         path = self.path
         if path.startswith("/api/v1/query_range?"):
             self._query_range(path)
+        elif path == "/auth/metrics":
+            # user "scraper", password "s3cr:t" (Basic auth)
+            if self.headers.get("Authorization") == "Basic c2NyYXBlcjpzM2NyOnQ=":
+                self._send(200, tgi_text(1))
+            else:
+                self._send(401, "unauthorised\n")
         elif path == "/slow/metrics":
             time.sleep(3.0)
             self._send(200, vllm_text(1))

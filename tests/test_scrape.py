@@ -166,3 +166,14 @@ def test_parse_exposition_rejects_html():
     with pytest.raises(ValueError):
         parse_exposition("<html>oops</html>\n")
     assert guess_kind(["process_cpu_seconds_total"]) is None
+
+
+def test_credentials_in_url_are_sent_but_never_shown(canned_url):
+    port = canned_url.rsplit(":", 1)[1]
+    target = ScrapeTarget(f"http://scraper:s3cr%3At@127.0.0.1:{port}/auth/metrics")
+    assert target.url == f"http://127.0.0.1:{port}/auth/metrics" and "s3cr" not in repr(target)
+    assert target.default_host == f"127.0.0.1:{port}"
+    result = target.scrape(timeout_s=5)
+    assert result.error is None and any(s.name == "tgi_queue_size" for s in result.samples)
+    denied = ScrapeTarget(f"http://scraper:wrong@127.0.0.1:{port}/auth/metrics").scrape(timeout_s=5)
+    assert denied.error == "HTTP 401 Unauthorized"

@@ -8,11 +8,12 @@ not be imported before Locust's monkey patching (reference/locust.md §7.2).
 
 from __future__ import annotations
 
+import base64
 import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -41,6 +42,13 @@ class ScrapeTarget:
             raise ValueError(f"telemetry target {url!r}: not an http(s) URL")
         if parts.path in ("", "/"):  # a bare host:port means the conventional /metrics path
             parts = parts._replace(path="/metrics")
+        # Credentials in the URL become a Basic auth header; `url` (written to telemetry.csv, gaps and
+        # logs) never carries them.
+        self._headers = {"Accept": "text/plain;version=0.0.4", "Accept-Encoding": "identity"}
+        if parts.username is not None:
+            userinfo = f"{unquote(parts.username)}:{unquote(parts.password or '')}"
+            self._headers["Authorization"] = "Basic " + base64.b64encode(userinfo.encode()).decode()
+            parts = parts._replace(netloc=parts.netloc.rsplit("@", 1)[1])
         self.url = parts.geturl()
         self.kind = kind
         self.default_host = parts.netloc
@@ -74,8 +82,7 @@ class ScrapeTarget:
         return result
 
     def _fetch(self, timeout_s: float) -> str:
-        req = urllib.request.Request(self.url, headers={"Accept": "text/plain;version=0.0.4",
-                                                        "Accept-Encoding": "identity"})
+        req = urllib.request.Request(self.url, headers=self._headers)
         with self._opener.open(req, timeout=timeout_s) as resp:
             body = resp.read(MAX_BODY_BYTES + 1)
         if len(body) > MAX_BODY_BYTES:
