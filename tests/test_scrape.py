@@ -41,6 +41,7 @@ def test_vllm_gauges_histogram_deltas_and_rates(canned_url):
     assert series[(host, VLLM_MODEL, "kv_cache_usage")]["value"] == pytest.approx(0.6)  # mean over engines
     assert series[(host, VLLM_MODEL, "server_ttft_s")]["value"] == pytest.approx(0.25)
     assert series[(host, VLLM_MODEL, "server_ttft_s")]["unit"] == "s"
+    assert series[(host, VLLM_MODEL, "server_ttft_s_count")]["value"] == 2     # one per engine per scrape
     assert series[(host, VLLM_MODEL, "server_queue_s")]["value"] == pytest.approx(0.05)
     assert series[(host, VLLM_MODEL, "server_prefill_s")]["value"] == pytest.approx(0.1)
     # 2 engines x 40 tokens per scrape, 2 s apart
@@ -128,8 +129,8 @@ def test_counter_reset_gives_no_row_then_recovers():
 
     tracker.rows(snap(100.0, 400), 1.0)
     assert tracker.rows(snap(1.0, 2), 2.0) == []                 # server restarted: negative delta
-    (row,) = tracker.rows(snap(3.0, 6), 3.0)
-    assert row["value"] == pytest.approx(0.5)
+    mean, count = tracker.rows(snap(3.0, 6), 3.0)
+    assert mean["value"] == pytest.approx(0.5) and count["value"] == 4 and count["series"] == "server_ttft_s_count"
 
 
 @pytest.mark.parametrize("path,reason", [

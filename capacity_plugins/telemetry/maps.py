@@ -6,7 +6,8 @@ Normalisation happens in two stages:
    the series' unit, and cumulative histogram (sum, count), counter and counter-ratio totals.
 2. `SeriesTracker.rows(snapshot, unix)` turns successive snapshots into telemetry_series rows.
    Histograms become the mean of the observations that completed *during the scrape interval*
-   (Δsum/Δcount; no row when nothing completed), counters become per-second rates, ratios
+   (Δsum/Δcount; no row when nothing completed) plus a `<series>_count` row with Δcount, so
+   a step's exact mean is Σ(value·count)/Σcount; counters become per-second rates, ratios
    Δnumerator/Δdenominator. A counter that went backwards (server restart) yields no row and
    becomes the new baseline. Exact per-step histogram figures come from the raw
    `_bucket/_sum/_count` rows kept in telemetry.csv.
@@ -301,8 +302,9 @@ class SeriesTracker:
 
         def add(key: Key, value: float) -> None:
             host, device, series = key
+            unit = "observations" if series.endswith("_s_count") else UNITS.get(series, "")
             rows.append({"unix": unix, "host": host, "device": device, "series": series,
-                         "value": value, "unit": UNITS.get(series, "")})
+                         "value": value, "unit": unit})
 
         for key, value in snap.gauges.items():
             add(key, value)
@@ -313,6 +315,8 @@ class SeriesTracker:
                     d_sum, d_count = total - prev.hists[key][0], count - prev.hists[key][1]
                     if d_count > 0 and d_sum >= 0:
                         add(key, d_sum / d_count)
+                        # The weight behind that mean, so a step's exact mean is Σ(mean·n)/Σn.
+                        add((key[0], key[1], key[2] + "_count"), d_count)
             dt = unix - prev_unix
             for key, value in snap.counters.items():
                 if key in prev.counters and dt > 0:
