@@ -84,7 +84,8 @@ class TelemetryCollector:
         self._targets = [_TargetState(t) for t in targets]
         self._want_nvml = nvml
         self._nvml: NvmlSampler | None = None
-        self._lock = real_lock()
+        self._lock = real_lock()      # latest / gaps / pending: held for microseconds, also by the hub
+        self._io_lock = real_lock()   # the files: held by scrape threads while writing and flushing
         self._latest: dict[str, dict[str, dict[str, dict[str, Any]]]] = {}
         self._gaps: list[dict[str, Any]] = []
         self._pending: list[dict[str, Any]] = []
@@ -118,7 +119,7 @@ class TelemetryCollector:
             self._series = AppendCsv(self.out_dir / SERIES_FILE, SERIES_COLUMNS)
 
     def _close(self) -> None:
-        with self._lock:
+        with self._io_lock:
             for f in (self._raw, self._series):
                 if f is not None:
                     f.close()
@@ -159,11 +160,13 @@ class TelemetryCollector:
         with self._lock:
             series_rows.extend(self._pending)
             self._pending.clear()
-            for row in raw_rows + series_rows:
-                row["step"] = self._safe_step(row["unix"])
+        for row in raw_rows + series_rows:
+            row["step"] = self._safe_step(row["unix"])
+        with self._io_lock:
             if self._raw is not None and self._series is not None:
                 self._raw.write(raw_rows)
                 self._series.write(series_rows)
+        with self._lock:
             for row in series_rows:
                 self._latest.setdefault(row["host"], {}).setdefault(row["device"], {})[row["series"]] = {
                     "value": row["value"], "unit": row["unit"], "unix": row["unix"]}
