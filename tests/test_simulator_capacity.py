@@ -102,7 +102,9 @@ def test_ttft_is_queue_plus_prefill(start_simulator, tmp_path):
     assert len(rows) == 3 and all(r["prompt_tokens"] == 106 for r in rows)
     for row in rows:
         assert row["prefill_s"] >= 0.053
-        assert abs(row["first_token_s"] - (row["queue_s"] + row["prefill_s"])) < 0.003
+        # The gap is one synchronous callback (µs) unless the OS deschedules us on a busy box;
+        # what this guards is that TTFT contains the 53+ ms of prefill and the queue wait.
+        assert abs(row["first_token_s"] - (row["queue_s"] + row["prefill_s"])) < 0.02
     # One slot: the third waits for two whole requests (each ≥ 53 ms prefill + 9 × 2 ms decode).
     assert rows[2]["queue_s"] > 2 * 0.07
     by_id = {r["id"]: r for r in rows}
