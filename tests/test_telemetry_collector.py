@@ -163,3 +163,30 @@ def test_a_hung_endpoint_does_not_delay_the_others(canned_url, tmp_path):
     # ~8 at 4 Hz; scraped in series behind a 0.8 s timeout it would get at most 3.
     assert len(good_scrapes) >= 5
     assert {g["reason"] for g in c.gaps} == {"timeout"}
+
+
+def test_only_one_process_per_host_samples_nvml(tmp_path, fake_nvml_env):
+    import subprocess
+    import sys
+
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time; from capacity_plugins.telemetry.nvml import acquire_host_lock; "
+                               "print(acquire_host_lock('nvml-fake_nvml'), flush=True); time.sleep(60)"],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "True"
+        c = TelemetryCollector([], interval_s=0.2, out_dir=tmp_path / "second", nvml=True)
+        c.tick()
+        c.stop()
+    finally:
+        holder.kill()
+        holder.wait()
+    _, raw = _read(tmp_path / "second" / "telemetry.csv")
+    assert raw == []
+    assert c.provenance()["nvml"]["unavailable"] == "another process on this host samples NVML"
+    # the holder is gone: the next collector samples
+    c2 = TelemetryCollector([], interval_s=0.2, out_dir=tmp_path / "third", nvml=True)
+    c2.tick()
+    c2.stop()
+    _, raw = _read(tmp_path / "third" / "telemetry.csv")
+    assert raw and all(r["source"].startswith("nvml://") for r in raw)

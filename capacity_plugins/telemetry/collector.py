@@ -41,7 +41,7 @@ from capacity_plugins.telemetry.maps import (
     normalize,
     provenance,
 )
-from capacity_plugins.telemetry.nvml import NvmlSampler
+from capacity_plugins.telemetry.nvml import NvmlSampler, acquire_host_lock, release_host_lock
 from capacity_plugins.telemetry.scrape import ScrapeTarget
 
 logger = logging.getLogger(__name__)
@@ -84,6 +84,7 @@ class TelemetryCollector:
         self._targets = [_TargetState(t) for t in targets]
         self._want_nvml = nvml
         self._nvml: NvmlSampler | None = None
+        self._nvml_lock: str | None = None
         self._lock = real_lock()      # latest / gaps / pending: held for microseconds, also by the hub
         self._io_lock = real_lock()   # the files: held by scrape threads while writing and flushing
         self._latest: dict[str, dict[str, dict[str, dict[str, Any]]]] = {}
@@ -125,6 +126,9 @@ class TelemetryCollector:
                     f.close()
         if self._nvml is not None:
             self._nvml.close()
+        if self._nvml_lock is not None:
+            release_host_lock(self._nvml_lock)
+            self._nvml_lock = None
 
     # -- one interval ------------------------------------------------------------------------
 
@@ -145,6 +149,13 @@ class TelemetryCollector:
         if self._nvml is None:
             # nvmlInit blocks; the first call runs in the NVML loop's own thread, not the caller's hub.
             self._nvml = NvmlSampler(interval_s=self.interval_s)
+            if self._nvml.available and not acquire_host_lock(self._nvml.lock_name):
+                # With several load-generator processes on a GPU host, one of them samples.
+                logger.info("telemetry: another process on %s already samples its GPUs", self._nvml.host)
+                self._nvml.close()
+                self._nvml.reason = "another process on this host samples NVML"
+            elif self._nvml.available:
+                self._nvml_lock = self._nvml.lock_name
         if self._nvml.available:
             raw_rows: list[dict[str, Any]] = []
             series_rows: list[dict[str, Any]] = []

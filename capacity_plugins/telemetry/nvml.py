@@ -142,6 +142,12 @@ class NvmlSampler:
             self._static.append({"index": i, "uuid": _as_str(self._call(nv.nvmlDeviceGetUUID, h)),
                                  "name": _as_str(self._call(nv.nvmlDeviceGetName, h))})
 
+    @property
+    def lock_name(self) -> str:
+        """Host-lock name for "one NVML sampler per host" (per bindings module, so a test fake never
+        competes with the real driver)."""
+        return f"nvml-{getattr(self._nvml, '__name__', 'none')}"
+
     def _shutdown(self) -> None:
         with contextlib.suppress(Exception):  # shutting down a half-initialised NVML is best effort
             self._nvml.nvmlShutdown()  # type: ignore[union-attr]
