@@ -24,6 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from capacity_plugins.errors import UserError
 from capacity_plugins.telemetry._native import NativeLoop, real_lock
 from capacity_plugins.telemetry.files import (
     RAW_COLUMNS,
@@ -276,3 +277,21 @@ class TelemetryCollector:
         out["gpu_models"] = gpu_models
         out["served_models"] = sorted({m for e in out["targets"].values() for m in e.get("served_models", [])})
         return out
+
+
+def collector_from_config(cfg: Any, *, out_dir: Path,
+                          step_of: Callable[[float], int | None] = lambda t: None) -> TelemetryCollector:
+    """A collector from the scenario's `telemetry` section (`scrape` [{url, kind}], `nvml`, `interval_s`).
+
+    Duck-typed so this module does not depend on the scenario model; a bad target is a UserError
+    naming its field path.
+    """
+    targets = []
+    for i, item in enumerate(getattr(cfg, "scrape", None) or []):
+        url, kind = (item, None) if isinstance(item, str) else (getattr(item, "url", None), getattr(item, "kind", None))
+        try:
+            targets.append(ScrapeTarget(str(url), kind))
+        except ValueError as e:
+            raise UserError(f"telemetry.scrape[{i}]: {e}") from e
+    return TelemetryCollector(targets, interval_s=float(getattr(cfg, "interval_s", 1.0)), out_dir=out_dir,
+                              step_of=step_of, nvml=bool(getattr(cfg, "nvml", False)))

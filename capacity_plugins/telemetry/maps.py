@@ -79,6 +79,7 @@ DCGM: tuple[Rule, ...] = (
     _gpu("DCGM_FI_DEV_GPU_TEMP", "gpu_temp_c"),
     _gpu("DCGM_FI_DEV_POWER_USAGE", "gpu_power_w"),
     _gpu("DCGM_FI_DEV_SM_CLOCK", "sm_clock_mhz"),
+    _gpu("DCGM_FI_DEV_CLOCKS_EVENT_REASONS", "clock_event_reasons"),   # DCGM 3.3+ name of the same field
     _gpu("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", "clock_event_reasons"),
 )
 
