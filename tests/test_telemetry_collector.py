@@ -197,12 +197,13 @@ def test_collector_from_scenario_config(tmp_path):
     from capacity_plugins.scenario import TelemetryConfig
     from capacity_plugins.telemetry.collector import collector_from_config
 
-    cfg = TelemetryConfig(scrape=["http://127.0.0.1:8000", {"url": "http://127.0.0.1:9400", "kind": "dcgm"}],
-                          nvml=False, interval_s=2.0)
+    cfg = TelemetryConfig.model_validate({"scrape": ["http://127.0.0.1:8000",
+                                                     {"url": "http://127.0.0.1:9400", "kind": "dcgm"}],
+                                          "nvml": False, "interval_s": 2.0})
     c = collector_from_config(cfg, out_dir=tmp_path)
     assert [(s.target.url, s.kind) for s in c._targets] == [("http://127.0.0.1:8000/metrics", None),
                                                              ("http://127.0.0.1:9400/metrics", "dcgm")]
     assert c.interval_s == 2.0 and c.timeout_s < 2.0
-    bad = TelemetryConfig(scrape=[{"url": "http://127.0.0.1:9400", "kind": "dcgmm"}])
+    bad = TelemetryConfig.model_validate({"scrape": [{"url": "http://127.0.0.1:9400", "kind": "dcgmm"}]})
     with pytest.raises(UserError, match=r"telemetry.scrape\[0\]: .*unknown kind 'dcgmm'"):
         collector_from_config(bad, out_dir=tmp_path)
