@@ -168,6 +168,8 @@ def test_metrics_parse_and_move_with_load(start_simulator):
     assert delta("vllm:request_success_total", finished_reason="length") == 6
     assert delta("vllm:time_to_first_token_seconds_count") == 6
     assert delta("vllm:e2e_request_latency_seconds_count") == 6
+    assert delta("vllm:inter_token_latency_seconds_count") == 6 * 59
+    assert delta("vllm:request_generation_tokens_sum") == 6 * 60
     assert delta("vllm:request_queue_time_seconds_sum") > 4 * 0.5  # four of them waited ≥ 1 request
     assert metric(after, "vllm:num_requests_running") == 0 and metric(after, "vllm:kv_cache_usage_perc") == 0
 

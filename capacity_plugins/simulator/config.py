@@ -114,10 +114,11 @@ class SimConfig:
             kind = _type_of(f.type)
             if kind is bool:
                 parser.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction,
-                                    default=f.default)
+                                    default=f.default, help=_HELP.get(f.name))
             else:
                 parser.add_argument(flag, dest=f.name, type=_flag_type(kind, flag), default=f.default,
-                                    metavar=kind.__name__.upper())
+                                    metavar=kind.__name__.upper(),
+                                    help=f"{_HELP.get(f.name, '')} (default {f.default})")
 
     @classmethod
     def from_namespace(cls, ns: argparse.Namespace) -> SimConfig:
@@ -127,6 +128,32 @@ class SimConfig:
 
     def replace(self, **changes: Any) -> SimConfig:
         return dataclasses.replace(self, **changes)
+
+
+_HELP = {
+    "model": "model name served (requests naming another model get a 404)",
+    "max_model_len": "context length: prompt + max_tokens above it gets vLLM's 400",
+    "max_num_seqs": "running slots in the continuous batch",
+    "kv_cache_tokens": "KV budget: prompt + generated tokens of running requests",
+    "prefill_tokens_per_s": "prefill speed",
+    "decode_base_ms": "decode step time with an empty batch",
+    "decode_per_seq_ms": "added to the decode step per running request",
+    "prefix_cache": "reuse cached 16-token prompt blocks (faster prefill, vllm:prefix_cache_* counters)",
+    "block_size": "prefix-cache block size in tokens",
+    "default_max_tokens": "output limit when a request sets none",
+    "force_max_tokens": "every request runs to its max, as if ignore_eos were set",
+    "tokens_per_write": "tokens coalesced into one stream write",
+    "reasoning_tokens": "the first N output tokens are reasoning deltas",
+    "seed": "seed for output lengths and fault draws",
+    "error_rate": "fraction of requests answered 500/503 at once",
+    "queue_limit_429": "answer 429 when this many requests already wait (0 = off)",
+    "disconnect_prob": "probability a stream's connection is cut mid-way",
+    "stall_s": "length of a stall, seconds",
+    "stall_prob": "probability a response stalls for --stall-s",
+    "malformed_prob": "probability one stream chunk is not valid JSON",
+    "stream_error_prob": "probability of an error event inside a 200 stream",
+    "gpu_memory_mib": "simulated GPU memory (DCGM_FI_DEV_FB_*)",
+}
 
 
 def _type_of(annotation: Any) -> type:

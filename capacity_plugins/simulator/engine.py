@@ -12,7 +12,8 @@ Like vLLM's scheduler, in a loop of steps:
   head of the queue and later recomputes its prompt + generated tokens (vLLM's recompute mode).
 
 Step deadlines are chained (a step starts when the previous one was due, not when the event
-loop woke up), so the event loop's ~1 ms timer slack does not slow the simulated GPU down.
+loop woke up, up to 1 ms late), so the event loop's timer slack does not slow the simulated GPU
+down.
 Output length: `max_tokens` with ignore_eos / force_max_tokens, else a seeded uniform draw in
 [max(min_tokens, max_tokens // 2, 1), max_tokens]; `finish_reason` is "length" when it reaches
 `max_tokens`, else "stop".
@@ -115,8 +116,10 @@ class Engine:
                 await self._wake.wait()
                 due = None
             now = perf_counter()
-            # A step starts when the previous one was due, unless the loop was late by a lot.
-            start = due if due is not None and now - due < 0.005 else now
+            # A step starts when the previous one was due, making up at most 1 ms of timer slack
+            # (epoll rounds to ms); a longer stall is a slow step, not something to catch up on
+            # with implausibly short token gaps.
+            start = now if due is None else max(due, now - 0.001)
             prefill_tokens = self._schedule(start)
             n = len(self.running)
             step_s = (cfg.decode_base_ms + cfg.decode_per_seq_ms * n) / 1000.0
@@ -180,12 +183,15 @@ class Engine:
 
     def _emit(self, now: float) -> None:
         finished = []
+        itl = self.metrics.itl
         for seq in self.running:
             seq.generated += 1
             self.kv_used += 1
             if seq.first_token_at is None:
                 seq.first_token_at = now
                 self.metrics.first_token(seq, now)
+            else:
+                itl.observe(now - seq.last_token_at)  # type: ignore[operator]
             seq.last_token_at = now
             if seq.generated >= seq.target_tokens:
                 finished.append(seq)

@@ -26,6 +26,9 @@ if TYPE_CHECKING:
 
 TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5,
                 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
+ITL_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0,
+               80.0)
+TOKEN_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000)
 LATENCY_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0,
                    240.0, 480.0, 960.0, 1920.0, 7680.0)
 
@@ -78,6 +81,12 @@ class EngineMetrics:
                                 "Histogram of time spent in DECODE phase for request.", LATENCY_BUCKETS)
         self.e2e = Histogram("vllm:e2e_request_latency_seconds",
                              "Histogram of e2e request latency in seconds.", LATENCY_BUCKETS)
+        self.itl = Histogram("vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.",
+                             ITL_BUCKETS)
+        self.req_prompt = Histogram("vllm:request_prompt_tokens", "Number of prefill tokens processed.",
+                                    TOKEN_BUCKETS)
+        self.req_generation = Histogram("vllm:request_generation_tokens", "Number of generation tokens processed.",
+                                        TOKEN_BUCKETS)
         # GPU simulation state
         self._occ_ewma = 0.0
         self._occ_at = perf_counter()
@@ -98,6 +107,8 @@ class EngineMetrics:
         self.success[reason] = self.success.get(reason, 0) + 1
         if reason != "abort":
             self.e2e.observe(now - seq.arrival)
+            self.req_prompt.observe(seq.prompt_tokens)
+            self.req_generation.observe(seq.generated)
             if seq.first_token_at is not None:
                 self.decode.observe(now - seq.first_token_at)
 
@@ -150,7 +161,8 @@ class EngineMetrics:
                 [(lab, self.prefix_hits)])
         counter("vllm:request_success", "Count of successfully processed requests.",
                 [(f'{lab},finished_reason="{k}"', v) for k, v in sorted(self.success.items())])
-        for h in (self.ttft, self.queue, self.prefill, self.decode, self.e2e):
+        for h in (self.ttft, self.itl, self.queue, self.prefill, self.decode, self.e2e, self.req_prompt,
+                  self.req_generation):
             h.render(lab, out)
         info = (f'block_size="{cfg.block_size}",enable_prefix_caching="{cfg.prefix_cache}",'
                 f'engine="0",gpu_memory_utilization="0.9",model_name="{cfg.model}",'
