@@ -144,14 +144,19 @@ class Pacer:
         self.stats: dict[int, PacerStats] = {}
 
     # -- called by the rehearsal wiring -----------------------------------------------------------------
-    def begin(self, step: int, start_unix: float, offsets: np.ndarray) -> None:
-        """Start dispatching `offsets` (this process's shard, seconds after start_unix)."""
+    def begin(self, step: int, start_unix: float, offsets: np.ndarray, measure_from_unix: float | None = None) -> None:
+        """Start dispatching `offsets` (this process's shard, seconds after start_unix).
+
+        Counters (scheduled, cap hits, lag) cover arrivals due from `measure_from_unix` (the end of
+        the step's warmup) on: users still starting up during warmup are not a generator limit.
+        """
         import gevent
 
         self.stop()
         self.step = step
         st = self.stats.setdefault(step, PacerStats())
-        self._dispatcher = gevent.spawn(self._dispatch, start_unix, np.asarray(offsets, dtype=float), st)
+        since = start_unix if measure_from_unix is None else measure_from_unix
+        self._dispatcher = gevent.spawn(self._dispatch, start_unix, np.asarray(offsets, dtype=float), st, since)
 
     def stop(self) -> None:
         """No further arrivals; queued ones are dropped (they were never sent, so never offered to the server)."""
@@ -162,7 +167,7 @@ class Pacer:
             self._queue.get_nowait()
         self.step = None
 
-    def _dispatch(self, start_unix: float, offsets: np.ndarray, st: PacerStats) -> None:
+    def _dispatch(self, start_unix: float, offsets: np.ndarray, st: PacerStats, since: float) -> None:
         import gevent
 
         for off in offsets:
@@ -170,10 +175,11 @@ class Pacer:
             delay = due - self._clock()
             if delay > 0:
                 gevent.sleep(delay)
-            st.scheduled += 1
-            st.dispatch_lag_ms.append(max(0.0, (self._clock() - due) * 1000.0))
-            if self._waiting <= self._queue.qsize():
-                st.cap_hits += 1
+            if due >= since:
+                st.scheduled += 1
+                st.dispatch_lag_ms.append(max(0.0, (self._clock() - due) * 1000.0))
+                if self._waiting <= self._queue.qsize():
+                    st.cap_hits += 1
             self._queue.put(due)
 
     # -- called by users ---------------------------------------------------------------------------------

@@ -24,6 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import gevent
 from locust import LoadTestShape
 
 from capacity_plugins.steps import Step, StepKind
@@ -130,8 +131,13 @@ class RehearsalShape(LoadTestShape):
         self.steps: list[Step] = []
 
     def reset_time(self) -> None:
-        # Called by Locust at every (re)start of a shape test: a UI restart begins a fresh rehearsal.
+        # Locust calls this when a shape test (re)starts — a web-UI restart begins a fresh rehearsal —
+        # but MasterRunner.start() also calls it from the shape greenlet right after our first tick
+        # (the test's start): ignore that one, the rehearsal has already begun.
         super().reset_time()
+        runner = self.runner
+        if runner is not None and getattr(runner, "shape_greenlet", None) is gevent.getcurrent():
+            return
         self._reset_state()
         if self.on_reset:
             self.on_reset()

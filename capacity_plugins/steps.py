@@ -105,6 +105,9 @@ class _StepTally:
     lag_ms: list[float] = field(default_factory=list)
     cap_hits: int = 0
     dispatch_lag_p99_ms: list[float] = field(default_factory=list)
+    # Live progress only (all records of the step, warmup included).
+    records: int = 0
+    ttft_ms: list[float] = field(default_factory=list)
 
 
 class StepAccounting:
@@ -129,6 +132,10 @@ class StepAccounting:
         if step is None:
             return
         t = self._tally[step.index]
+        t.records += 1
+        ttft = get("ttft_ms")
+        if ttft is not None and get("ok"):
+            t.ttft_ms.append(float(ttft))
         sent = get("sent_unix")
         scheduled = get("scheduled_unix")
         w0, w1 = step.warmup_end_unix, step.end_unix
@@ -146,11 +153,25 @@ class StepAccounting:
     def add_cpu(self, process: str, unix: float, cpu_pct: float) -> None:
         self.cpu[process].append((unix, cpu_pct))
 
+    def clear_pacer(self) -> None:
+        """Pacer counters arrive as cumulative totals per process: clear, then add the latest of each."""
+        for t in self._tally.values():
+            t.cap_hits = 0
+            t.dispatch_lag_p99_ms = []
+
     def add_pacer(self, step: int, cap_hits: int, dispatch_lag_p99_ms: float | None) -> None:
         t = self._tally[step]
         t.cap_hits += cap_hits
         if dispatch_lag_p99_ms is not None:
             t.dispatch_lag_p99_ms.append(dispatch_lag_p99_ms)
+
+    def progress(self, index: int) -> tuple[int, float | None]:
+        """(records so far, TTFT p95 ms so far) of a step, for the console."""
+        t = self._tally.get(index)
+        if t is None:
+            return 0, None
+        v = sorted(t.ttft_ms)
+        return t.records, (v[max(0, math.ceil(0.95 * len(v)) - 1)] if v else None)
 
     # -- outputs -----------------------------------------------------------------------------------------
     def _cpu_in(self, w0: float, w1: float) -> tuple[float | None, str | None]:
