@@ -13,6 +13,7 @@ import argparse
 import asyncio
 import os
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -60,23 +61,27 @@ async def drive(port: int, streams: int, seconds: float, max_tokens: int) -> tup
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--streams", type=int, default=64)
-    ap.add_argument("--seconds", type=float, default=4.0)
+    ap.add_argument("--seconds", type=float, default=3.0)
     ap.add_argument("--max-tokens", type=int, default=256)
     args, _ = ap.parse_known_args()
     config = SimConfig(max_num_seqs=max(args.streams, 1), decode_base_ms=0.0, decode_per_seq_ms=0.0,
                        prefill_tokens_per_s=1e9, max_model_len=4096)
-    with SimulatorProcess(config) as sim:
-        cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
-        if len(cpus) >= 2:
-            os.sched_setaffinity(sim.pid, {cpus[0]})
-            os.sched_setaffinity(0, set(cpus[1:]))
-        tokens, elapsed = asyncio.run(drive(sim.port, args.streams, args.seconds, args.max_tokens))
-    rate = tokens / elapsed
-    pinned = "simulator pinned to one core" if len(cpus) >= 2 else "not pinned (one CPU visible)"
-    print(f"simulator streamed {tokens} tokens in {elapsed:.2f} s over {args.streams} streams ({pinned})")
-    print(f"tokens_per_s={rate:.0f} target={TARGET_TOKENS_PER_S} ratio_to_target={rate / TARGET_TOKENS_PER_S:.2f}")
+    with tempfile.TemporaryDirectory() as tmp:
+        for label, truth in (("no truth log", None), ("with truth log", Path(tmp) / "truth.jsonl")):
+            with SimulatorProcess(config, truth_log=truth) as sim:
+                cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+                if len(cpus) >= 2:
+                    os.sched_setaffinity(sim.pid, {cpus[0]})
+                    os.sched_setaffinity(0, set(cpus[1:]))
+                tokens, elapsed = asyncio.run(drive(sim.port, args.streams, args.seconds, args.max_tokens))
+                if len(cpus) >= 2:
+                    os.sched_setaffinity(0, set(cpus))
+            rate = tokens / elapsed
+            pinned = "simulator pinned to one core" if len(cpus) >= 2 else "not pinned: one CPU visible"
+            print(f"[{label}] {tokens} tokens in {elapsed:.2f} s over {args.streams} streams ({pinned})")
+            print(f"[{label}] tokens_per_s={rate:.0f} target={TARGET_TOKENS_PER_S} "
+                  f"ratio_to_target={rate / TARGET_TOKENS_PER_S:.2f}")
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())

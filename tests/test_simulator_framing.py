@@ -173,3 +173,19 @@ def test_every_dialect_reports_the_response_id_in_a_header(simulator, dialect_pa
     body = {"inputs": "x"} if dialect_path == "/generate_stream" else {**CHAT, "max_tokens": 2}
     resp = request(simulator.port, "POST", dialect_path, body)
     assert resp.status == 200 and resp.headers["x-request-id"]
+
+
+def test_truth_log_keys_every_dialect_by_the_response_id(start_simulator, tmp_path):
+    truth = tmp_path / "truth.jsonl"
+    sim = start_simulator(truth_log=truth)
+    sent = {
+        "openai": request(sim.port, "POST", "/v1/completions", {"prompt": "x", "max_tokens": 2, "stream": True}),
+        "tgi": request(sim.port, "POST", "/generate", {"inputs": "x", "parameters": {"max_new_tokens": 2}}),
+        "ollama": request(sim.port, "POST", "/api/generate", {"model": "sim-model", "prompt": "x"}),
+    }
+    rows = {r["id"]: r for r in read_truth(truth, 3)}
+    for dialect, resp in sent.items():
+        row = rows[resp.headers["x-request-id"]]
+        assert row["dialect"] == dialect and row["status"] == 200 and row["output_tokens"] >= 1
+        assert row["first_token_s"] >= row["queue_s"] + row["prefill_s"] > 0
+    assert json.loads(sent["openai"].sse_events()[0])["id"] == sent["openai"].headers["x-request-id"]

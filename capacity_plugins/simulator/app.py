@@ -298,7 +298,7 @@ class SimulatorApp:
             self._generate(route[0], route[1], req, resp)
             return
         get = self.gets.get(req.path)
-        if get is not None and req.method in ("GET", "HEAD"):
+        if get is not None and req.method == "GET":
             status, body, ctype = get()
             resp.send(status, body, ctype)
             return
