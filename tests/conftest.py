@@ -18,6 +18,7 @@ if str(ROOT) not in sys.path:
 # (No option here may be named --host: Locust's pytest plugin registers it, §7.5.)
 pytest_plugins = [
     "fixtures_simulator",
+    "fixtures_telemetry",
 ]
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
