@@ -88,10 +88,10 @@ def test_chat_non_stream_shape(simulator):
 
 
 def test_output_length_is_drawn_up_to_max_tokens_unless_ignore_eos(simulator):
-    lengths = [chat(simulator.port, max_tokens=20, min_tokens=12).json()["usage"]["completion_tokens"]
-               for _ in range(12)]
-    assert all(12 <= n <= 20 for n in lengths) and len(set(lengths)) > 1
-    finish = chat(simulator.port, max_tokens=20).json()["choices"][0]
+    lengths = [chat(simulator.port, max_tokens=12, min_tokens=8).json()["usage"]["completion_tokens"]
+               for _ in range(10)]
+    assert all(8 <= n <= 12 for n in lengths) and len(set(lengths)) > 1
+    finish = chat(simulator.port, max_tokens=4).json()["choices"][0]
     assert finish["finish_reason"] in ("stop", "length")
 
 
@@ -132,7 +132,8 @@ def test_tgi_generate_stream_and_generate(simulator):
                    {"inputs": "Hello", "parameters": {"max_new_tokens": 4, "details": True}}).json()
     assert body["details"]["generated_tokens"] == len(body["details"]["tokens"])
     assert body["generated_text"] == "".join(t["text"] for t in body["details"]["tokens"])
-    assert "details" not in request(simulator.port, "POST", "/generate", {"inputs": "Hello"}).json()
+    plain = request(simulator.port, "POST", "/generate", {"inputs": "Hello", "parameters": {"max_new_tokens": 2}})
+    assert set(plain.json()) == {"generated_text"}
     info = request(simulator.port, "GET", "/info").json()
     assert info["model_id"] == "sim-model" and info["max_total_tokens"] == 4096
 
@@ -170,7 +171,8 @@ def test_info_endpoints_and_keep_alive(simulator):
 
 @pytest.mark.parametrize("dialect_path", ["/v1/chat/completions", "/generate_stream", "/api/chat"])
 def test_every_dialect_reports_the_response_id_in_a_header(simulator, dialect_path):
-    body = {"inputs": "x"} if dialect_path == "/generate_stream" else {**CHAT, "max_tokens": 2}
+    body = ({"inputs": "x", "parameters": {"max_new_tokens": 2}} if dialect_path == "/generate_stream"
+            else {**CHAT, "max_tokens": 2, "options": {"num_predict": 2}})
     resp = request(simulator.port, "POST", dialect_path, body)
     assert resp.status == 200 and resp.headers["x-request-id"]
 
@@ -181,7 +183,8 @@ def test_truth_log_keys_every_dialect_by_the_response_id(start_simulator, tmp_pa
     sent = {
         "openai": request(sim.port, "POST", "/v1/completions", {"prompt": "x", "max_tokens": 2, "stream": True}),
         "tgi": request(sim.port, "POST", "/generate", {"inputs": "x", "parameters": {"max_new_tokens": 2}}),
-        "ollama": request(sim.port, "POST", "/api/generate", {"model": "sim-model", "prompt": "x"}),
+        "ollama": request(sim.port, "POST", "/api/generate", {"model": "sim-model", "prompt": "x",
+                                                             "options": {"num_predict": 2}}),
     }
     rows = {r["id"]: r for r in read_truth(truth, 3)}
     for dialect, resp in sent.items():
