@@ -10,6 +10,7 @@ from fixtures_analysis import make_results
 
 from capacity_plugins.analysis import analyze, load
 from capacity_plugins.analysis.pipeline import load_run, summarise
+from capacity_plugins.errors import UserError
 
 
 def test_capacity_interpolated_between_last_pass_and_first_fail(tmp_path):
@@ -81,6 +82,29 @@ def test_orjson_and_arrow_readers_and_itl_side_file_agree(tmp_path, monkeypatch,
         for k in ("requests", "e2e_p95_ms", "ttft_p99_ms", "itl_p95_ms", "tpot_p50_ms", "rps"):
             assert a[k] == pytest.approx(b[k]), k
     assert ref[2]["itl_p95_ms"] is not None
+
+
+def test_itl_parquet_side_file_matches_inline(tmp_path):
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    p = make_results(tmp_path, levels=[1, 2], rps=[3, 6], e2e_p50_ms=[100, 400], e2e_p99_ms=[200, 900], itl_gaps=5)
+    ref = summarise(load_run(p))["steps"]
+    lines = [json.loads(x) for x in (p / "requests.jsonl").read_text().splitlines()]
+    # written in another order than requests.jsonl: the reader must join on request_id
+    side = sorted(({"request_id": r["request_id"], "itl_ms": r.pop("itl_ms")} for r in lines), key=lambda d: d["request_id"])
+    (p / "requests.jsonl").write_text("\n".join(json.dumps(r) for r in lines) + "\n")
+    pq.write_table(pa.Table.from_pylist(side), p / "itl.parquet")
+    got = summarise(load_run(p))["steps"]
+    assert [r["itl_p95_ms"] for r in got] == pytest.approx([r["itl_p95_ms"] for r in ref])
+
+
+def test_corrupt_itl_side_file_names_the_line(tmp_path):
+    p = make_results(tmp_path, levels=[1, 2], rps=[3, 6], itl="jsonl")
+    lines = (p / "itl.jsonl").read_text().splitlines()
+    lines[1] = '{"request_id": "r1", "itl_ms": [1, "x"]}'
+    (p / "itl.jsonl").write_text("\n".join(lines) + "\n")
+    with pytest.raises(UserError, match="itl.jsonl line 2"):
+        load_run(p)
 
 
 def test_robust_to_real_data_oddities(tmp_path):

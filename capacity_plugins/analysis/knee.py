@@ -137,7 +137,9 @@ def kneedle(levels: list[float], xs: list[float]) -> dict[str, Any] | None:
     lx = np.log2(np.asarray(levels, float))
     if len(set(lx)) != len(lx):
         return None
-    kl = KneeLocator(lx, np.asarray(xs, float), S=1.0, curve="concave", direction="increasing")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a flat curve divides 0 by 0 inside kneed: that is "no knee"
+        kl = KneeLocator(lx, np.asarray(xs, float), S=1.0, curve="concave", direction="increasing")
     return {"value": float(2 ** kl.knee) if kl.knee is not None else None, "x": "log2(level)"}
 
 

@@ -45,6 +45,11 @@ REQUEST_COLUMNS: dict[str, str] = {
     "class": "s",
 }
 
+# Tens of millions of ITL gaps: float32 keeps 7 significant digits (far below a microsecond for
+# gaps in ms) at half the memory and partition time; step tags fit int16 (< 32 768 steps).
+ITL_DTYPE = np.float32
+STEP_DTYPE = np.int16
+
 STEP_FIELDS_FLOAT = (
     "level", "start_unix", "warmup_end_unix", "end_unix", "target_rps", "offered_rps", "sent_rps",
     "achieved_rps", "schedule_lag_p99_ms", "client_cpu_max_pct",
@@ -244,16 +249,65 @@ def _read_requests_arrow(f: Path, with_itl: bool) -> tuple[pd.DataFrame, np.ndar
     fields = [(c, types[k]) for c, k in REQUEST_COLUMNS.items()]
     if with_itl:
         fields.append(("itl_ms", pa.list_(pa.float64())))
-    opts = pj.ParseOptions(explicit_schema=pa.schema(fields), unexpected_field_behavior="ignore")
-    tbl = pj.read_json(f, read_options=pj.ReadOptions(block_size=1 << 24), parse_options=opts)
+    schema = pa.schema(fields)
+    opts = pj.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore")
+    ropts = pj.ReadOptions(block_size=1 << 24)
     itl_vals = itl_lens = None
-    if with_itl:
-        col = tbl.column("itl_ms").combine_chunks()
-        itl_lens = col.value_lengths().fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
-        itl_vals = col.flatten().to_numpy(zero_copy_only=False)
-        tbl = tbl.drop_columns(["itl_ms"])
+    if not with_itl:
+        tbl = pj.read_json(f, read_options=ropts, parse_options=opts)
+    else:
+        # Stream block by block so the float64 ITL lists of one block at a time are alive, not
+        # all of them next to their float32 copy (1 M records: ~1.1 GB peak instead of ~1.7 GB).
+        batches, vals, lens = [], [], []
+        reader = pj.open_json(f, read_options=ropts, parse_options=opts) if hasattr(pj, "open_json") else \
+            pj.read_json(f, read_options=ropts, parse_options=opts).to_batches()
+        for batch in reader:
+            v, n = _flatten_lists(pa.chunked_array([batch.column("itl_ms")]))
+            vals.append(v)
+            lens.append(n)
+            batches.append(batch.drop_columns(["itl_ms"]))
+        out_schema = pa.schema([fd for fd in schema if fd.name != "itl_ms"])
+        tbl = pa.Table.from_batches(batches, schema=out_schema)
+        itl_vals = np.concatenate(vals) if vals else np.empty(0, ITL_DTYPE)
+        itl_lens = np.concatenate(lens) if lens else np.empty(0, np.int64)
     df = tbl.to_pandas()
     return df, itl_vals, itl_lens
+
+
+def _flatten_lists(col) -> tuple[np.ndarray, np.ndarray]:
+    """(all values, length per row) of a chunked Arrow list column, with one copy of the values."""
+    vals, lens = [], []
+    for chunk in col.chunks:
+        lens.append(chunk.value_lengths().fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64))
+        vals.append(chunk.flatten().to_numpy(zero_copy_only=False).astype(ITL_DTYPE))
+    if not vals:
+        return np.empty(0), np.empty(0, np.int64)
+    return (np.concatenate(vals) if len(vals) > 1 else vals[0]), np.concatenate(lens)
+
+
+def _parquet_batches(pf):
+    """(request ids, float32 gaps, gaps per row) per record batch: one batch of float64 alive at a time."""
+    import pyarrow as pa
+
+    for batch in pf.iter_batches(columns=["request_id", "itl_ms"], batch_size=1 << 16):
+        col = batch.column("itl_ms")
+        rid = batch.column("request_id").to_numpy(zero_copy_only=False)
+        if pa.types.is_list(col.type) or pa.types.is_large_list(col.type):
+            v, n = _flatten_lists(pa.chunked_array([col]))
+        else:  # long format: one gap per row
+            v, n = col.to_numpy(zero_copy_only=False).astype(ITL_DTYPE), np.ones(len(col), dtype=np.int64)
+        yield rid, v, n
+
+
+def _read_itl_jsonl_arrow(js: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    import pyarrow as pa
+    import pyarrow.json as pj
+
+    schema = pa.schema([("request_id", pa.string()), ("itl_ms", pa.list_(pa.float64()))])
+    opts = pj.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore")
+    tbl = pj.read_json(js, read_options=pj.ReadOptions(block_size=1 << 24), parse_options=opts)
+    vals, lens = _flatten_lists(tbl.column("itl_ms"))
+    return vals, lens, tbl.column("request_id").to_numpy(zero_copy_only=False)
 
 
 def _coerce(values: list, kind: str) -> np.ndarray | list:
@@ -287,7 +341,7 @@ def _read_requests_orjson(f: Path, with_itl: bool) -> tuple[pd.DataFrame, np.nda
                 lists = [r.get("itl_ms") or () for r in recs]
                 ln = [len(x) for x in lists]
                 lens.extend(ln)
-                itl_parts.append(np.fromiter(itertools.chain.from_iterable(lists), float, count=sum(ln)))
+                itl_parts.append(np.fromiter(itertools.chain.from_iterable(lists), ITL_DTYPE, count=sum(ln)))
     data = {c: _coerce(v, REQUEST_COLUMNS[c]) for c, v in cols.items()}
     df = pd.DataFrame(data)
     if not with_itl:
@@ -299,7 +353,9 @@ def _read_requests_orjson(f: Path, with_itl: bool) -> tuple[pd.DataFrame, np.nda
 def read_requests(f: Path, with_itl: bool) -> tuple[pd.DataFrame, np.ndarray | None, np.ndarray | None]:
     if not f.exists():
         raise UserError(f"{f}: missing (a results folder needs requests.jsonl)")
-    if f.stat().st_size == 0 or not f.read_bytes()[:4096].strip():
+    with f.open("rb") as fh:
+        head = fh.read(4096)
+    if not head.strip():
         empty = pd.DataFrame({c: _coerce([], k) for c, k in REQUEST_COLUMNS.items()})
         return empty, (np.empty(0) if with_itl else None), (np.empty(0, np.int64) if with_itl else None)
     reader = _read_requests_arrow if _arrow_available() else _read_requests_orjson
@@ -325,51 +381,63 @@ def _read_itl_side(path: Path, req: pd.DataFrame) -> tuple[np.ndarray, np.ndarra
     pq, js = path / "itl.parquet", path / "itl.jsonl"
     if pq.exists():
         try:
-            side = pd.read_parquet(pq)
+            import pyarrow.parquet as papq
         except ImportError:
             raise UserError("itl.parquet: reading it needs pyarrow (pip install pyarrow)") from None
+        try:
+            pf = papq.ParquetFile(pq)
+            batches = list(_parquet_batches(pf))
         except Exception as e:
-            raise UserError(f"itl.parquet: cannot read ({type(e).__name__})") from None
-        if "itl_ms" not in side.columns or "request_id" not in side.columns:
-            raise UserError("itl.parquet: needs columns request_id and itl_ms")
-        lists = side["itl_ms"].to_numpy()
-        if len(lists) and np.ndim(lists[0]) == 0:  # long format: one gap per row
-            lens = np.ones(len(side), dtype=np.int64)
-            vals = lists.astype(float)
-        else:
-            lens = np.fromiter((0 if x is None else len(x) for x in lists), np.int64, count=len(lists))
-            vals = np.concatenate([np.asarray(x, float) for x in lists if x is not None and len(x)]) if lens.sum() else np.empty(0)
-        rid = side["request_id"].astype(str).to_numpy()
+            raise UserError(f"itl.parquet: cannot read, needs columns request_id and itl_ms ({type(e).__name__})") from None
+        rid = np.concatenate([b[0] for b in batches]) if batches else np.empty(0, object)
+        vals = np.concatenate([b[1] for b in batches]) if batches else np.empty(0, ITL_DTYPE)
+        lens = np.concatenate([b[2] for b in batches]) if batches else np.empty(0, np.int64)
     elif js.exists():
-        import itertools
-
-        rids: list[str] = []
-        lens_l: list[int] = []
-        parts: list[np.ndarray] = []
-        with js.open("rb") as fh:
-            for n, line in enumerate(fh, 1):
-                if not line.strip():
-                    continue
-                try:
-                    r = orjson.loads(line)
-                    lst = r["itl_ms"] or []
-                    rids.append(str(r["request_id"]))
-                    lens_l.append(len(lst))
-                    parts.append(np.fromiter(itertools.chain(lst), float, count=len(lst)))
-                except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
-                    raise UserError(f"itl.jsonl line {n}: expected {{\"request_id\": ..., \"itl_ms\": [numbers]}}") from None
-        vals = np.concatenate(parts) if parts else np.empty(0)
-        lens = np.asarray(lens_l, dtype=np.int64)
-        rid = np.asarray(rids, dtype=object)
+        got = None
+        if _arrow_available():
+            try:
+                got = _read_itl_jsonl_arrow(js)
+            except Exception:
+                got = None  # fall through to the line-by-line reader, which names the bad line
+        if got is None:
+            got = _read_itl_jsonl_lines(js)
+        vals, lens, rid = got
     else:
         return None
-    key = req.set_index(req["request_id"].astype(str))
-    key = key[~key.index.duplicated(keep="last")]
-    idx = key.index.get_indexer(rid)
-    found = idx >= 0
-    step = np.where(found, key["step"].to_numpy()[idx], -1)
-    good = found & (key["ok"].to_numpy()[idx]) & ~(key["warmup"].to_numpy()[idx])
-    return vals, np.repeat(step, lens), np.repeat(good, lens)
+    req_ids = req["request_id"].to_numpy()
+    if len(rid) == len(req_ids) and bool(np.all(rid == req_ids)):
+        # written side by side, in the same order: no join needed
+        step, good = req["step"].to_numpy(), req["ok"].to_numpy() & ~req["warmup"].to_numpy()
+    else:
+        key = req.set_index(req["request_id"].astype(str))
+        key = key[~key.index.duplicated(keep="last")]
+        idx = key.index.get_indexer(np.asarray(rid).astype(str))
+        found = idx >= 0
+        step = np.where(found, key["step"].to_numpy()[idx], -1)
+        good = found & (key["ok"].to_numpy()[idx]) & ~(key["warmup"].to_numpy()[idx])
+    return vals, np.repeat(np.where(good, step, -1).astype(STEP_DTYPE), lens), np.repeat(good, lens)
+
+
+def _read_itl_jsonl_lines(js: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    import itertools
+
+    rids: list[str] = []
+    lens_l: list[int] = []
+    parts: list[np.ndarray] = []
+    with js.open("rb") as fh:
+        for n, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                r = orjson.loads(line)
+                lst = r["itl_ms"] or []
+                rids.append(str(r["request_id"]))
+                lens_l.append(len(lst))
+                parts.append(np.fromiter(itertools.chain(lst), ITL_DTYPE, count=len(lst)))
+            except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
+                raise UserError(f'itl.jsonl line {n}: expected {{"request_id": ..., "itl_ms": [numbers]}}') from None
+    vals = np.concatenate(parts) if parts else np.empty(0)
+    return vals, np.asarray(lens_l, dtype=np.int64), np.asarray(rids, dtype=object)
 
 
 def load_run(path: Path, overrides: dict | None = None, progress=None) -> RunData:
@@ -401,15 +469,17 @@ def load_run(path: Path, overrides: dict | None = None, progress=None) -> RunDat
         got = _read_itl_side(path, req)
         assert got is not None
         itl_vals, itl_steps, good = got
-        itl_vals, itl_steps = itl_vals[good], itl_steps[good]
+        if not bool(good.all()):
+            itl_vals, itl_steps = itl_vals[good], itl_steps[good]
     else:
         assert vals is not None and lens is not None
         good_req = req["ok"].to_numpy() & ~req["warmup"].to_numpy()
-        step_req = np.where(good_req, req["step"].to_numpy(), -1).astype(np.int32)
+        step_req = np.where(good_req, req["step"].to_numpy(), -1).astype(STEP_DTYPE)
         itl_steps = np.repeat(step_req, lens)
-        keep = itl_steps >= 0
-        itl_vals, itl_steps = vals[keep], itl_steps[keep]
-        del vals
+        itl_vals = vals
+        if not bool(good_req.all()) or bool((step_req < 0).any()):
+            keep = itl_steps >= 0
+            itl_vals, itl_steps = vals[keep], itl_steps[keep]
 
     telemetry = None
     tf = path / "telemetry_series.csv"
@@ -431,7 +501,7 @@ def load_run(path: Path, overrides: dict | None = None, progress=None) -> RunDat
         warnings.append(f"meta.json: {lost} request records were lost by the writer (percentiles may be biased)")
 
     return RunData(
-        path=path, requests=req, itl_values=np.asarray(itl_vals, dtype=float), itl_steps=np.asarray(itl_steps),
+        path=path, requests=req, itl_values=np.asarray(itl_vals, dtype=ITL_DTYPE), itl_steps=np.asarray(itl_steps),
         steps=steps, meta=meta, name=name, load_kind=load_kind, slo=slo, capacity=cap, telemetry=telemetry,
         warnings=warnings,
     )

@@ -20,7 +20,8 @@ LATENCY_METRICS = ("ttft_ms", "itl_ms", "tpot_ms", "e2e_ms")
 
 
 def _pcts(values: np.ndarray, prefix: str) -> dict[str, float | None]:
-    v = values[np.isfinite(values)]
+    fin = np.isfinite(values)
+    v = values if fin.all() else values[fin]
     if v.size == 0:
         return {f"{prefix}_p{p}_ms": None for p in PCTS}
     qs = np.percentile(v, PCTS)
@@ -190,6 +191,16 @@ def _split_itl(run: RunData) -> dict[int, np.ndarray]:
     """ITL gaps per step. One boolean pass per step: cheaper than sorting tens of millions of gaps."""
     out: dict[int, np.ndarray] = {}
     if run.itl_values.size == 0:
+        return out
+    s = run.itl_steps
+    # Records are written step after step (the shape drains between steps), so the gaps are
+    # usually already grouped: then each step is a slice, found by binary search.
+    if s.size and bool(np.all(s[1:] >= s[:-1])):
+        keys = np.array([st.index for st in run.steps], dtype=s.dtype)  # same dtype: no 64 M-element cast
+        los, his = np.searchsorted(s, keys, "left"), np.searchsorted(s, keys, "right")
+        for st, lo, hi in zip(run.steps, los, his, strict=True):
+            if hi > lo:
+                out[st.index] = run.itl_values[lo:hi]
         return out
     for st in run.steps:
         sel = run.itl_values[run.itl_steps == st.index]

@@ -1,0 +1,131 @@
+"""Analysis end to end on 1 000 000 synthetic request records (64 ITL gaps each): time and peak RSS.
+
+Goal (issue 6): <= 10 s and <= 2 GB on a 2-core machine. Two layouts of the documented schema:
+`itl_ms` inline in requests.jsonl, and ITL moved to the `itl.jsonl` side file. The folders are
+generated once and cached under /tmp. Each analysis runs in a fresh process (`capacity analyze`,
+reports included) so its peak RSS is its own. Prints figures; asserts nothing.
+
+    python bench/bench_analysis.py [--records N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import orjson
+
+ROOT = Path(__file__).resolve().parent.parent
+LEVELS = [1, 2, 4, 8, 16, 32, 64, 128]
+GAPS = 64
+
+
+def generate(out: Path, n: int, layout: str) -> None:
+    done = out / ".complete"
+    if done.exists():
+        return
+    out.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(1)
+    per_step = n // len(LEVELS)
+    t0 = 1_700_000_000.0
+    steps = []
+    pq_ids: list[str] = []
+    pq_lists: list[np.ndarray] = []
+    with (out / "requests.jsonl").open("wb") as f, ((out / "itl.jsonl").open("wb") if layout == "jsonl" else open(os.devnull, "wb")) as fi:
+        rid = 0
+        for k, lvl in enumerate(LEVELS):
+            window = 600.0
+            start, wend, end = t0, t0 + 5, t0 + 5 + window
+            ttft = rng.lognormal(np.log(80 * (1 + k / 2)), 0.4, per_step)
+            itl = np.round(rng.lognormal(np.log(12 + k), 0.3, (per_step, GAPS)), 3)
+            for i in range(per_step):
+                gaps = itl[i].tolist()
+                e2e = float(ttft[i]) + sum(gaps)
+                rec = {
+                    "request_id": f"r{rid}", "response_id": f"cmpl-{rid}", "prompt_id": f"p{rid % 5000}", "worker": 0,
+                    "step": k, "warmup": False, "attempt": 1, "ok": True, "status": 200, "error_kind": None,
+                    "error": None, "scheduled_unix": None, "sent_unix": wend + window * i / per_step,
+                    "ttft_ms": round(float(ttft[i]), 3), "first_visible_ms": round(float(ttft[i]), 3),
+                    "e2e_ms": round(e2e, 3), "ttft_from_schedule_ms": None, "e2e_from_schedule_ms": None,
+                    "tpot_ms": round((e2e - float(ttft[i])) / GAPS, 3), "itl_tokens": None, "prompt_tokens": 300,
+                    "output_tokens": GAPS + 1, "output_tokens_source": "usage", "client_output_tokens": None,
+                    "max_tokens": 128, "stream": True, "class": "default",
+                }
+                if layout == "jsonl":
+                    fi.write(orjson.dumps({"request_id": rec["request_id"], "itl_ms": gaps}) + b"\n")
+                elif layout == "parquet":
+                    pq_ids.append(rec["request_id"])
+                    pq_lists.append(itl[i])
+                else:
+                    rec["itl_ms"] = gaps
+                f.write(orjson.dumps(rec) + b"\n")
+                rid += 1
+            steps.append({"index": k, "kind": "concurrency", "level": lvl, "start_unix": start, "warmup_end_unix": wend,
+                          "end_unix": end, "target_rps": None, "offered_rps": None, "sent_rps": None,
+                          "achieved_rps": per_step / window, "schedule_lag_p99_ms": 1.0, "client_cpu_max_pct": 30.0,
+                          "client_limited": False, "client_limited_reason": None})
+            t0 = end + 2
+    if layout == "parquet":
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        values = pa.array(np.concatenate(pq_lists))
+        offsets = pa.array(np.arange(len(pq_lists) + 1, dtype=np.int32) * GAPS)
+        pq.write_table(pa.table({"request_id": pq_ids, "itl_ms": pa.ListArray.from_arrays(offsets, values)}),
+                       out / "itl.parquet")
+    (out / "steps.json").write_text(json.dumps({"steps": steps}))
+    (out / "meta.json").write_text(json.dumps({"model": "bench", "versions": {}}))
+    done.touch()
+
+
+def run_once(folder: Path) -> tuple[float, float, int]:
+    """Wall time and the analysing process's own peak RSS (a fresh interpreter per run)."""
+    code = (
+        "import resource, sys, time; t = time.perf_counter(); from capacity_plugins.cli import main; "
+        f"rc = main(['analyze', {str(folder)!r}, '--quiet', '--peak-qps', '100']); "
+        "print('BENCH', time.perf_counter() - t, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, rc, file=sys.stderr)"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    line = next((ln for ln in r.stderr.splitlines() if ln.startswith("BENCH")), None)
+    if line is None:
+        print(r.stderr[-2000:])
+        return float("nan"), float("nan"), r.returncode
+    _, wall, rss_kb, rc = line.split()
+    return float(wall), int(rss_kb) / 1024, int(rc)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--records", type=int, default=1_000_000)
+    args = ap.parse_args()
+    try:
+        import pyarrow  # noqa: F401
+
+        reader = "pyarrow"
+    except ImportError:
+        reader = "orjson (pyarrow not installed)"
+    print(f"records: {args.records:,} × {GAPS} ITL gaps; JSON reader: {reader}; cores: {os.cpu_count()}")
+    layouts = {"inline": "itl_ms inline", "jsonl": "itl.jsonl side file", "parquet": "itl.parquet side file"}
+    if reader != "pyarrow":
+        layouts.pop("parquet")
+    for layout, label in layouts.items():
+        folder = Path(f"/tmp/capacity_bench_analysis_{args.records}_{layout}")
+        t = time.perf_counter()
+        generate(folder, args.records, layout)
+        gen = time.perf_counter() - t
+        size = sum(f.stat().st_size for f in folder.glob("*.jsonl")) / 1e6
+        wall, rss, rc = run_once(folder)
+        print(f"{label:22s}: {size:,.0f} MB of JSONL, analyse {wall:.1f} s (goal 10 s, ratio {wall / 10:.2f}), "
+              f"peak RSS {rss:,.0f} MB (goal 2048 MB, ratio {rss / 2048:.2f}), rc {rc}"
+              + (f"  [generated in {gen:.0f} s]" if gen > 1 else ""), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
