@@ -121,6 +121,7 @@ class LLMUser(FastHttpUser):
         kind: str | None = None
         error: str | None = None
         resp = None
+        header_id = None
         cancelled: BaseException | None = None
         try:
             with gevent.Timeout(ctx.options.request_timeout_s, _RequestTimeout):
@@ -128,6 +129,7 @@ class LLMUser(FastHttpUser):
                 client = self._pool.get_client(url)
                 resp = client.request(call.method, url.request_uri, body=call.body, headers=headers)
                 status = resp.status_code
+                header_id = resp.get("x-request-id")
                 if status >= 400:
                     kind = _status_kind(status)
                     error = f"HTTP {status}: " + resp.read(_ERROR_BODY_LIMIT)[:300].decode("utf-8", "replace")
@@ -169,7 +171,8 @@ class LLMUser(FastHttpUser):
         record = RequestRecord.build(
             t,
             request_id=uuid.uuid4().hex,
-            response_id=parser.response_id,
+            # TGI/Ollama bodies carry no id; servers that set x-request-id still let records join
+            response_id=parser.response_id or header_id,
             prompt_id=getattr(sample, "id", None),
             worker=ctx.worker_index,
             step=step,
