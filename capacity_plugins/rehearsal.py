@@ -28,6 +28,7 @@ import argparse
 import logging
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -186,6 +187,19 @@ def _on_init(environment: Any, **_: Any) -> None:
         sys.stderr.write("capacity: target.url is embedded; start it with `capacity run`, or pass --host URL\n")
         sys.exit(2)
     Authority(environment, ctx, scenario).attach()
+
+
+@dataclass(frozen=True)
+class _Target:
+    url: str
+    kind: str | None = None
+
+
+@dataclass(frozen=True)
+class _Telemetry:
+    scrape: list[Any]
+    nvml: bool
+    interval_s: float
 
 
 def _schedule_for(plan: dict[str, Any], index: int) -> Any:
@@ -376,6 +390,46 @@ class Authority(_GeneratorSide):
             self.watcher = _Watcher("local")
         env.events.quitting.add_listener(self._on_quitting)
         self._write_scenario_copy()
+        self._start_telemetry()
+
+    def _start_telemetry(self) -> None:
+        """Scrape the scenario's endpoints (and the embedded simulator's /metrics) into the results folder."""
+        self.telemetry: Any = None
+        tcfg = self.scenario.telemetry
+        targets: list[Any] = list(tcfg.scrape)
+        if self.scenario.target.embedded and self.env.host:
+            targets.append(_Target(self.env.host.rstrip("/") + "/metrics", "simulator"))
+        if not targets and not tcfg.nvml:
+            return
+        try:
+            from capacity_plugins.telemetry.collector import collector_from_config
+        except ImportError:  # pragma: no cover - the telemetry part is optional
+            return
+        cfg = _Telemetry(scrape=targets, nvml=tcfg.nvml, interval_s=tcfg.interval_s)
+        try:
+            self.telemetry = collector_from_config(
+                cfg, out_dir=Path(self.ctx.results_dir), step_of=lambda t: self.timeline.lookup(t)[0]
+            )
+            self.telemetry.start()
+        except UserError as e:
+            sys.stderr.write(f"capacity: {e}\n")
+            sys.exit(2)
+        except Exception:
+            log.exception("telemetry collector did not start; the run goes on without it")
+            self.telemetry = None
+
+    def _client_cpu_rows(self, device: str, samples: list[tuple[float, float]]) -> None:
+        if getattr(self, "telemetry", None) is None or not samples:
+            return
+        rows = [
+            {"unix": u, "step": self.timeline.lookup(u)[0], "host": device, "device": device,
+             "series": "client_cpu_pct", "value": v, "unit": "%"}
+            for u, v in samples
+        ]
+        try:
+            self.telemetry.add_series_rows(rows)
+        except Exception:
+            log.debug("client CPU rows not written", exc_info=True)
 
     # -- inputs ------------------------------------------------------------------------------------------
     def _on_record(self, record: Any) -> None:
@@ -385,8 +439,10 @@ class Authority(_GeneratorSide):
         d = msg.data
         w = int(d["worker"])
         self.watch_last[w] = (float(d["unix"]), int(d["in_flight"]))
-        for unix, cpu in d.get("cpu", ()):
-            self.accounting.add_cpu(f"worker-{w}", float(unix), float(cpu))
+        samples = [(float(u), float(c)) for u, c in d.get("cpu", ())]
+        for unix, cpu in samples:
+            self.accounting.add_cpu(f"worker-{w}", unix, cpu)
+        self._client_cpu_rows(f"worker-{w}", samples)
         for step, st in (d.get("pacer") or {}).items():
             self.pacer_by_worker[(w, int(step))] = st
 
@@ -405,8 +461,10 @@ class Authority(_GeneratorSide):
 
     def _collect_local(self) -> None:
         if self.watcher is not None:
-            for unix, cpu in self.watcher.new_samples():
+            samples = self.watcher.new_samples()
+            for unix, cpu in samples:
                 self.accounting.add_cpu("local", unix, cpu)
+            self._client_cpu_rows("local", samples)
 
     def _sync_pacer_counts(self) -> None:
         self.accounting.clear_pacer()
@@ -527,3 +585,8 @@ class Authority(_GeneratorSide):
         self.write_steps()
         if self.watcher is not None:
             self.watcher.stop()
+        if getattr(self, "telemetry", None) is not None:
+            try:
+                self.telemetry.stop()
+            except Exception:
+                log.exception("stopping telemetry failed")

@@ -49,6 +49,17 @@ class ScrapeTarget(_Strict):
     def _http_url(cls, v: str) -> str:
         return _check_http_url(v)
 
+    @field_validator("kind")
+    @classmethod
+    def _known_kind(cls, v: str | None) -> str | None:
+        try:
+            from capacity_plugins.telemetry.maps import KINDS
+        except ImportError:  # pragma: no cover - telemetry is another part
+            return v
+        if v is not None and v not in KINDS:
+            raise ValueError(f"unknown kind {v!r} (known: {', '.join(KINDS)})")
+        return v
+
 
 class TargetConfig(_Strict):
     url: str
