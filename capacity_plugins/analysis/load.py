@@ -271,6 +271,8 @@ def _read_requests_arrow(f: Path, with_itl: bool) -> tuple[pd.DataFrame, np.ndar
         itl_vals = np.concatenate(vals) if vals else np.empty(0, ITL_DTYPE)
         itl_lens = np.concatenate(lens) if lens else np.empty(0, np.int64)
     df = tbl.to_pandas()
+    del tbl
+    _release_arrow_memory()
     return df, itl_vals, itl_lens
 
 
@@ -305,9 +307,29 @@ def _read_itl_jsonl_arrow(js: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]
 
     schema = pa.schema([("request_id", pa.string()), ("itl_ms", pa.list_(pa.float64()))])
     opts = pj.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore")
-    tbl = pj.read_json(js, read_options=pj.ReadOptions(block_size=1 << 24), parse_options=opts)
-    vals, lens = _flatten_lists(tbl.column("itl_ms"))
-    return vals, lens, tbl.column("request_id").to_numpy(zero_copy_only=False)
+    ropts = pj.ReadOptions(block_size=1 << 24)
+    reader = pj.open_json(js, read_options=ropts, parse_options=opts) if hasattr(pj, "open_json") else \
+        pj.read_json(js, read_options=ropts, parse_options=opts).to_batches()
+    vals, lens, rids = [], [], []
+    for batch in reader:
+        v, n = _flatten_lists(pa.chunked_array([batch.column("itl_ms")]))
+        vals.append(v)
+        lens.append(n)
+        rids.append(batch.column("request_id").to_numpy(zero_copy_only=False))
+    _release_arrow_memory()
+    if not vals:
+        return np.empty(0, ITL_DTYPE), np.empty(0, np.int64), np.empty(0, object)
+    return np.concatenate(vals), np.concatenate(lens), np.concatenate(rids)
+
+
+def _release_arrow_memory() -> None:
+    """Hand Arrow's freed parse buffers back to the OS (its allocator keeps them otherwise)."""
+    try:
+        import pyarrow as pa
+
+        pa.default_memory_pool().release_unused()
+    except Exception:  # older pyarrow: nothing to release
+        pass
 
 
 def _coerce(values: list, kind: str) -> np.ndarray | list:
@@ -392,6 +414,8 @@ def _read_itl_side(path: Path, req: pd.DataFrame) -> tuple[np.ndarray, np.ndarra
         rid = np.concatenate([b[0] for b in batches]) if batches else np.empty(0, object)
         vals = np.concatenate([b[1] for b in batches]) if batches else np.empty(0, ITL_DTYPE)
         lens = np.concatenate([b[2] for b in batches]) if batches else np.empty(0, np.int64)
+        del batches
+        _release_arrow_memory()
     elif js.exists():
         got = None
         if _arrow_available():
