@@ -210,6 +210,10 @@ def test_from_mapping_names_the_field():
         SimConfig.from_mapping({"prefix_cache": "yes"}, where="x")
     with pytest.raises(UserError, match=r"^target\.simulator: must be a mapping"):
         SimConfig.from_mapping([1])
+    with pytest.raises(UserError, match=r"^max_num_seqs: must be a positive integer$"):
+        SimConfig(max_num_seqs=0)
+    with pytest.raises(UserError, match=r"^target\.simulator\.kv_cache_tokens: must be at least max_model_len"):
+        SimConfig.from_mapping({"kv_cache_tokens": 100})
     cfg = SimConfig.from_mapping({"max_num_seqs": 4, "decode_base_ms": 5, "prefix_cache": True})
     assert cfg == SimConfig(max_num_seqs=4, decode_base_ms=5.0, prefix_cache=True)
 
@@ -221,3 +225,37 @@ def test_to_argv_round_trips_through_the_cli_parser():
     ns = build_parser().parse_args(cfg.to_argv())
     assert SimConfig.from_namespace(ns) == cfg
     assert SimConfig().to_argv() == []
+
+
+# -- process lifecycle ----------------------------------------------------------------------------
+def test_capacity_simulate_serves_until_sigterm():
+    import signal
+
+    proc = subprocess.Popen([sys.executable, "-m", "capacity_plugins.cli", "simulate", "--port", "0",
+                             "--max-num-seqs", "2"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        line = proc.stdout.readline()
+        assert line.startswith("capacity-simulator ready on http://127.0.0.1:")
+        port = int(line.rsplit(":", 1)[1])
+        assert request(port, "GET", "/health").status == 200
+        assert 'max_num_seqs="2"' in request(port, "GET", "/metrics").body.decode()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=10) == 0
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_launcher_reports_a_simulator_that_dies_at_start(tmp_path):
+    from capacity_plugins.errors import RunError
+    from capacity_plugins.simulator.launch import SimulatorProcess
+
+    with pytest.raises(RunError, match=r"exited with code 2 before it was ready: .*--truth-log: folder"):
+        SimulatorProcess(truth_log=tmp_path / "missing" / "truth.jsonl")
+
+
+def test_simulator_exits_when_its_launcher_goes_away(start_simulator):
+    sim = start_simulator()
+    sim._proc.stdin.close()  # what the kernel does when the launching process dies
+    assert sim._proc.wait(timeout=10) == 0

@@ -61,15 +61,19 @@ class SimConfig:
             if key not in known:
                 raise UserError(f"{where}.{key}: unknown simulator setting (known: {', '.join(known)})")
             values[key] = _coerce(value, known[key].type, f"{where}.{key}")
-        config = cls(**values)
-        config.validate(lambda name: f"{where}.{name}")
-        return config
+        try:
+            return cls(**values)
+        except _FieldError as e:
+            raise UserError(f"{where}.{e.field}: {e.why}") from None
 
-    def validate(self, name_of: Any = lambda name: name) -> None:
-        """Raise UserError naming the first field out of range."""
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        """Raise UserError (`field: why`) for the first field out of range."""
 
         def bad(field: str, why: str) -> UserError:
-            return UserError(f"{name_of(field)}: {why}")
+            return _FieldError(field, why)
 
         for field in ("max_model_len", "max_num_seqs", "kv_cache_tokens", "block_size",
                       "default_max_tokens", "tokens_per_write", "gpu_memory_mib"):
@@ -122,12 +126,20 @@ class SimConfig:
 
     @classmethod
     def from_namespace(cls, ns: argparse.Namespace) -> SimConfig:
-        config = cls(**{f.name: getattr(ns, f.name) for f in fields(cls)})
-        config.validate(lambda name: "--" + name.replace("_", "-"))
-        return config
+        try:
+            return cls(**{f.name: getattr(ns, f.name) for f in fields(cls)})
+        except _FieldError as e:
+            raise UserError(f"--{e.field.replace('_', '-')}: {e.why}") from None
 
     def replace(self, **changes: Any) -> SimConfig:
         return dataclasses.replace(self, **changes)
+
+
+class _FieldError(UserError):
+    def __init__(self, field: str, why: str) -> None:
+        super().__init__(f"{field}: {why}")
+        self.field = field
+        self.why = why
 
 
 _HELP = {
