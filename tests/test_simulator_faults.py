@@ -259,3 +259,48 @@ def test_simulator_exits_when_its_launcher_goes_away(start_simulator):
     sim = start_simulator()
     sim._proc.stdin.close()  # what the kernel does when the launching process dies
     assert sim._proc.wait(timeout=10) == 0
+
+
+def test_all_faults_at_once_every_request_ends_and_the_engine_drains(start_simulator, tmp_path):
+    import random
+
+    from capacity_plugins.simulator.rawclient import Connection
+
+    truth = tmp_path / "t.jsonl"
+    sim = start_simulator(truth_log=truth, max_num_seqs=3, decode_base_ms=1.0, decode_per_seq_ms=0.2,
+                          error_rate=0.1, queue_limit_429=5, disconnect_prob=0.2, stall_prob=0.2, stall_s=0.05,
+                          malformed_prob=0.2, stream_error_prob=0.2, reasoning_tokens=2, tokens_per_write=2,
+                          prefix_cache=True)
+    bodies = [
+        ("/v1/chat/completions", lambda s, n: {**chat_body(n, s)}),
+        ("/v1/completions", lambda s, n: {"prompt": "abc " * n, "max_tokens": n, "stream": s}),
+        ("/generate_stream", lambda s, n: {"inputs": "x " * n, "parameters": {"max_new_tokens": n}}),
+        ("/generate", lambda s, n: {"inputs": "x", "parameters": {"max_new_tokens": n, "details": True}}),
+        ("/api/chat", lambda s, n: {"model": "sim-model", "messages": [{"role": "user", "content": "y"}],
+                                    "stream": s, "options": {"num_predict": n}}),
+        ("/api/generate", lambda s, n: {"model": "sim-model", "prompt": "y", "stream": s,
+                                        "options": {"num_predict": n}}),
+    ]
+    sent = []
+
+    def client(seed: int) -> None:
+        rng = random.Random(seed)
+        for _ in range(15):
+            path, make = rng.choice(bodies)
+            with Connection(sim.port, timeout=10) as conn:
+                sent.append(conn.request("POST", path, make(rng.random() < 0.5, rng.randint(1, 20))).status)
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    rows = truth_rows(truth, len(sent))
+    assert len(rows) == len(sent) == 90
+    kinds = {r["error_kind"] for r in rows}
+    assert {None, "http_5xx", "stream_cut", "malformed", "server_error"} <= kinds
+    metrics = request(sim.port, "GET", "/metrics").body.decode()
+    assert 'vllm:num_requests_running{engine="0",model_name="sim-model"} 0.0' in metrics
+    assert 'vllm:kv_cache_usage_perc{engine="0",model_name="sim-model"} 0.0' in metrics
+    sim._stderr.seek(0)
+    assert sim._stderr.read() == b""  # no exception escaped a callback
