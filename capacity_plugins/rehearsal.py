@@ -25,6 +25,7 @@ Per process, after the measurement plugin has built `environment.capacity`:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import sys
 import time
@@ -187,6 +188,29 @@ def _on_init(environment: Any, **_: Any) -> None:
         sys.stderr.write("capacity: target.url is embedded; start it with `capacity run`, or pass --host URL\n")
         sys.exit(2)
     Authority(environment, ctx, scenario).attach()
+
+
+def _sigterm_interrupts_shape() -> None:
+    """Make SIGTERM stop a headless shape run cleanly, like Ctrl-C.
+
+    Locust installs its SIGTERM handler only after a headless shape run has ended
+    (main.start_automatic_run blocks in shape_greenlet.join() first), so a SIGTERM during the
+    rehearsal (Kubernetes, CI timeouts, `capacity run`) would kill the process without a stop:
+    no cancelled records, no meta.json. Until then, turn it into the KeyboardInterrupt that Locust
+    already handles there (stop users, quit, write everything).
+    """
+    import signal
+
+    import greenlet
+
+    main = greenlet.getcurrent()  # init fires in the main greenlet, which will wait in join()
+
+    def interrupt() -> None:
+        if not main.dead:
+            main.throw(KeyboardInterrupt)
+
+    with contextlib.suppress(ValueError):  # not the main thread (library use): leave signals alone
+        gevent.signal_handler(signal.SIGTERM, interrupt)
 
 
 @dataclass(frozen=True)
@@ -389,8 +413,11 @@ class Authority(_GeneratorSide):
             self.attach_generator()
             self.watcher = _Watcher("local")
         env.events.quitting.add_listener(self._on_quitting)
+        env.events.test_stopping.add_listener(self._clip_interrupted)
         self._write_scenario_copy()
         self._start_telemetry()
+        if getattr(env.parsed_options, "headless", False):
+            _sigterm_interrupts_shape()
 
     def _start_telemetry(self) -> None:
         """Scrape the scenario's endpoints (and the embedded simulator's /metrics) into the results folder."""
@@ -577,7 +604,26 @@ class Authority(_GeneratorSide):
         except Exception:
             log.exception("writing the scenario copy failed")
 
+    def _clip_interrupted(self, **_: Any) -> None:
+        """A stop before the shape finished: the running step's window ends now, not when planned,
+        so its rates are per second actually measured."""
+        if self.timeline.finished or self.shape is None or self.shape.current is None:
+            return
+        step = self.shape.current
+        now = time.time()
+        if step.drain_end_unix is None:
+            step.end_unix = max(min(step.end_unix, now), step.warmup_end_unix)
+            step.drain_end_unix = now
+            step.interrupted = True
+            plan = self._plan_message(step.index)
+            if plan is not None:  # offered = arrivals scheduled in the window actually measured
+                p = self.plans_list[step.index]
+                step.offered = offered_in_window(
+                    _schedule_for(plan, step.index), p.warmup_s, step.end_unix - step.start_unix
+                )
+
     def _on_quitting(self, **_: Any) -> None:
+        self._clip_interrupted()
         self.ctx.extra_meta["complete"] = self.timeline.finished
         self.ctx.extra_meta["steps_run"] = len(self.timeline.steps)
         if not self.timeline.finished:

@@ -243,8 +243,9 @@ class _Interrupted:
 
 
 def _run_child(cmd: list[str], env: dict[str, str]) -> tuple[int, bool]:
-    """Run Locust in its own session; Ctrl-C / SIGTERM here become one SIGTERM to its whole group
-    (Locust shuts down cleanly on SIGTERM: users stopped, in-flight requests recorded as cancelled)."""
+    """Run Locust in its own session (a terminal's Ctrl-C reaches only us); Ctrl-C / SIGTERM here
+    become one SIGINT to Locust, which stops cleanly on it: users stopped, in-flight requests
+    recorded as cancelled, files written. A second Ctrl-C kills the whole group."""
     state = _Interrupted()
     proc = subprocess.Popen(cmd, env=env, start_new_session=True)
 
@@ -252,7 +253,10 @@ def _run_child(cmd: list[str], env: dict[str, str]) -> tuple[int, bool]:
         if state.signal is None:
             state.signal = signum
             print("\n[capacity] stopping: in-flight requests are recorded as cancelled …", file=sys.stderr, flush=True)
-            _signal_group(proc, signal.SIGTERM)
+            # Only the Locust master/local process: it stops its workers itself and waits for their
+            # last records; signalling the workers too would make them quit before shipping those.
+            with contextlib.suppress(ProcessLookupError):
+                proc.send_signal(signal.SIGINT)
         else:  # a second Ctrl-C: stop waiting
             _signal_group(proc, signal.SIGKILL)
 

@@ -41,6 +41,8 @@ class Step:
     drain_end_unix: float | None = None
     # Open-loop steps: arrivals in the global schedule that fall in the measured window (known in advance).
     offered: int | None = None
+    # The run was stopped during this step; end_unix is then the stop time.
+    interrupted: bool = False
 
     @property
     def window_s(self) -> float:
@@ -217,6 +219,7 @@ class StepAccounting:
             "client_cpu_max_pct": cpu_max,
             "client_limited": bool(reasons),
             "client_limited_reason": "; ".join(reasons) or None,
+            "interrupted": step.interrupted,
         }
 
     def document(self, extra: dict[str, Any] | None = None) -> dict[str, Any]:
