@@ -193,47 +193,92 @@ class LLMUser(FastHttpUser):
         return record
 
     def _read_stream(self, resp: Any, parser: Any, t: Timings) -> None:
-        """Read the body line by line as it arrives; stamp each output event."""
+        """Read the body as it arrives; stamp each output event with the time its bytes arrived.
+
+        Every complete line already buffered is handled in one pass with one timestamp (the
+        moment the recv that brought them returned): lines that arrived together *are*
+        simultaneous, and this halves the per-event cost compared with one readline() per line
+        (bench_client.py). Works on geventhttpclient's response buffer; falls back to
+        readline(b"\\n") if that internal layout ever changes.
+        """
         decoder = SSEDecoder() if parser.framing == "sse" else NDJSONDecoder()
+        buf = getattr(resp, "_body_buffer", None)
+        if not isinstance(buf, bytearray) or not hasattr(resp, "feed"):
+            self._read_stream_readline(resp, parser, t, decoder)
+            return
         feed = decoder.feed
         event = parser.event
-        readline = resp.readline
         token_ns = t.token_ns
         chunk_tokens = t.chunk_tokens
+        block_size = getattr(resp, "block_size", 65536)
         while True:
-            line = readline(b"\n")
-            if not line:
-                # the message is complete; a last line without "\n" is still in the buffer
-                rest = resp.read()
-                if not rest:
-                    break
-                line = rest
-            now = perf_counter_ns()
-            data = feed(line)
-            if data is None:
+            cut = buf.rfind(b"\n")
+            if cut >= 0:
+                block = bytes(buf[: cut + 1])
+                del buf[: cut + 1]
+                now = perf_counter_ns()
+                for line in block.split(b"\n")[:-1]:
+                    data = feed(line)
+                    if data is None:
+                        continue
+                    what = event(data)
+                    if what:
+                        if t.first_token_ns is None:
+                            t.first_token_ns = now
+                        if what == VISIBLE and t.first_visible_ns is None:
+                            t.first_visible_ns = now
+                        token_ns.append(now)
+                        chunk_tokens.append(parser.chunk_tokens)
+                    if parser.error is not None:
+                        t.end_ns = perf_counter_ns()
+                        return
                 continue
-            what = event(data)
-            if what:
-                if t.first_token_ns is None:
-                    t.first_token_ns = now
-                if what == VISIBLE and t.first_visible_ns is None:
-                    t.first_visible_ns = now
-                token_ns.append(now)
-                chunk_tokens.append(parser.chunk_tokens)
+            if resp.message_complete:
+                break
+            sock = resp._sock
+            if sock is None:
+                raise HTTPConnectionClosed("connection closed mid-body")
+            try:
+                data = sock.recv(block_size)
+                resp.feed(data)
+            except BaseException:
+                resp.release()
+                raise
+            if not data and not resp.message_complete:
+                raise HTTPConnectionClosed("connection closed mid-body")
+        if buf:  # a last line without "\n"
+            tail = bytes(buf)
+            del buf[:]
+            self._event_at(decoder.feed(tail), parser, t, perf_counter_ns())
+        self._event_at(decoder.flush(), parser, t, perf_counter_ns())
+        t.end_ns = perf_counter_ns()
+
+    def _read_stream_readline(self, resp: Any, parser: Any, t: Timings, decoder: Any) -> None:
+        while True:
+            line = resp.readline(b"\n")
+            if not line:
+                line = resp.read()  # the message is complete; a last line without "\n"
+                if not line:
+                    break
+            self._event_at(decoder.feed(line), parser, t, perf_counter_ns())
             if parser.error is not None:
                 break
-        tail = decoder.flush()
-        if tail is not None and parser.error is None:
-            now = perf_counter_ns()
-            what = event(tail)
-            if what >= OUTPUT:
-                if t.first_token_ns is None:
-                    t.first_token_ns = now
-                if what == VISIBLE and t.first_visible_ns is None:
-                    t.first_visible_ns = now
-                token_ns.append(now)
-                chunk_tokens.append(parser.chunk_tokens)
+        if parser.error is None:
+            self._event_at(decoder.flush(), parser, t, perf_counter_ns())
         t.end_ns = perf_counter_ns()
+
+    @staticmethod
+    def _event_at(data: bytes | None, parser: Any, t: Timings, now: int) -> None:
+        if data is None or parser.error is not None:
+            return
+        what = parser.event(data)
+        if what >= OUTPUT:
+            if t.first_token_ns is None:
+                t.first_token_ns = now
+            if what == VISIBLE and t.first_visible_ns is None:
+                t.first_visible_ns = now
+            t.token_ns.append(now)
+            t.chunk_tokens.append(parser.chunk_tokens)
 
     def _finish(self, record: RequestRecord) -> None:
         ctx = self.ctx
