@@ -34,13 +34,15 @@ def marginal_gain_knee(levels: list[float], xs: list[float], latency: list[float
         return _no_knee("users", "marginal_gain", "fewer than two valid levels: no sweep to judge")
     x = np.asarray(xs, float)
     run_max = np.maximum.accumulate(x)
-    gains = [None] + [float(x[k] / run_max[k - 1] - 1) if run_max[k - 1] > 0 else math.inf for k in range(1, len(x))]
+    # gains[0] is undefined (nothing before the first level); math.nan compares False everywhere
+    gains: list[float] = [math.nan] + [float(x[k] / run_max[k - 1] - 1) if run_max[k - 1] > 0 else math.inf
+                                       for k in range(1, len(x))]
     for i in range(len(levels) - 1):
         # a knee at i: every level after it (up to two) gains < 10 % over the best so far
         following = [k for k in range(i + 1, min(i + 3, len(levels)))]
-        if not all(gains[k] is not None and gains[k] < GAIN_MIN for k in following):
+        if not all(gains[k] < GAIN_MIN for k in following):
             continue
-        if i > 0 and gains[i] is not None and gains[i] < GAIN_MIN:
+        if i > 0 and gains[i] < GAIN_MIN:
             continue  # i itself is already on the flat: the knee was earlier (or absent)
         confirm = len(following)
         confidence = "high" if confirm >= 2 else "low"

@@ -166,7 +166,7 @@ def read_scenario(path: Path) -> tuple[str | None, str | None, dict, dict]:
         raise UserError(f"scenario.yaml{line}: invalid YAML") from None
     if not isinstance(doc, dict):
         raise UserError("scenario.yaml: expected a mapping at the top level")
-    load = doc.get("load") if isinstance(doc.get("load"), dict) else {}
+    load: dict = doc["load"] if isinstance(doc.get("load"), dict) else {}
     slo = doc.get("slo") or {}
     cap = doc.get("capacity") or {}
     if not isinstance(slo, dict):
@@ -519,7 +519,7 @@ def load_run(path: Path, overrides: dict | None = None, progress=None) -> RunDat
         telemetry["unix"] = pd.to_numeric(telemetry["unix"], errors="coerce")
         if "step" in telemetry.columns:
             telemetry["step"] = pd.to_numeric(telemetry["step"], errors="coerce")
-    records = meta.get("records") if isinstance(meta.get("records"), dict) else {}
+    records: dict = meta["records"] if isinstance(meta.get("records"), dict) else {}
     lost = records.get("lost") or meta.get("lost_records")
     if lost:
         warnings.append(f"meta.json: {lost} request records were lost by the writer (percentiles may be biased)")

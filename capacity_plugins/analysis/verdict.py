@@ -126,7 +126,8 @@ def decide(rows, knee, capacity, plan, telemetry_present: bool, slo) -> dict[str
     need_more = cur is None or (nodes is not None and nodes > cur)
     if gpu_busy and e2e_p99 is not None and e2e_p99 > 2000 and need_more:
         g = gpu_busy[0]
-        reasons.append(f"GPU util {_fmt(g.get('gpu_util_pct'), ' %')} / KV cache {_fmt((g.get('kv_cache_usage_max') or 0) * 100, ' %')}"
+        kv = g.get("kv_cache_usage_max")
+        reasons.append(f"GPU util {_fmt(g.get('gpu_util_pct'), ' %')} / KV cache {_fmt(kv * 100 if kv is not None else None, ' %')}"
                        f" at level {g['level']:g}, E2E P99 {e2e_p99 / 1000:.1f} s > 2 s at the forecast peak")
         reasons.append(f"plan: {nodes} node(s)" + (f" vs {cur} current" if cur is not None else ""))
         return result("scale")
