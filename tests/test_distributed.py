@@ -127,3 +127,52 @@ def test_worker_with_a_different_corpus_refuses(fake_llm, tmp_path):  # noqa: F8
 
 if __name__ == "__main__":
     pytest.main([__file__, "-q"])
+
+
+def test_killed_worker_loses_at_most_its_last_second(fake_llm, tmp_path):  # noqa: F811
+    import signal
+
+    port = free_port()
+    env = env_with(DIST_TEST_KEY=KEY)
+    master = subprocess.Popen(
+        [LOCUST, "-f", LOCUSTFILE, "--master", "--master-bind-host", "127.0.0.1", "--master-bind-port", str(port),
+         "--headless", "--expect-workers", "2", "-u", "4", "-r", "4", "-t", "7s", "--only-summary",
+         *llm_args(fake_llm, tmp_path)],
+        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    workers = [
+        subprocess.Popen([LOCUST, "-f", LOCUSTFILE, "--worker", "--master-port", str(port)],
+                         cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        for _ in range(2)
+    ]
+    try:
+        deadline = time.time() + 30
+        out = tmp_path / "out" / "requests.jsonl"
+        # wait until both workers have shipped records, then kill one hard
+        while time.time() < deadline:
+            if out.exists() and {r["worker"] for r in records(tmp_path / "out")} == {0, 1}:
+                break
+            time.sleep(0.2)
+        time.sleep(1.5)
+        workers[1].send_signal(signal.SIGKILL)
+        kill_unix = time.time()
+        logs = master.communicate(timeout=90)[0]
+        workers[0].communicate(timeout=30)
+    finally:
+        for proc in (master, *workers):
+            if proc.poll() is None:
+                proc.kill()
+    recs = records(tmp_path / "out")
+    meta = orjson.loads((tmp_path / "out" / "meta.json").read_bytes())
+    finals = {int(w): v["final_batch"] for w, v in meta["records"]["by_worker"].items()}
+    assert sorted(finals.values()) == [False, True], meta["records"]
+    dead = next(w for w, final in finals.items() if not final)
+    dead_recs = [r for r in recs if r["worker"] == dead]
+    last_end = max(r["sent_unix"] + r["e2e_ms"] / 1000.0 for r in dead_recs)
+    # shipped at least every second: what the dead worker finished more than ~1 s before the kill
+    # reached the master (0.5 s slack for a loaded box)
+    assert last_end >= kill_unix - 1.5, (kill_unix - last_end, len(dead_recs))
+    assert meta["records"]["lost"] == 0  # nothing it *reported* went missing
+    alive = [r for r in recs if r["worker"] != dead]
+    assert max(r["sent_unix"] for r in alive) > kill_unix  # the swarm went on without it
+    assert "Traceback" not in logs, logs[-3000:]

@@ -162,3 +162,46 @@ def test_missing_api_key_env_and_unknown_dialect_are_user_errors(fake_llm, tmp_p
         make(fake_llm, tmp_path, api_key_env="NOPE_KEY_XYZ")
     with pytest.raises(UserError, match="unknown dialect"):
         make(fake_llm, tmp_path, dialect="grpc-magic")
+
+
+def test_seams_pacer_step_provider_listeners_extra_meta(fake_llm, tmp_path):  # noqa: F811
+    import time
+
+    env, ctx, user, fired = make(fake_llm, tmp_path)
+
+    class Pacer:
+        def __init__(self):
+            self.calls = 0
+
+        def wait_next(self):
+            self.calls += 1
+            if self.calls == 1:
+                return None  # no arrival now: the user idles and asks again
+            return time.time() - 0.050  # this arrival was due 50 ms ago
+
+    ctx.pacer = Pacer()
+    ctx.step_provider = lambda now: (3, True)
+    seen = []
+    ctx.record_listeners.append(seen.append)
+    ctx.record_listeners.insert(0, lambda r: 1 / 0)  # a broken listener must not lose the record
+    ctx.extra_meta["scenario"] = "unit"
+    user.llm_request()  # pacer says "nothing now": no request
+    assert fired == []
+    user.llm_request()
+    assert len(seen) == 1 and len(fired) == 1
+    r = seen[0]
+    assert (r.step, r.warmup) == (3, True)
+    assert r.scheduled_unix is not None and r.sent_unix - r.scheduled_unix >= 0.049
+    assert r.ttft_from_schedule_ms >= r.ttft_ms + 49 and r.e2e_from_schedule_ms >= r.e2e_ms + 49
+    env.events.quitting.fire(environment=env)
+    meta = orjson.loads((tmp_path / "out" / "meta.json").read_bytes())
+    assert meta["scenario"] == "unit"
+    assert lines(ctx)[0]["step"] == 3
+
+
+def test_reset_stats_clears_llm_stats(fake_llm, tmp_path):  # noqa: F811
+    env, ctx, user, fired = make(fake_llm, tmp_path)
+    user.call(ctx.next_sample())
+    assert ctx.llm_stats.rows()[0]["requests"] == 1
+    env.events.reset_stats.fire()
+    assert all(r["requests"] == 0 for r in ctx.llm_stats.rows())

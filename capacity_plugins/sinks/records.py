@@ -170,14 +170,15 @@ class RecordsSink:
 
 def install_master_quit_wait(runner: Any, sink: RecordsSink, ran: Callable[[], bool]) -> None:
     """Make MasterRunner.quit() stop the workers and wait for their final record batches first."""
-    from locust.runners import STATE_INIT, STATE_STOPPED, STATE_STOPPING
+    from locust.runners import STATE_INIT, STATE_MISSING, STATE_STOPPED, STATE_STOPPING
 
     original_quit = runner.quit
 
     def quit_after_final_records() -> None:
         try:
             if ran():
-                expected = {runner.get_worker_index(c.id) for c in runner.clients.all}
+                # a worker already marked missing (killed, no heartbeat) will never send a final batch
+                expected = {runner.get_worker_index(c.id) for c in runner.clients.all if c.state != STATE_MISSING}
                 if runner.state not in (STATE_INIT, STATE_STOPPED, STATE_STOPPING):
                     runner.stop()  # sends stop to workers, waits until they report zero users
                 sink.wait_for_finals({i for i in expected if i is not None})
