@@ -177,3 +177,12 @@ def test_interrupted_run_and_lost_records_are_reported(tmp_path):
     assert any("interrupted" in w for w in s["warnings"]) and any("5 request records were lost" in w for w in s["warnings"])
     assert {i["id"]: i["status"] for i in s["checklist"]}["pre.3_batch_runs"] == "fail"
     assert s["meta"]["records"]["lost"] == 5
+
+
+def test_capacity_is_the_best_passing_step_when_throughput_dips(tmp_path):
+    # seen on a real simulator sweep: 4 users 20 rps, 8 users 17.3 rps, SLO held throughout
+    p = make_results(tmp_path, levels=[1, 2, 4, 8], rps=[7, 10.7, 20, 17.3], e2e_p50_ms=[120, 160, 200, 440],
+                     e2e_p99_ms=[290, 390, 300, 640])
+    cap = summarise(load_run(p))["capacity"]
+    assert cap["method"] == "never_failed"
+    assert cap["per_node_rps"] == pytest.approx(20) and cap["per_node_concurrency"] == 4

@@ -83,10 +83,24 @@ def test_rate_knee_uses_offered_not_target():
 
 
 def test_rate_sweep_knee_through_the_pipeline(tmp_path):
-    p = make_results(tmp_path, kind="rate", levels=[2, 4, 6, 8, 10], rps=[2, 4, 6, 7, 7],
+    # 60 s steps: long enough that a 12 % shortfall is not counting noise (see boundary_noise)
+    p = make_results(tmp_path, kind="rate", levels=[2, 4, 6, 8, 10], rps=[2, 4, 6, 7, 7], window_s=60,
                      offered_rps=[2, 4, 6, 8, 10], e2e_p50_ms=[300, 320, 400, 3000, 6000],
                      e2e_p99_ms=[400, 420, 600, 5000, 9000])
     s = summarise(load_run(p))
     assert s["sweep_kind"] == "rate"
     assert s["knee"]["value"] == 6 and s["knee"]["unit"] == "rps"
     assert all(r["open_loop"] for r in s["steps"])
+
+
+def test_short_rate_steps_do_not_fake_a_knee_from_boundary_counting():
+    from capacity_plugins.analysis.knee import boundary_noise
+
+    # real simulator run: 5 s steps at 10 rps, E2E ~200 ms: 92.5 % achieved is counting noise
+    short = boundary_noise(10.6, 200.0, 5.0)
+    assert 0.05 < short < 0.15
+    assert rate_knee([5, 10, 15], [5, 9.8, 14.5], [5, 10.6, 15], [0, short, short])["value"] is None
+    # saturation grows the deficit with the window: a 60 s step at 70 % is a knee whatever the noise
+    long = boundary_noise(15, 200.0, 60.0)
+    k = rate_knee([5, 10, 15], [5, 10, 10.5], [5, 10, 15], [0, long, long])
+    assert k["value"] == 10 and long < 0.02

@@ -75,8 +75,9 @@ def capacity_under_slo(rows: list[dict[str, Any]], slo: SLOConfig, cap: Capacity
         out["notes"].append(f"the SLO fails already at the lowest level {fail['level']:g}: capacity 0 under this SLO")
         return out
     if first_fail is None:
-        top = valid[-1]
-        out.update(method="never_failed", last_pass_level=top["level"],
+        # The best passing step, not simply the last: past saturation throughput can dip.
+        top = max(valid, key=lambda r: (r["rps"] or 0.0, -r["level"]))
+        out.update(method="never_failed", last_pass_level=valid[-1]["level"],
                    per_node_rps=(top["rps"] or 0.0) / replicas)
         if sweep_kind == "concurrency":
             out["per_node_concurrency"] = top["level"] / replicas
@@ -101,6 +102,11 @@ def capacity_under_slo(rows: list[dict[str, Any]], slo: SLOConfig, cap: Capacity
         f_lvl = _interp(passed["level"], fail["level"], e0, e1, slo.error_rate) if e1 > e0 else passed["level"]
     else:
         f_rps, f_lvl = x0, passed["level"]
+    best = max(valid[:first_fail], key=lambda r: (r["rps"] or 0.0, -r["level"]))
+    if (best["rps"] or 0.0) > f_rps:
+        # an earlier passing step carried more than the interpolated point (throughput dipped)
+        f_rps, f_lvl = best["rps"] or 0.0, best["level"]
+        out["notes"].append(f"throughput peaked at level {best['level']:g} before the SLO failed: capacity taken there")
     out.update(method="interpolated", limiting_slo=metric, last_pass_level=passed["level"],
                first_fail_level=fail["level"], per_node_rps=f_rps / replicas,
                last_pass_rps=x0 / replicas, first_fail_rps=x1 / replicas)

@@ -10,6 +10,7 @@ peak; without one, when any valid step missed the SLO (a peak rehearsal that fai
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -103,6 +104,17 @@ def main(argv: list[str] | None = None) -> int:
         summary = pipeline.analyze(args.results_dir, overrides=overrides, progress=progress, report=False)
     else:
         summary = analyze(args.results_dir, overrides=overrides, progress=progress)
+    try:
+        _print_summary(args, summary, dumps_json, markdown, headline)
+    except BrokenPipeError:  # `capacity analyze … | head`: the reader left, the files are written
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    failed = gate(summary, args.fail_on_slo, args.fail_on_verdict)
+    for f in failed:
+        print(f"capacity analyze: {f}", file=sys.stderr)
+    return EXIT_GATE_FAILED if failed else 0
+
+
+def _print_summary(args, summary, dumps_json, markdown, headline) -> None:
     if args.format == "json":
         print(dumps_json(summary))
     elif args.format == "md":
@@ -113,7 +125,4 @@ def main(argv: list[str] | None = None) -> int:
             print(f"warning: {w}")
         print(f"report: {args.results_dir / 'report.html'}" if not args.no_report else
               f"summary: {args.results_dir / 'summary.json'}")
-    failed = gate(summary, args.fail_on_slo, args.fail_on_verdict)
-    for f in failed:
-        print(f"capacity analyze: {f}", file=sys.stderr)
-    return EXIT_GATE_FAILED if failed else 0
+    sys.stdout.flush()
