@@ -121,4 +121,4 @@ def get_context(environment: Any) -> RunContext:
     ctx = getattr(environment, "capacity", None)
     if ctx is None:
         raise RuntimeError("capacity plugin not registered on this environment (plugin.register)")
-    return ctx  # type: ignore[no-any-return]
+    return ctx  # type: ignore[no-any-return, unused-ignore]

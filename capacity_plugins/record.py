@@ -9,6 +9,39 @@ definition of TTFT / ITL / TPOT / E2E for every dialect:
 - ITL = gaps between consecutive output events (chunk gaps; a k-token chunk is one gap)
 - TPOT = (last_token − first_token) / (output_tokens − 1), null when output_tokens ≤ 1
 - E2E = end − sent (end = body fully read or the failure seen)
+
+requests.jsonl schema (one JSON object per request *attempt*, appended as it ends):
+
+| field | meaning |
+|---|---|
+| request_id | client-made unique id of this attempt (hex) |
+| response_id | the server's `id` (or its `x-request-id` header); null when neither exists |
+| prompt_id | corpus sample id |
+| worker | index of the load-generating process (0 in a local run) |
+| step, warmup | load step index (null outside a shape) and whether it was sent in the step's warm-up |
+| attempt | 1 for the first try; retries (--retries) are further lines with 2, 3, … |
+| ok, status | no error; HTTP status (0 when no response) |
+| error_kind | http_4xx, http_429, http_5xx, connect, timeout, stream_cut, malformed, server_error, cancelled, or null |
+| error | short message (server text truncated to 300 chars; never headers or keys) |
+| scheduled_unix | open loop: when the request was due; null in closed loop |
+| sent_unix | wall clock at send |
+| ttft_ms | first chunk carrying output on any channel (content, reasoning, tool call) − sent; null without streaming |
+| first_visible_ms | first non-empty content − sent |
+| e2e_ms | last byte (or failure) − sent |
+| ttft_from_schedule_ms, e2e_from_schedule_ms | the same from scheduled_unix (what users feel in open loop) |
+| tpot_ms | (last token − first token) / (output_tokens − 1); null when output_tokens ≤ 1 |
+| itl_ms | gaps between consecutive output chunks (chunks that arrived in one read share a stamp: gap 0) |
+| itl_tokens | tokens in each later chunk when the server says (continuous usage), else null |
+| prompt_tokens | server count when given |
+| output_tokens, output_tokens_source | count and where it came from: usage > continuous_usage > tokenizer > chunks |
+| client_output_tokens | the client's chunk count when it differs from output_tokens |
+| max_tokens | limit asked for (per-sample from the corpus, else --max-tokens) |
+| stream | streaming request |
+| class | workload class (default "default") |
+
+Differences from peers (reference/peers.md): vLLM bench stamps TTFT at the first SSE message
+with `choices`, even a role-only one, and so reports a smaller TTFT; we skip role-only and empty
+chunks. Our ITL is per chunk like vLLM's; genai-perf/aiperf's "ITL" is our TPOT.
 """
 
 from __future__ import annotations
@@ -111,7 +144,9 @@ class RequestRecord:
         stamps = t.token_ns
         itl = [_ms(b - a) for a, b in zip(stamps, stamps[1:], strict=False)]
         said = t.chunk_tokens[1:]
-        itl_tokens = [int(n) for n in said] if said and all(n is not None for n in said) else None  # type: ignore[misc]
+        said_all: list[int] | None = [n for n in said if n is not None]
+        if not said or len(said_all or []) != len(said):
+            said_all = None  # only when the server said it for every chunk
 
         chunks = len(stamps) if stream else None
         if usage_output_tokens is not None:
@@ -154,7 +189,7 @@ class RequestRecord:
             e2e_from_schedule_ms=e2e_sched,
             tpot_ms=tpot,
             itl_ms=itl,
-            itl_tokens=itl_tokens,
+            itl_tokens=said_all,
             prompt_tokens=prompt_tokens,
             output_tokens=output,
             output_tokens_source=source,

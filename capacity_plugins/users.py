@@ -121,7 +121,7 @@ class LLMUser(FastHttpUser):
         kind: str | None = None
         error: str | None = None
         resp = None
-        header_id = None
+        header_id: str | None = None
         cancelled: BaseException | None = None
         try:
             with gevent.Timeout(ctx.options.request_timeout_s, _RequestTimeout):
@@ -129,7 +129,8 @@ class LLMUser(FastHttpUser):
                 client = self._pool.get_client(url)
                 resp = client.request(call.method, url.request_uri, body=call.body, headers=headers)
                 status = resp.status_code
-                header_id = resp.get("x-request-id")
+                rid = resp.get("x-request-id")
+                header_id = rid if isinstance(rid, str) else None
                 if status >= 400:
                     kind = _status_kind(status)
                     error = f"HTTP {status}: " + resp.read(_ERROR_BODY_LIMIT)[:300].decode("utf-8", "replace")
