@@ -135,9 +135,11 @@ class RecordsSink:
         if data.get("final"):
             self.final_from.add(worker)
 
-    def wait_for_finals(self, worker_indices: set[int], timeout_s: float = FINAL_WAIT_S) -> bool:
+    def wait_for_finals(self, expected: Callable[[], set[int]], timeout_s: float = FINAL_WAIT_S) -> bool:
+        """Wait until every expected worker sent its final batch. `expected` is re-read while
+        waiting: a worker the master marks missing (killed) meanwhile is no longer waited for."""
         deadline = time.monotonic() + timeout_s
-        while not worker_indices <= self.final_from:
+        while not (worker_indices := expected()) <= self.final_from:
             if time.monotonic() > deadline:
                 missing = sorted(worker_indices - self.final_from)
                 log.warning("no final record batch from worker(s) %s; their last second may be lost", missing)
@@ -177,11 +179,19 @@ def install_master_quit_wait(runner: Any, sink: RecordsSink, ran: Callable[[], b
     def quit_after_final_records() -> None:
         try:
             if ran():
-                # a worker already marked missing (killed, no heartbeat) will never send a final batch
-                expected = {runner.get_worker_index(c.id) for c in runner.clients.all if c.state != STATE_MISSING}
+                ran_on = {c.id for c in runner.clients.all}
+
+                def expected() -> set[int]:
+                    # a worker marked missing (killed, no heartbeat) will never send a final batch
+                    return {
+                        runner.get_worker_index(c.id)
+                        for c in runner.clients.all
+                        if c.id in ran_on and c.state != STATE_MISSING
+                    }
+
                 if runner.state not in (STATE_INIT, STATE_STOPPED, STATE_STOPPING):
                     runner.stop()  # sends stop to workers, waits until they report zero users
-                sink.wait_for_finals({i for i in expected if i is not None})
+                sink.wait_for_finals(expected)
         except Exception:
             log.exception("waiting for the workers' final records failed")
         original_quit()
