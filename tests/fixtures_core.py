@@ -166,8 +166,14 @@ class _Server(ThreadingHTTPServer):
         pass  # clients that hang up (timeouts, cancelled tests) are expected here
 
 
-def serve(port: int) -> None:
+def serve(port: int, cert: str | None = None, key: str | None = None) -> None:
     srv = _Server(("127.0.0.1", port), Handler)
+    if cert and key:
+        import ssl
+
+        tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        tls.load_cert_chain(cert, key)
+        srv.socket = tls.wrap_socket(srv.socket, server_side=True)
     srv.daemon_threads = True
     srv.serve_forever()
 
@@ -210,5 +216,24 @@ def write_corpus(path: Path, n: int = 1200) -> Path:
     return path
 
 
+@pytest.fixture
+def fake_llm_tls(tmp_path: Path) -> Iterator[str]:
+    """The fake server behind TLS with a throwaway self-signed certificate (openssl CLI)."""
+    from conftest import require_binary
+
+    openssl = require_binary("openssl")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run([openssl, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(cert),
+                    "-days", "1", "-subj", "/CN=127.0.0.1"], check=True, capture_output=True)
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), str(port), str(cert), str(key)])
+    try:
+        wait_port(port)
+        yield f"https://127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        proc.wait(5)
+
+
 if __name__ == "__main__":
-    serve(int(sys.argv[1]))
+    serve(int(sys.argv[1]), *(sys.argv[2:4]))

@@ -7,7 +7,7 @@ from pathlib import Path
 import gevent
 import orjson
 import pytest
-from fixtures_core import FAKE_TOKENS, fake_llm, free_port, write_corpus  # noqa: F401
+from fixtures_core import FAKE_TOKENS, fake_llm, fake_llm_tls, free_port, write_corpus  # noqa: F401
 from locust.env import Environment
 from locust.event import Events
 
@@ -145,13 +145,15 @@ def test_api_key_sent_but_never_written(fake_llm, tmp_path, monkeypatch):  # noq
     assert meta["server"].get("models") == ["fake-model"]
 
 
-def test_tls_verified_unless_insecure(fake_llm, tmp_path):  # noqa: F811
-    import gevent.ssl
-
-    env, ctx, user, _ = make("https://127.0.0.1:1", tmp_path)
-    assert user.client.client.clientpool.client_args["ssl_context_factory"] is gevent.ssl.create_default_context
-    env, ctx, user, _ = make("https://127.0.0.1:1", tmp_path / "b", insecure=True)
-    assert user.client.client.clientpool.client_args["ssl_context_factory"] is not gevent.ssl.create_default_context
+def test_tls_verified_unless_insecure(fake_llm_tls, tmp_path):  # noqa: F811
+    # a self-signed certificate: refused by default (FastHttpUser alone would accept it) ...
+    env, ctx, user, fired = make(fake_llm_tls, tmp_path)
+    rec = user.call(ctx.next_sample())
+    assert (rec.ok, rec.error_kind) == (False, "connect") and "TLS" in rec.error
+    # ... and accepted only with the explicit --insecure opt-in
+    env, ctx, user, fired = make(fake_llm_tls, tmp_path / "b", insecure=True)
+    rec = user.call(ctx.next_sample())
+    assert rec.ok, rec.error
 
 
 def test_missing_api_key_env_and_unknown_dialect_are_user_errors(fake_llm, tmp_path):  # noqa: F811
