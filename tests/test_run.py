@@ -1,0 +1,169 @@
+"""`capacity run` end to end against the embedded simulator (real Locust subprocesses).
+
+Tiny steps (a few seconds) keep the file well under two minutes on a loaded 2-core machine.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import time
+from collections import Counter
+
+import pytest
+from conftest import free_port
+from fixtures_run import (
+    CAPACITY,
+    ROOT,
+    capacity,
+    env,
+    only_folder,
+    read_meta,
+    read_records,
+    read_steps,
+    results_dir,
+    write_scenario,
+)
+
+pytestmark = pytest.mark.slow
+
+SIM = {"url": "embedded", "simulator": {"max_num_seqs": 4}}
+
+
+def test_concurrency_sweep_every_step_and_records_tagged(tmp_path):
+    sc = write_scenario(
+        tmp_path,
+        "sweep",
+        target=SIM,
+        request={"max_tokens": 12, "timeout_s": 10},
+        load={"kind": "concurrency_sweep", "levels": [1, 2, 4], "step_s": 3, "warmup_s": 1},
+    )
+    r = capacity("run", str(sc))
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    folder = results_dir(r.stdout)
+    assert folder.parent == tmp_path / "results" and folder.name.startswith("sweep-")
+    steps = read_steps(folder)
+    assert [(s["index"], s["kind"], s["level"]) for s in steps] == [(0, "concurrency", 1), (1, "concurrency", 2), (2, "concurrency", 4)]
+    for a, b in zip(steps, steps[1:], strict=False):
+        # each step starts after the previous one drained: on an idle server
+        assert a["start_unix"] < a["warmup_end_unix"] < a["end_unix"] <= a["drain_end_unix"] <= b["start_unix"]
+    recs = read_records(folder)
+    assert recs and all(r["step"] in (0, 1, 2) for r in recs)
+    for s in steps:
+        mine = [r for r in recs if r["step"] == s["index"]]
+        measured = [r for r in mine if not r["warmup"]]
+        assert measured, s
+        # tagged at send time: the measured ones were sent inside the step's window
+        assert all(s["warmup_end_unix"] <= r["sent_unix"] < s["end_unix"] for r in measured)
+        assert all(s["start_unix"] <= r["sent_unix"] < s["drain_end_unix"] for r in mine)
+        assert s["achieved_rps"] > 0 and s["client_limited"] is False
+    # more users, more throughput below the simulator's 4-slot batch
+    assert steps[2]["achieved_rps"] > steps[0]["achieved_rps"]
+    meta = read_meta(folder)
+    assert meta["complete"] is True and meta["scenario"] == "sweep"
+    for f in ("scenario.yaml", "llm_stats.csv", "locust_stats.csv", "summary.json"):
+        assert (folder / f).exists(), f
+    assert "[capacity] step 3/3" in r.stdout
+
+
+def test_rate_sweep_processes_2_offered_vs_achieved(tmp_path):
+    sc = write_scenario(
+        tmp_path,
+        "rate",
+        target={"url": "embedded", "simulator": {"max_num_seqs": 16}},
+        corpus={"min_distinct": 100},
+        request={"max_tokens": 6, "timeout_s": 10},
+        load={"kind": "rate_sweep", "levels": [8, 16], "step_s": 9, "warmup_s": 1, "arrival": "poisson",
+              "max_concurrency": 32, "seed": 3},
+    )
+    r = capacity("run", str(sc), "--processes", "2", "--no-analyze")
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    folder = results_dir(r.stdout)
+    steps = read_steps(folder)
+    assert [s["level"] for s in steps] == [8, 16]
+    for s in steps:
+        print({k: s[k] for k in ("level", "offered_rps", "sent_rps", "achieved_rps", "schedule_lag_p99_ms", "client_cpu_max_pct", "client_limited_reason")})
+    for s in steps:
+        # offered = arrivals actually scheduled, so Poisson noise cancels out of this comparison
+        assert s["offered_rps"] == pytest.approx(s["target_rps"], rel=0.45)
+        assert s["achieved_rps"] == pytest.approx(s["offered_rps"], rel=0.05), s
+        assert s["sent_rps"] == pytest.approx(s["offered_rps"], rel=0.05), s
+        assert s["schedule_lag_p99_ms"] is not None and not s["client_limited"], s
+    recs = read_records(folder)
+    by_worker = Counter(r["worker"] for r in recs)
+    assert set(by_worker) == {0, 1}
+    # one global schedule split across the two processes: neither sends the whole rate
+    assert max(by_worker.values()) < 0.7 * len(recs)
+    prompts = [{r["prompt_id"] for r in recs if r["worker"] == w} for w in (0, 1)]
+    assert not prompts[0] & prompts[1]  # disjoint corpus shards
+    assert all(r["scheduled_unix"] is not None and r["ttft_from_schedule_ms"] is not None for r in recs if r["ok"])
+    assert read_meta(folder)["records"]["lost"] == 0
+
+
+def test_sigint_mid_run_leaves_an_analysable_folder(tmp_path):
+    sc = write_scenario(
+        tmp_path,
+        "stopme",
+        target=SIM,
+        request={"max_tokens": 200, "timeout_s": 30},
+        load={"kind": "concurrency_sweep", "levels": [2, 4], "step_s": 60, "warmup_s": 1},
+    )
+    p = subprocess.Popen([*CAPACITY, "run", str(sc)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env(), cwd=ROOT)
+    try:
+        assert p.stdout is not None
+        deadline = time.monotonic() + 60
+        for line in p.stdout:
+            if line.startswith("[capacity] step 1/2 (2 users, run)") or time.monotonic() > deadline:
+                break
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == 130, err[-3000:]
+    folder = only_folder(tmp_path / "results")
+    meta = read_meta(folder)
+    assert meta["complete"] is False and "interrupted" in meta["incomplete_reason"]
+    steps = read_steps(folder)
+    assert len(steps) == 1 and steps[0]["interrupted"] is True
+    assert steps[0]["end_unix"] < steps[0]["start_unix"] + 60  # window clipped to the stop
+    kinds = Counter(r["error_kind"] for r in read_records(folder))
+    assert kinds[None] >= 1 and kinds["cancelled"] >= 1  # in flight at the stop: recorded, not lost
+    assert "Traceback" not in err
+    r = capacity("analyze", str(folder))
+    assert r.returncode == 0, r.stderr[-2000:]
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("target: {url: embedded}\nload: {levels: [1, two]}\n", "load.levels[1]"),
+        ("target: {url: embedded}\nlaod: {levels: [1]}\n", "laod: unknown key"),
+        ("target: {url: embedded}\ncorpus: {path: nope.jsonl}\n", "corpus.path: file not found"),
+        ("target: {url: 'htp:/x'}\n", "target.url"),
+        ("target: {url: embedded\n", "YAML syntax error"),
+    ],
+)
+def test_bad_scenario_one_line_exit_2(tmp_path, text, expected):
+    p = tmp_path / "bad.yaml"
+    p.write_text(text)
+    r = capacity("run", str(p), timeout=60)
+    assert r.returncode == 2
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and expected in lines[0] and "bad.yaml" in lines[0], r.stderr
+    assert not (tmp_path / "results").exists()
+
+
+def test_preflight_unreachable_target_exit_1(tmp_path):
+    sc = write_scenario(tmp_path, "down", target={"url": f"http://127.0.0.1:{free_port()}", "model": "m"})
+    r = capacity("run", str(sc), timeout=60)
+    assert r.returncode == 1
+    assert "preflight" in r.stderr and "does not answer" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_preflight_unknown_model_exit_1(tmp_path, start_simulator):
+    sim = start_simulator()
+    sc = write_scenario(tmp_path, "nomodel", target={"url": sim.url, "model": "no-such-model"})
+    r = capacity("run", str(sc), timeout=60)
+    assert r.returncode == 1
+    assert "no-such-model" in r.stderr and "sim-model" in r.stderr
