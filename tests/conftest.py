@@ -19,6 +19,7 @@ if str(ROOT) not in sys.path:
 pytest_plugins = [
     "fixtures_simulator",
     "fixtures_telemetry",
+    "fixtures_core",
 ]
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
