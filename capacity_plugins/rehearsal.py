@@ -213,6 +213,22 @@ def _sigterm_interrupts_shape() -> None:
         gevent.signal_handler(signal.SIGTERM, interrupt)
 
 
+def _analyse_in_background(folder: Path) -> None:
+    """`capacity analyze FOLDER` in a child process: pandas/matplotlib stay out of the Locust hub."""
+    import subprocess
+
+    try:
+        r = subprocess.run(
+            [sys.executable, "-m", "capacity_plugins", "analyze", str(folder)], capture_output=True, text=True, timeout=600
+        )
+        if r.returncode == 0:
+            print(f"[capacity] analysed: {folder / 'report.html'}", flush=True)
+        else:
+            print(f"[capacity] analysis of {folder} failed: {r.stderr.strip()[-300:]}", flush=True)
+    except Exception as e:  # never let the analysis take the UI down
+        print(f"[capacity] analysis of {folder} failed: {e}", flush=True)
+
+
 @dataclass(frozen=True)
 class _Target:
     url: str
@@ -414,6 +430,8 @@ class Authority(_GeneratorSide):
             self.watcher = _Watcher("local")
         env.events.quitting.add_listener(self._on_quitting)
         env.events.test_stopping.add_listener(self._clip_interrupted)
+        if not getattr(env.parsed_options, "headless", False):
+            env.events.test_stop.add_listener(self._on_test_stop)
         self._write_scenario_copy()
         self._start_telemetry()
         if getattr(env.parsed_options, "headless", False):
@@ -499,8 +517,8 @@ class Authority(_GeneratorSide):
             for (_w, step), st in self.pacer_by_worker.items():
                 self.accounting.add_pacer(step, int(st.get("cap_hits", 0)), st.get("dispatch_lag_p99_ms"))
         elif self.pacer is not None:
-            for step, st in self.pacer.stats.items():
-                m = st.as_message()
+            for step, pst in self.pacer.stats.items():
+                m = pst.as_message()
                 self.accounting.add_pacer(step, m["cap_hits"], m["dispatch_lag_p99_ms"])
 
     # -- shape callbacks -----------------------------------------------------------------------------------
@@ -564,17 +582,64 @@ class Authority(_GeneratorSide):
         print(f"[capacity] all {len(self.plans_list)} steps done", flush=True)
 
     def _on_reset(self) -> None:
-        # A new test from the web UI: a fresh timeline (records of the old one keep their steps).
+        # A new test from the web UI: a fresh timeline, and a fresh results folder when the previous
+        # test used this one (each UI test is its own rehearsal, analysed on its own).
+        if self.timeline.steps:
+            self._rotate_results()
         self.timeline.steps.clear()
         self.timeline.finished = False
+        self.accounting = StepAccounting(
+            self.timeline, self.scenario.load.max_schedule_lag_p99_ms, self.scenario.load.max_client_cpu_pct
+        )
+        self.ctx.extra_meta["complete"] = False
         if self.master:
             self.runner.send_message(MSG_STEP, {"reset": True})
 
+    def _on_test_stop(self, **_: Any) -> None:
+        """Web UI: a test ended (finished or stopped) — write its steps.json and analyse its folder."""
+        if not self.timeline.steps:
+            return
+        self._clip_interrupted()
+        self.write_steps()
+        folder = Path(self.ctx.results_dir)
+        # Let the workers' last record batches land first (they ship every second).
+        gevent.spawn_later(2.5, _analyse_in_background, folder)
+
+    def _rotate_results(self) -> None:
+        sink = self.ctx.sink
+        rotate = getattr(sink, "rotate", None)
+        if rotate is None:
+            log.warning("this records sink cannot switch folders: consecutive UI tests share %s", self.ctx.results_dir)
+            return
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        base = Path(self.scenario.output) / f"{self.scenario.name}-{stamp}"
+        folder, n = base, 1
+        while folder.exists():
+            n += 1
+            folder = base.with_name(f"{base.name}-{n}")
+        folder.mkdir(parents=True, exist_ok=True)
+        # The plugin re-reads parsed_options at test_start (ctx.results_dir follows); the sink is switched now.
+        self.env.parsed_options.results_dir = str(folder)
+        rotate(folder)
+        self.ctx.results_dir = folder
+        if self.telemetry is not None:
+            with contextlib.suppress(Exception):
+                self.telemetry.stop()
+        self._write_scenario_copy()
+        self._start_telemetry()
+        print(f"[capacity] new test: results → {folder}", flush=True)
+
     def _progress_loop(self) -> None:
+        try:
+            self._progress_steps()
+        finally:
+            self._progress = None
+
+    def _progress_steps(self) -> None:
         while self.shape is not None and not self.shape.finished:
             gevent.sleep(PROGRESS_INTERVAL_S)
             step = self.shape.current
-            if step is None or self.shape.finished:
+            if step is None or self.shape.finished or self.runner.state not in ("spawning", "running"):
                 continue
             n, ttft = self.accounting.progress(step.index)
             ttft_s = f"{ttft:.0f} ms" if ttft is not None else "-"

@@ -92,11 +92,12 @@ class _Sample:
     id: str = "preflight"
     max_tokens: int | None = 4
 
+    @property
     def text(self) -> str:
         return "Say OK."
 
     def as_messages(self) -> list[dict[str, Any]]:
-        return [{"role": "user", "content": self.text()}]
+        return [{"role": "user", "content": self.text}]
 
 
 def _http(method: str, url: str, headers: dict[str, str], body: bytes | None = None,
@@ -338,6 +339,10 @@ def main(argv: list[str]) -> int:
 
     if rc == 2 and not interrupted:
         raise UserError("Locust rejected the options (see the message above)")
+    if args.web:
+        # Ctrl-C is how a web session ends; each test was analysed when it stopped (rehearsal.py).
+        print(f"[capacity] results: {folder.parent}", flush=True)
+        return EXIT_OK
     if interrupted:
         _mark_incomplete(folder, "interrupted (Ctrl-C / SIGTERM)")
     elif rc != 0:
