@@ -144,6 +144,18 @@ def _option_defaults() -> dict[str, Any]:
     return vars(p.parse_args([]))
 
 
+def fill_options(opts: Any, scenario: Scenario) -> None:
+    """Set the plugin's options from the scenario where they still hold their defaults (a flag given
+    on the command line wins), and give the run its own results folder under the scenario's output."""
+    defaults = _option_defaults()
+    for dest, value in scenario_options(scenario).items():
+        if getattr(opts, dest, None) == defaults.get(dest):
+            setattr(opts, dest, value)
+    if getattr(opts, "results_dir", None) == defaults.get("results_dir"):
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        opts.results_dir = str(Path(scenario.output) / f"{scenario.name}-{stamp}")
+
+
 def _apply_scenario_options(environment: Any, **_: Any) -> None:
     opts = environment.parsed_options
     path = getattr(opts, "scenario", "") if opts is not None else ""
@@ -158,13 +170,7 @@ def _apply_scenario_options(environment: Any, **_: Any) -> None:
     environment.capacity_scenario = scenario
     if isinstance(environment.runner, WorkerRunner):
         return  # a worker takes the master's options and steps from its messages
-    defaults = _option_defaults()
-    for dest, value in scenario_options(scenario).items():
-        if getattr(opts, dest, None) == defaults.get(dest):
-            setattr(opts, dest, value)
-    if getattr(opts, "results_dir", None) == defaults.get("results_dir"):
-        stamp = time.strftime("%Y%m%d-%H%M%S")
-        opts.results_dir = str(Path(scenario.output) / f"{scenario.name}-{stamp}")
+    fill_options(opts, scenario)
     if not scenario.target.embedded and not environment.host:
         environment.host = scenario.target.url
         opts.host = scenario.target.url
