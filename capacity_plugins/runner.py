@@ -294,6 +294,17 @@ def _mark_incomplete(folder: Path, reason: str) -> None:
     os.replace(tmp, path)
 
 
+def _check_corpus(s: Scenario) -> None:
+    """Load the corpus once here so a bad one is exit 2 before a simulator or a preflight starts."""
+    from capacity_plugins.corpus import load_corpus
+
+    try:
+        load_corpus(s.corpus_path(), min_distinct=s.corpus.min_distinct)
+    except UserError as e:
+        where = f"{s.source_path}: " if s.source_path else ""
+        raise UserError(f"{where}corpus: {e}") from None
+
+
 def _slo_gate(summary: dict[str, Any]) -> list[str]:
     """Valid measured steps that missed the SLO (for --fail-on-slo)."""
     return [
@@ -312,6 +323,7 @@ def main(argv: list[str]) -> int:
         rc, _ = _run_child(locust_command(scenario, args, None, None, None), env)
         return EXIT_OK if rc in (0, -signal.SIGTERM) else (EXIT_BAD_INPUT if rc == 2 else EXIT_RUN_FAILED)
 
+    _check_corpus(scenario)
     sim = None
     folder = results_folder(scenario, args.output)
     try:

@@ -167,3 +167,56 @@ def test_preflight_unknown_model_exit_1(tmp_path, start_simulator):
     r = capacity("run", str(sc), timeout=60)
     assert r.returncode == 1
     assert "no-such-model" in r.stderr and "sim-model" in r.stderr
+
+
+def test_web_mode_test_started_from_ui_is_analysed_when_it_stops(tmp_path):
+    import json
+    import threading
+    import urllib.parse
+    import urllib.request
+
+    port = free_port()
+    sc = write_scenario(
+        tmp_path,
+        "web",
+        target=SIM,
+        request={"max_tokens": 8, "timeout_s": 10},
+        load={"kind": "concurrency_sweep", "levels": [1, 2], "step_s": 3, "warmup_s": 1},
+    )
+    p = subprocess.Popen([*CAPACITY, "run", str(sc), "--web", "--web-port", str(port)],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env(), cwd=ROOT)
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(iter(p.stdout.readline, "")), daemon=True)  # type: ignore[union-attr]
+    reader.start()
+
+    def wait_for(prefix: str, timeout: float = 60) -> str:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for ln in list(lines):
+                if ln.startswith(prefix):
+                    return ln.strip()
+            time.sleep(0.2)
+        raise AssertionError(f"no {prefix!r} in:\n{''.join(lines)[-3000:]}")
+
+    try:
+        sim_url = wait_for("[capacity] embedded simulator at ").rsplit(" ", 1)[1]
+        wait_for("[capacity] results → ")
+        body = urllib.parse.urlencode({"user_count": 1, "spawn_rate": 1, "host": sim_url}).encode()
+        for _ in range(50):  # the UI needs a moment after the results line
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/swarm", data=body, timeout=5) as r:
+                    assert json.loads(r.read())["success"]
+                break
+            except OSError:
+                time.sleep(0.2)
+        analysed = wait_for("[capacity] analysed: ", timeout=90)
+        p.send_signal(signal.SIGINT)
+        p.wait(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == 0, "".join(lines)[-3000:]
+    folder = only_folder(tmp_path / "results")
+    assert analysed.endswith(str(folder / "report.html")) and (folder / "report.html").exists()
+    steps = read_steps(folder)
+    assert [s["level"] for s in steps] == [1, 2] and all(not s["interrupted"] for s in steps)
