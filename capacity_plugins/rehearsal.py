@@ -296,7 +296,6 @@ class _GeneratorSide:
         self.runner = environment.runner
         self.timeline = StepTimeline()
         self.pacer: Pacer | None = None
-        self.plans: dict[int, dict[str, Any]] = {}
 
     def attach_generator(self) -> None:
         self.ctx.step_provider = self.timeline.lookup
@@ -561,6 +560,12 @@ class Authority(_GeneratorSide):
                 if i is not None
             )
             shards = {str(w): k for k, w in enumerate(workers)}
+            users = self.plans_list[step.index].users
+            if plan is not None and users < len(workers):
+                # Each worker gets 1/n of the arrivals but Locust gives some of them no user: those
+                # arrivals wait forever and the step is (rightly) flagged client_limited.
+                log.warning("load.max_concurrency %d < %d workers: raise it to at least one user per worker",
+                            users, len(workers))
             self.runner.send_message(
                 MSG_STEP, {"started": True, "step": step.to_message(), "plan": plan, "shards": shards, "n": len(workers) or 1}
             )
