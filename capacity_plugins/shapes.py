@@ -168,6 +168,14 @@ class RehearsalShape(LoadTestShape):
     def _tuple(self, users: int, plan: StepPlan) -> tuple[int, float]:
         return (users, plan.spawn_rate)
 
+    @staticmethod
+    def _drain_tuple(plan: StepPlan) -> tuple[int, float]:
+        if plan.open_loop:
+            return (plan.users, plan.spawn_rate)
+        # Tell every user to stop at once: a ramp-down at the spawn rate would let the last ones
+        # start new requests during the drain (excluded from the step, but they delay the next one).
+        return (0, max(plan.spawn_rate, 10.0 * plan.users))
+
     def tick(self) -> tuple[int, float] | None:
         now = self.clock()
         if self.phase == "idle":
@@ -184,7 +192,7 @@ class RehearsalShape(LoadTestShape):
                 self.on_window_end(self.current)
             # Closed loop: ramp to 0 (users finish the request they are in: --stop-timeout ≥ drain).
             # Open loop: the pool stays; there are simply no more arrivals.
-            return self._tuple(plan.users if plan.open_loop else 0, plan)
+            return self._drain_tuple(plan)
 
         if self.phase == "drain":
             assert self.current is not None
@@ -192,7 +200,7 @@ class RehearsalShape(LoadTestShape):
             busy = self.in_flight(self.phase_since)
             timed_out = now - self.phase_since >= self.drain_timeout_s
             if busy != 0 and not timed_out:
-                return self._tuple(plan.users if plan.open_loop else 0, plan)
+                return self._drain_tuple(plan)
             if timed_out and busy:
                 logger.warning("step %d: %s requests still in flight after the %g s drain", self.index, busy, self.drain_timeout_s)
             self.current.drain_end_unix = now

@@ -78,6 +78,14 @@ def test_concurrency_sweep_steps_drains_and_stops():
     assert events[-1] == ("finished", -1)
 
 
+def test_drain_stops_all_users_at_once():
+    plans = [StepPlan("concurrency", 64.0, 64, 20.0, 10.0, 2.0), StepPlan("concurrency", 128.0, 128, 20.0, 10.0, 2.0)]
+    shape, clock, _ = make(plans, lambda since: 0)
+    assert shape.tick() == (64, 20.0)  # ramp up at the scenario's spawn rate
+    clock.t = 1010.0
+    assert shape.tick() == (0, 640.0)  # ramp down in one go
+
+
 def test_drain_bounded_by_timeout_and_unknown_counts_as_busy():
     shape, clock, events = make(sweep((1, 2)), lambda since: None, drain_timeout_s=7.0)
     shape.tick()
