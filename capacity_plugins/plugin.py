@@ -46,6 +46,10 @@ def install(events: Any = None) -> None:
     _installed_on.add(id(events))
     events.init_command_line_parser.add_listener(_on_parser)
     events.init.add_listener(_on_init)
+    # The live view (web UI tab, /llm/stats, /metrics exporter) reads the context built above.
+    from capacity_plugins import webui
+
+    webui.install(events)
 
 
 def _on_parser(parser: Any, **_: Any) -> None:
