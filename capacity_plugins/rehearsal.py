@@ -171,6 +171,10 @@ def _apply_scenario_options(environment: Any, **_: Any) -> None:
     if isinstance(environment.runner, WorkerRunner):
         return  # a worker takes the master's options and steps from its messages
     fill_options(opts, scenario)
+    ignored = [f for f, v in (("-u", opts.num_users), ("-r", opts.spawn_rate), ("-t", opts.run_time)) if v]
+    if ignored:
+        log.warning("%s: ignored with --scenario (the scenario's load section decides users and duration)",
+                    ", ".join(ignored))
     if not scenario.target.embedded and not environment.host:
         environment.host = scenario.target.url
         opts.host = scenario.target.url

@@ -336,6 +336,9 @@ def main(argv: list[str]) -> int:
             sim = SimulatorProcess(cfg, truth_log=folder / "simulator_truth.jsonl")
             url = sim.url
             print(f"[capacity] embedded simulator at {url}", flush=True)
+            if args.master:
+                print("[capacity] note: the embedded simulator listens on loopback; workers must run on this host",
+                      flush=True)
         else:
             url = scenario.target.url
         model = scenario.target.model
