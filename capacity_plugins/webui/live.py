@@ -1,0 +1,426 @@
+"""What the live view shows, computed at request time from the run's own objects.
+
+One `LiveView` per writing process (local runner or master; a worker has no complete view). It
+owns nothing the measurement core owns: LLM numbers come from `ctx.llm_stats` (merged, unrounded),
+the current step from the rehearsal's shape (`environment.shape_class.current`), telemetry from the
+rehearsal's collector when one runs. Besides reading, it keeps two small things of its own:
+
+- `WorkerWatch` (master): which workers went missing (Locust stops hearing heartbeats after
+  HEARTBEAT_LIVENESS s and later forgets them entirely), so a worker that died stays visible as
+  lost in the UI, /llm/stats and meta.json (`workers_lost`) for the rest of the run.
+- `History`: TTFT/E2E per time bucket from every finished record, for the charts page (the
+  cumulative LLMStats percentiles cannot show how latency moved during the run).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any
+
+import gevent
+
+from capacity_plugins.stats import LogHistogram
+
+log = logging.getLogger(__name__)
+
+WATCH_INTERVAL_S = 1.0
+HISTORY_BUCKET_S = 2
+HISTORY_KEEP = 1800  # buckets: one hour at 2 s
+
+
+# -- telemetry ------------------------------------------------------------------------------------
+
+
+def find_telemetry(environment: Any) -> Any | None:
+    """The run's TelemetryCollector, or None.
+
+    The rehearsal owns the collector and does not publish it yet; it is reached through the
+    shape's step callback (a bound method of the rehearsal's Authority). `ctx.telemetry` /
+    `environment.capacity_telemetry` are looked at first so a published handle wins once it exists.
+    """
+    ctx = getattr(environment, "capacity", None)
+    for holder, attr in ((ctx, "telemetry"), (environment, "capacity_telemetry")):
+        found = getattr(holder, attr, None) if holder is not None else None
+        if found is not None and hasattr(found, "latest"):
+            return found
+    shape = getattr(environment, "shape_class", None)
+    owner = getattr(getattr(shape, "on_step_start", None), "__self__", None)
+    found = getattr(owner, "telemetry", None)
+    return found if found is not None and hasattr(found, "latest") else None
+
+
+def telemetry_summary(latest: dict[str, Any]) -> dict[str, float | None]:
+    """One number per column of the tab, across every host/device that reported it.
+
+    GPU util: mean over GPUs; VRAM: sum (bytes); server queue / running: sum over servers;
+    KV cache: the fullest server (the one that will start preempting first).
+    """
+    values: dict[str, list[float]] = {}
+    for devices in (latest or {}).values():
+        for series in devices.values():
+            for name, reading in series.items():
+                v = reading.get("value") if isinstance(reading, dict) else reading
+                if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v):
+                    values.setdefault(name, []).append(float(v))
+
+    def agg(name: str, how: Callable[[list[float]], float]) -> float | None:
+        vs = values.get(name)
+        return how(vs) if vs else None
+
+    return {
+        "gpu_util_pct": agg("gpu_util_pct", lambda vs: sum(vs) / len(vs)),
+        "vram_used_bytes": agg("vram_used_bytes", sum),
+        "vram_total_bytes": agg("vram_total_bytes", sum),
+        "server_waiting": agg("server_waiting", sum),
+        "server_running": agg("server_running", sum),
+        "kv_cache_usage": agg("kv_cache_usage", max),
+    }
+
+
+# -- workers ----------------------------------------------------------------------------------------
+
+
+class WorkerWatch:
+    """Master only: remembers every worker that went missing, even after Locust drops it."""
+
+    def __init__(self, runner: Any, on_change: Callable[[list[dict[str, Any]]], None]) -> None:
+        self.runner = runner
+        self.on_change = on_change
+        self.lost: dict[str, dict[str, Any]] = {}
+        self._greenlet: Any = None
+
+    def start(self) -> None:
+        if self._greenlet is None:
+            self._greenlet = gevent.spawn(self._loop)
+
+    def stop(self) -> None:
+        if self._greenlet is not None:
+            self._greenlet.kill(block=False)
+            self._greenlet = None
+
+    def _loop(self) -> None:
+        while True:
+            try:
+                self.check()
+            except Exception:  # the watch must outlive a surprise in Locust's state
+                log.exception("worker watch failed")
+            gevent.sleep(WATCH_INTERVAL_S)
+
+    def check(self, now_unix: float | None = None) -> None:
+        changed = False
+        for c in list(self.runner.clients.all):
+            if c.state == "missing" and c.id not in self.lost:
+                self.lost[c.id] = {
+                    "worker": self._index(c.id),
+                    "client_id": c.id,
+                    "lost_unix": now_unix if now_unix is not None else time.time(),
+                    "reason": "no heartbeat (Locust marked it missing)",
+                }
+                log.warning("capacity: worker %s (%s) is lost; the run goes on with the others",
+                            self.lost[c.id]["worker"], c.id)
+                changed = True
+        if changed:
+            self.on_change(self.lost_list())
+
+    def _index(self, client_id: str) -> int | None:
+        try:
+            idx = self.runner.get_worker_index(client_id)
+        except Exception:
+            return None
+        return int(idx) if idx is not None else None
+
+    def lost_list(self) -> list[dict[str, Any]]:
+        return sorted(self.lost.values(), key=lambda d: (d["worker"] is None, d["worker"] or 0, d["lost_unix"]))
+
+    def snapshot(self) -> dict[str, Any]:
+        clients = list(self.runner.clients.all)
+        connected = [
+            {"worker": self._index(c.id), "client_id": c.id, "state": c.state, "users": c.user_count,
+             "cpu_pct": c.cpu_usage}
+            for c in clients if c.state != "missing"
+        ]
+        connected.sort(key=lambda d: (d["worker"] is None, d["worker"] or 0))
+        return {
+            "mode": "distributed",
+            "count": len(connected),
+            "connected": connected,
+            "lost": self.lost_list(),
+        }
+
+
+# -- history ----------------------------------------------------------------------------------------
+
+
+class _Bucket:
+    __slots__ = ("requests", "failures", "output_tokens", "ttft", "e2e")
+
+    def __init__(self) -> None:
+        self.requests = 0
+        self.failures = 0
+        self.output_tokens = 0
+        self.ttft = LogHistogram()
+        self.e2e = LogHistogram()
+
+
+class History:
+    """Finished requests per `bucket_s` bucket of their end time (successful ones' latencies)."""
+
+    def __init__(self, bucket_s: int = HISTORY_BUCKET_S, keep: int = HISTORY_KEEP) -> None:
+        self.bucket_s = int(bucket_s)
+        self.keep = int(keep)
+        self._buckets: OrderedDict[int, _Bucket] = OrderedDict()
+
+    def add(self, record: Any) -> None:
+        e2e = getattr(record, "e2e_ms", None)
+        end = record.sent_unix + (e2e or 0.0) / 1000.0
+        key = int(end // self.bucket_s) * self.bucket_s
+        b = self._buckets.get(key)
+        if b is None:
+            late = bool(self._buckets) and key < next(reversed(self._buckets))
+            b = self._buckets[key] = _Bucket()
+            if late:  # a worker's batch arrived after newer records: keep time order
+                self._buckets = OrderedDict(sorted(self._buckets.items()))
+            while len(self._buckets) > self.keep:
+                self._buckets.popitem(last=False)
+        b.requests += 1
+        if not record.ok:
+            b.failures += 1
+            return
+        if record.ttft_ms is not None:
+            b.ttft.add(record.ttft_ms)
+        if e2e is not None:
+            b.e2e.add(e2e)
+        b.output_tokens += int(record.output_tokens or 0)
+
+    def reset(self) -> None:
+        self._buckets.clear()
+
+    def points(self, now_unix: float | None = None) -> list[dict[str, Any]]:
+        """Closed buckets only: the one still filling would show a false drop in rate."""
+        now = time.time() if now_unix is None else now_unix
+        out = []
+        for start, b in self._buckets.items():
+            if start + self.bucket_s > now:
+                continue
+            out.append({
+                "start_unix": start,
+                "requests": b.requests,
+                "failures": b.failures,
+                "rps": b.requests / self.bucket_s,
+                "output_tokens_per_s": b.output_tokens / self.bucket_s,
+                "ttft_p50_ms": b.ttft.quantile(0.5),
+                "ttft_p95_ms": b.ttft.quantile(0.95),
+                "ttft_p99_ms": b.ttft.quantile(0.99),
+                "e2e_p95_ms": b.e2e.quantile(0.95),
+            })
+        return out
+
+
+# -- the view ---------------------------------------------------------------------------------------
+
+
+class LiveView:
+    """Everything the tab, /llm/stats, the downloads and /metrics read (local or master)."""
+
+    def __init__(self, environment: Any, ctx: Any) -> None:
+        self.env = environment
+        self.ctx = ctx
+        self.history = History()
+        self.workers: WorkerWatch | None = None
+        self.registry: Any = None  # the Prometheus registry /metrics serves (set by webui.attach)
+        self.exporter: Any = None  # the --exporter-port server, when asked for
+        if ctx.role == "master":
+            self.workers = WorkerWatch(environment.runner, self._on_lost)
+
+    def attach(self) -> None:
+        self.ctx.record_listeners.append(self.history.add)
+        self.env.events.reset_stats.add_listener(self._on_reset)
+        self.env.events.quitting.add_listener(self._on_quitting)
+        if self.workers is not None:
+            self.workers.start()
+
+    def _on_reset(self, **_: Any) -> None:
+        self.history.reset()
+
+    def _on_lost(self, lost: list[dict[str, Any]]) -> None:
+        # meta.json merges extra_meta when it is written (at quitting): lost workers are in it.
+        self.ctx.extra_meta["workers_lost"] = lost
+
+    def _on_quitting(self, **_: Any) -> None:
+        if self.workers is not None:
+            try:
+                self.workers.check()
+            except Exception:
+                log.debug("last worker check failed", exc_info=True)
+            self.workers.stop()
+            self.ctx.extra_meta.setdefault("workers_lost", self.workers.lost_list())
+
+    # -- readings ---------------------------------------------------------------------------------
+
+    def step(self) -> dict[str, Any] | None:
+        """The current sweep step (None outside a rehearsal)."""
+        shape = getattr(self.env, "shape_class", None)
+        cur = getattr(shape, "current", None)
+        if cur is None:
+            return None
+        plans = getattr(shape, "plans", None) or []
+        offered_rps = None
+        window = getattr(cur, "window_s", None)
+        if getattr(cur, "offered", None) is not None and window:
+            offered_rps = cur.offered / window
+        return {
+            "index": cur.index,
+            "of": len(plans),
+            "kind": cur.kind,
+            "level": cur.level,
+            "unit": "rps" if cur.target_rps is not None else "users",
+            "phase": getattr(shape, "phase", None),
+            "target_rps": cur.target_rps,
+            "offered_rps": offered_rps,
+            "start_unix": cur.start_unix,
+            "warmup_end_unix": cur.warmup_end_unix,
+            "end_unix": cur.end_unix,
+        }
+
+    def telemetry_latest(self) -> dict[str, Any]:
+        collector = find_telemetry(self.env)
+        if collector is None:
+            return {}
+        try:
+            return collector.latest() or {}
+        except Exception:
+            log.debug("telemetry latest() failed", exc_info=True)
+            return {}
+
+    def worker_info(self) -> dict[str, Any]:
+        if self.workers is not None:
+            return self.workers.snapshot()
+        return {"mode": "local", "count": 1, "connected": [], "lost": []}
+
+    def runner_info(self) -> dict[str, Any]:
+        """Keys of sinks.exporter's runner_info (missing/None ones are left out of /metrics)."""
+        runner = self.env.runner
+        info: dict[str, Any] = {
+            "users": getattr(runner, "user_count", None),
+            "state": getattr(runner, "state", None),
+        }
+        if self.workers is not None:
+            info["workers"] = self.workers.snapshot()["count"]
+        step = self.step()
+        if step is not None:
+            info.update(step=step["index"], level=step["level"], target_rps=step["target_rps"],
+                        offered_rps=step["offered_rps"])
+        agg = self.ctx.llm_stats.rows(time.time())[-1]
+        info["achieved_rps"] = agg.get("rps")
+        return info
+
+    def snapshot(self, now_unix: float | None = None) -> dict[str, Any]:
+        """The /llm/stats document."""
+        now = time.time() if now_unix is None else now_unix
+        runner = self.env.runner
+        latest = self.telemetry_latest()
+        sink = getattr(self.ctx, "sink", None)
+        return {
+            "unix": now,
+            "state": getattr(runner, "state", None),
+            "user_count": getattr(runner, "user_count", None),
+            "role": self.ctx.role,
+            "step": self.step(),
+            "workers": self.worker_info(),
+            "rows": self.ctx.llm_stats.rows(now),
+            "telemetry": telemetry_summary(latest),
+            "telemetry_latest": latest,
+            "records_written": getattr(sink, "written", None),
+        }
+
+    # -- the tab ------------------------------------------------------------------------------------
+
+    def table_rows(self, now_unix: float | None = None) -> list[dict[str, Any]]:
+        """Rows of the LLM tab: display strings (the JSON route carries the raw numbers)."""
+        now = time.time() if now_unix is None else now_unix
+        tel = telemetry_summary(self.telemetry_latest())
+        step = self.step()
+        step_s = ""
+        if step is not None:
+            step_s = f"{step['index'] + 1}/{step['of']} {step['level']:g} {step['unit']} ({step['phase']})"
+        common = {
+            "step": step_s,
+            "gpu_util": _num(tel["gpu_util_pct"], 0, "%"),
+            "vram": _gib(tel["vram_used_bytes"], tel["vram_total_bytes"]),
+            "queue": _num(tel["server_waiting"], 0),
+            "kv_cache": _num(None if tel["kv_cache_usage"] is None else 100 * tel["kv_cache_usage"], 1, "%"),
+        }
+        rows: list[dict[str, Any]] = []
+        stats_rows = self.ctx.llm_stats.rows(now)
+        for r in stats_rows:
+            rows.append({
+                "name": r["name"],
+                "requests": r["requests"],
+                "failures": r["failures"],
+                "ttft_p50": _ms(r["ttft_p50_ms"]),
+                "ttft_p95": _ms(r["ttft_p95_ms"]),
+                "ttft_p99": _ms(r["ttft_p99_ms"]),
+                "itl_p50": _ms(r["itl_p50_ms"]),
+                "itl_p99": _ms(r["itl_p99_ms"]),
+                "tpot_p50": _ms(r["tpot_p50_ms"]),
+                "tpot_p99": _ms(r["tpot_p99_ms"]),
+                "e2e_p95": _ms(r["e2e_p95_ms"]),
+                "tokens_per_s": _num(r["output_tokens_per_s"], 1),
+                "rps": _num(r["rps"], 2),
+                **common,
+            })
+        # errors by kind, one row each, under the Aggregated numbers
+        agg = stats_rows[-1] if stats_rows else {}
+        for kind, n in (agg.get("errors_by_kind") or {}).items():
+            rows.append({"name": f"errors: {kind}", "requests": "", "failures": n})
+        lost = self.worker_info()["lost"]
+        if lost:
+            names = ", ".join(str(w["worker"]) for w in lost)
+            rows.append({"name": f"LOST workers: {names}", "requests": "", "failures": ""})
+        return rows
+
+
+TABLE_STRUCTURE: list[dict[str, str]] = [
+    {"key": "name", "title": "Name"},
+    {"key": "requests", "title": "# Requests"},
+    {"key": "failures", "title": "# Fails"},
+    {"key": "ttft_p50", "title": "TTFT p50 (ms)"},
+    {"key": "ttft_p95", "title": "TTFT p95 (ms)"},
+    {"key": "ttft_p99", "title": "TTFT p99 (ms)"},
+    {"key": "itl_p50", "title": "ITL p50 (ms)"},
+    {"key": "itl_p99", "title": "ITL p99 (ms)"},
+    {"key": "tpot_p50", "title": "TPOT p50 (ms)"},
+    {"key": "tpot_p99", "title": "TPOT p99 (ms)"},
+    {"key": "e2e_p95", "title": "E2E p95 (ms)"},
+    {"key": "tokens_per_s", "title": "Output tok/s"},
+    {"key": "rps", "title": "Req/s"},
+    {"key": "gpu_util", "title": "GPU util"},
+    {"key": "vram", "title": "VRAM"},
+    {"key": "queue", "title": "Server queue"},
+    {"key": "kv_cache", "title": "KV cache"},
+    {"key": "step", "title": "Step (level)"},
+]
+
+
+def _num(v: float | None, digits: int, suffix: str = "") -> str:
+    if v is None:
+        return ""
+    return f"{v:.{digits}f}{suffix}"
+
+
+def _ms(v: float | None) -> str:
+    # ≥ 3 significant digits below 100 ms (ITL is often single-digit ms); no false precision above
+    if v is None:
+        return ""
+    return f"{v:.2f}" if v < 10 else f"{v:.1f}" if v < 1000 else f"{v:.0f}"
+
+
+def _gib(used: float | None, total: float | None) -> str:
+    if used is None:
+        return ""
+    s = f"{used / 2**30:.1f}"
+    return f"{s} / {total / 2**30:.0f} GiB" if total else f"{s} GiB"
