@@ -59,6 +59,12 @@ class RunContext:
     pacer: Pacer | None = None
     record_listeners: list[RecordListener] = field(default_factory=list)
     extra_meta: dict[str, Any] = field(default_factory=dict)
+    # The telemetry collector of this run (master/local, when a scenario scrapes endpoints or NVML):
+    # its .latest() feeds the web UI tab and the live exporter. None when telemetry is off.
+    telemetry: Any = None
+    # The rehearsal's live step view (master/local with a scenario): a callable returning
+    # {"step": index, "level": x, "unit": "users"|"rps", "phase": ..., "of": n} or None.
+    step_info: Any = None
     request_name: str = ""
     # Built from --api-key-env at startup; kept out of repr so it never lands in a log line.
     auth_headers: dict[str, str] = field(default_factory=dict, repr=False)

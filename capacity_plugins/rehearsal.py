@@ -428,6 +428,7 @@ class Authority(_GeneratorSide):
         self.shape.runner = self.runner
         env.shape_class = self.shape
         self.ctx.record_listeners.append(self._on_record)
+        self.ctx.step_info = self.step_info
         self.ctx.extra_meta.update(
             {"scenario": sc.name, "load_kind": sc.load.kind, "steps_planned": len(self.plans_list), "complete": False}
         )
@@ -445,6 +446,21 @@ class Authority(_GeneratorSide):
         self._start_telemetry()
         if getattr(env.parsed_options, "headless", False):
             _sigterm_interrupts_shape()
+
+    def step_info(self) -> dict[str, Any] | None:
+        """The running step for live views (web UI tab, exporter); None before the first step."""
+        shape = self.shape
+        step = shape.current if shape is not None else None
+        if step is None:
+            return None
+        return {
+            "step": step.index,
+            "of": len(self.plans_list),
+            "level": step.level,
+            "unit": "rps" if step.target_rps is not None else "users",
+            "target_rps": step.target_rps,
+            "phase": shape.phase,
+        }
 
     def _start_telemetry(self) -> None:
         """Scrape the scenario's endpoints (and the embedded simulator's /metrics) into the results folder."""
@@ -465,6 +481,7 @@ class Authority(_GeneratorSide):
                 cfg, out_dir=Path(self.ctx.results_dir), step_of=lambda t: self.timeline.lookup(t)[0]
             )
             self.telemetry.start()
+            self.ctx.telemetry = self.telemetry
         except UserError as e:
             sys.stderr.write(f"capacity: {e}\n")
             sys.exit(2)
@@ -714,5 +731,11 @@ class Authority(_GeneratorSide):
         if getattr(self, "telemetry", None) is not None:
             try:
                 self.telemetry.stop()
+                # Provenance (server version/settings, models, GPU names) and scrape gaps go into
+                # meta.json, which the plugin writes after this listener.
+                self.ctx.extra_meta["telemetry"] = {
+                    "provenance": self.telemetry.provenance(),
+                    "gaps": list(self.telemetry.gaps)[-50:],
+                }
             except Exception:
                 log.exception("stopping telemetry failed")

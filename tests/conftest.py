@@ -20,6 +20,7 @@ pytest_plugins = [
     "fixtures_simulator",
     "fixtures_telemetry",
     "fixtures_core",
+    "fixtures_run",
 ]
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
