@@ -1,0 +1,213 @@
+"""The live view's routes on a real Locust WebUI (in-process Environment, Flask test client):
+the LLM tab rows riding in /stats/requests, /llm/stats unrounded and reset with "Reset stats",
+downloads, --web-base-path, --web-login (routes protected, /metrics open), lost workers."""
+
+import time
+from types import SimpleNamespace
+
+import orjson
+import pytest
+from locust.argument_parser import parse_options
+from locust.env import Environment
+from locust.event import Events
+
+from capacity_plugins import plugin, webui
+from capacity_plugins.stats import LLMStats
+from capacity_plugins.users import LLMUser
+from capacity_plugins.webui.live import History, WorkerWatch, telemetry_summary
+from capacity_plugins.webui.routes import _complete_size
+
+
+class U(LLMUser):
+    host = "http://127.0.0.1:1"
+
+
+@pytest.fixture(autouse=True)
+def _plain_argv(monkeypatch):
+    # Locust's WebUI re-parses sys.argv for the form's extra options; pytest's flags are not Locust's
+    monkeypatch.setattr("sys.argv", ["locust"])
+
+
+def make_env(tmp_path, *, web_login=False, base=None):
+    ns = parse_options(args=[])  # Locust's own defaults; the plugin's options added below
+    for k, v in dict(dialect="openai-chat", model="m", corpus="synthetic:prompt_tokens=10,output_tokens=5,n=20",
+                     min_distinct=1, results_dir=str(tmp_path / "out"), exporter_port=0,
+                     exporter_host="127.0.0.1", web_base_path=base).items():
+        setattr(ns, k, v)
+    env = Environment(user_classes=[U], events=Events(), host=U.host, parsed_options=ns)
+    env.create_local_runner()
+    web_ui = env.create_web_ui("127.0.0.1", 0, web_base_path=base, web_login=web_login, delayed_start=True)
+    ctx = plugin.register(env)
+    live = webui.attach(env)
+    return env, ctx, live, web_ui.app.test_client()
+
+
+def record(stats: LLMStats, ttft_ms: float, *, ok: bool = True, kind: str | None = None) -> None:
+    stats.record("chat", ok=ok, error_kind=kind, ttft_ms=ttft_ms if ok else None, itl_ms=[5.0, 7.0],
+                 tpot_ms=6.0, e2e_ms=ttft_ms + 100.0, output_tokens=3, prompt_tokens=10, now_unix=time.time())
+
+
+def clear_stats_cache(env):
+    env.web_ui.app.view_functions["locust.request_stats"].clear_cache()
+
+
+def test_tab_rows_and_json_are_the_merged_unrounded_numbers_and_follow_reset(tmp_path):
+    env, ctx, live, client = make_env(tmp_path)
+    for v in range(1, 101):
+        record(ctx.llm_stats, float(v) + 0.37)
+    record(ctx.llm_stats, 0, ok=False, kind="http_429")
+
+    # the tab is declared in the template args the React app reads
+    index = client.get("/").get_data(as_text=True)
+    assert '"extended_tabs": [{"key": "llm", "title": "LLM"}]' in index
+    assert "./llm/requests.jsonl" in index and "./llm/stats.csv" in index and "./llm/report.html" in index
+
+    doc = client.get("/llm/stats").get_json()
+    agg = next(r for r in doc["rows"] if r["name"] == "Aggregated")
+    assert agg["requests"] == 101 and agg["failures"] == 1 and agg["errors_by_kind"] == {"http_429": 1}
+    # unrounded: the sketch's value (≤ 0.5 % off the exact 50.37), not Locust's 2-significant-digit 50
+    assert abs(agg["ttft_p50_ms"] - 50.37) <= 0.005 * 50.37 and agg["ttft_p50_ms"] != 50.0
+    assert agg["ttft_p99_ms"] == ctx.llm_stats.rows()[-1]["ttft_p99_ms"]
+    assert doc["workers"]["mode"] == "local" and doc["workers"]["lost"] == []
+    assert doc["step"] is None
+
+    body = client.get("/stats/requests").get_json()
+    tab = next(e for e in body["extended_stats"] if e["key"] == "llm")["data"]
+    chat = next(r for r in tab if r["name"] == "chat")
+    assert chat["requests"] == 101 and chat["ttft_p50"] == f"{agg['ttft_p50_ms']:.1f}"
+    assert any(r["name"] == "errors: http_429" and r["failures"] == 1 for r in tab)
+    assert body["stats"] is not None  # Locust's own payload is still there
+
+    assert client.post("/stats/reset").status_code == 200
+    clear_stats_cache(env)
+    assert next(r for r in client.get("/llm/stats").get_json()["rows"] if r["name"] == "Aggregated")["requests"] == 0
+    tab = next(e for e in client.get("/stats/requests").get_json()["extended_stats"] if e["key"] == "llm")["data"]
+    assert [r["name"] for r in tab] == ["Aggregated"] and tab[0]["requests"] == 0
+
+
+def test_downloads_csv_jsonl_report(tmp_path):
+    env, ctx, live, client = make_env(tmp_path)
+    for v in (10.0, 20.0, 30.0):
+        record(ctx.llm_stats, v)
+    csv_text = client.get("/llm/stats.csv").get_data(as_text=True)
+    lines = csv_text.splitlines()
+    assert lines[0].startswith("name,metric,count")
+    assert any(line.startswith("chat,ttft,3,") for line in lines)
+
+    # requests.jsonl: only complete lines, even while the writer is in the middle of one
+    path = ctx.sink.path
+    ctx.sink._file.flush()
+    with path.open("ab") as f:
+        f.write(b'{"request_id": "a", "ok": true}\n{"request_id": "b", "ok": true}\n{"request_id": "c", "ok"')
+    got = client.get("/llm/requests.jsonl")
+    assert got.status_code == 200
+    assert got.data.splitlines() == [b'{"request_id": "a", "ok": true}', b'{"request_id": "b", "ok": true}']
+
+    assert client.get("/llm/report.html").status_code == 404
+    (ctx.results_dir / "report.html").write_text("<html>report</html>")
+    got = client.get("/llm/report.html")
+    assert got.status_code == 200 and b"report" in got.data
+
+    page = client.get("/llm/charts")
+    assert page.status_code == 200 and b"./history" in page.data
+    assert client.get("/llm/history").get_json()["bucket_s"] >= 1
+
+
+def test_web_base_path(tmp_path):
+    env, ctx, live, client = make_env(tmp_path, base="/base")
+    record(ctx.llm_stats, 12.0)
+    assert client.get("/base/llm/stats").status_code == 200
+    assert client.get("/llm/stats").status_code == 404
+    m = client.get("/base/metrics")
+    assert m.status_code == 200 and b'capacity_ttft_seconds_count{name="chat"} 1.0' in m.data
+    assert client.get("/metrics").status_code == 200
+
+
+def test_web_login_protects_llm_routes_but_not_metrics(tmp_path):
+    from flask_login import UserMixin, login_user
+
+    env, ctx, live, client = make_env(tmp_path, web_login=True)
+    app = env.web_ui.app
+    app.config["SECRET_KEY"] = "test-only"
+
+    class User(UserMixin):
+        def __init__(self, uid):
+            self.id = uid
+
+    env.web_ui.login_manager.user_loader(User)
+
+    @app.route("/test-login")
+    def _login():
+        login_user(User("alice"))
+        return "ok"
+
+    record(ctx.llm_stats, 15.0)
+    for route in ("/llm/stats", "/llm/stats.csv", "/llm/requests.jsonl", "/llm/charts", "/llm/history"):
+        r = client.get(route)
+        assert r.status_code == 302 and "/login" in r.headers["Location"], route
+    m = client.get("/metrics")
+    assert m.status_code == 200 and b"capacity_ttft_seconds_bucket" in m.data
+    assert client.get("/test-login").status_code == 200
+    r = client.get("/llm/stats")
+    assert r.status_code == 200 and r.get_json()["rows"][0]["requests"] == 1
+
+
+def test_worker_watch_keeps_lost_workers_after_locust_forgets_them():
+    clients = {
+        "a": SimpleNamespace(id="a", state="running", user_count=2, cpu_usage=10),
+        "b": SimpleNamespace(id="b", state="running", user_count=2, cpu_usage=10),
+    }
+    runner = SimpleNamespace(clients=SimpleNamespace(all=clients.values()),
+                             get_worker_index=lambda cid: {"a": 0, "b": 1}[cid])
+    changes = []
+    watch = WorkerWatch(runner, changes.append)
+    watch.check(100.0)
+    assert watch.snapshot()["count"] == 2 and changes == []
+    clients["b"].state = "missing"
+    watch.check(101.0)
+    assert changes == [[{"worker": 1, "client_id": "b", "lost_unix": 101.0,
+                         "reason": "no heartbeat (Locust marked it missing)"}]]
+    del clients["b"]  # Locust drops a missing worker after HEARTBEAT_DEAD_INTERNAL
+    watch.check(200.0)
+    snap = watch.snapshot()
+    assert snap["count"] == 1 and [w["worker"] for w in snap["lost"]] == [1] and len(changes) == 1
+
+
+def test_history_buckets_by_end_time_and_keeps_order():
+    h = History(bucket_s=2)
+
+    def rec(sent, ttft, ok=True):
+        return SimpleNamespace(sent_unix=sent, e2e_ms=500.0, ok=ok, ttft_ms=ttft, output_tokens=4)
+
+    h.add(rec(100.0, 10.0))
+    h.add(rec(104.0, 30.0))
+    h.add(rec(101.6, 20.0))  # ends at 102.1: a late batch from a worker, between the two
+    h.add(rec(104.0, None, ok=False))
+    pts = h.points(now_unix=1000.0)
+    assert [p["start_unix"] for p in pts] == [100, 102, 104]
+    assert [p["ttft_p50_ms"] for p in pts] == pytest.approx([10.0, 20.0, 30.0], rel=0.01)
+    assert pts[2]["requests"] == 2 and pts[2]["failures"] == 1 and pts[2]["output_tokens_per_s"] == 2.0
+    assert [p["start_unix"] for p in h.points(now_unix=105.0)] == [100, 102]  # 104–106 still filling
+
+
+def test_telemetry_summary_aggregates_devices():
+    latest = {
+        "gpu-host": {
+            "0": {"gpu_util_pct": {"value": 80.0, "unit": "%"}, "vram_used_bytes": {"value": 2**30}},
+            "1": {"gpu_util_pct": {"value": 40.0, "unit": "%"}, "vram_used_bytes": {"value": 3 * 2**30}},
+        },
+        "http://sim/metrics": {"server": {"server_waiting": {"value": 3}, "kv_cache_usage": {"value": 0.5}}},
+        "http://sim2/metrics": {"server": {"server_waiting": {"value": 2}, "kv_cache_usage": {"value": 0.9}}},
+    }
+    s = telemetry_summary(latest)
+    assert s["gpu_util_pct"] == 60.0 and s["vram_used_bytes"] == 4 * 2**30
+    assert s["server_waiting"] == 5 and s["kv_cache_usage"] == 0.9 and s["server_running"] is None
+
+
+def test_complete_size_ignores_a_partial_last_line(tmp_path):
+    p = tmp_path / "r.jsonl"
+    p.write_bytes(b"")
+    assert _complete_size(p) == 0
+    line = orjson.dumps({"x": "y" * 100_000}) + b"\n"  # longer than one read block
+    p.write_bytes(line + b'{"half')
+    assert _complete_size(p) == len(line)
