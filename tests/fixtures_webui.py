@@ -49,7 +49,8 @@ class LocustProc:
                                      stdout=self._log, stderr=subprocess.STDOUT)
 
     def log(self) -> str:
-        self._log.flush()
+        if not self._log.closed:
+            self._log.flush()
         return self.log_path.read_text(errors="replace")
 
     def interrupt(self, timeout: float = 60) -> int:
