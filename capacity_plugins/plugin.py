@@ -124,6 +124,11 @@ class _Plugin:
 
     def on_test_start(self, environment: Any = None, **_: Any) -> None:
         ctx = self.ctx
+        if self.end_unix is not None:
+            # Another test from the web UI after one that ended: its own clock and live numbers.
+            self.start_unix = self.end_unix = None
+            if ctx.role != "worker":
+                ctx.llm_stats.reset()
         self.ran = True
         if self.start_unix is None:
             self.start_unix = time.time()
@@ -162,6 +167,19 @@ class _Plugin:
         self.end_unix = time.time()
         if self.ctx.role == "worker" and self.ctx.sink is not None:
             self.ctx.sink.ship(final=True)
+        elif not getattr(self.env.parsed_options, "headless", True):
+            # Web UI: each test is analysed when it stops, so its folder must be whole now, not
+            # only at quitting (quitting rewrites both for the last test).
+            self.write_outputs()
+
+    def write_outputs(self) -> None:
+        ctx = self.ctx
+        try:
+            ctx.results_dir.mkdir(parents=True, exist_ok=True)
+            ctx.llm_stats.write_csv(ctx.results_dir / "llm_stats.csv")
+        except Exception:
+            log.exception("writing llm_stats.csv failed")
+        self.write_meta()
 
     def on_quitting(self, environment: Any = None, **_: Any) -> None:
         if self.finished:
@@ -174,12 +192,7 @@ class _Plugin:
             return
         if self.end_unix is None:
             self.end_unix = time.time()
-        try:
-            ctx.results_dir.mkdir(parents=True, exist_ok=True)
-            ctx.llm_stats.write_csv(ctx.results_dir / "llm_stats.csv")
-        except Exception:
-            log.exception("writing llm_stats.csv failed")
-        self.write_meta()
+        self.write_outputs()
 
     # -- worker -------------------------------------------------------------------------------
 

@@ -616,13 +616,17 @@ class Authority(_GeneratorSide):
     def _on_reset(self) -> None:
         # A new test from the web UI: a fresh timeline, and a fresh results folder when the previous
         # test used this one (each UI test is its own rehearsal, analysed on its own).
-        if self.timeline.steps:
-            self._rotate_results()
+        # Reset the timeline before rotating: rotating stops/starts telemetry, which yields to the
+        # hub, and the shape's first tick of the new test may run meanwhile; its step 0 must land on
+        # the fresh timeline, not be wiped by a late clear.
+        rotate = bool(self.timeline.steps)
         self.timeline.steps.clear()
         self.timeline.finished = False
         self.accounting = StepAccounting(
             self.timeline, self.scenario.load.max_schedule_lag_p99_ms, self.scenario.load.max_client_cpu_pct
         )
+        if rotate:
+            self._rotate_results()
         self.ctx.extra_meta["complete"] = False
         if self.master:
             self.runner.send_message(MSG_STEP, {"reset": True})

@@ -169,7 +169,7 @@ def test_preflight_unknown_model_exit_1(tmp_path, start_simulator):
     assert "no-such-model" in r.stderr and "sim-model" in r.stderr
 
 
-def test_web_mode_test_started_from_ui_is_analysed_when_it_stops(tmp_path):
+def test_web_mode_each_ui_test_gets_its_own_analysed_folder(tmp_path):
     import json
     import threading
     import urllib.parse
@@ -189,34 +189,49 @@ def test_web_mode_test_started_from_ui_is_analysed_when_it_stops(tmp_path):
     reader = threading.Thread(target=lambda: lines.extend(iter(p.stdout.readline, "")), daemon=True)  # type: ignore[union-attr]
     reader.start()
 
-    def wait_for(prefix: str, timeout: float = 60) -> str:
+    def wait_for(prefix: str, timeout: float = 60, nth: int = 1) -> str:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            for ln in list(lines):
-                if ln.startswith(prefix):
-                    return ln.strip()
+            found = [ln.strip() for ln in list(lines) if ln.startswith(prefix)]
+            if len(found) >= nth:
+                return found[nth - 1]
             time.sleep(0.2)
-        raise AssertionError(f"no {prefix!r} in:\n{''.join(lines)[-3000:]}")
+        raise AssertionError(f"no {prefix!r} (#{nth}) in:\n{''.join(lines)[-3000:]}")
+
+    def swarm() -> None:
+        for _ in range(50):  # the UI needs a moment after the results line
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/swarm", data=body, timeout=5) as r:
+                    assert json.loads(r.read())["success"]
+                return
+            except OSError:
+                time.sleep(0.2)
 
     try:
         sim_url = wait_for("[capacity] embedded simulator at ").rsplit(" ", 1)[1]
         wait_for("[capacity] results → ")
         body = urllib.parse.urlencode({"user_count": 1, "spawn_rate": 1, "host": sim_url}).encode()
-        for _ in range(50):  # the UI needs a moment after the results line
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/swarm", data=body, timeout=5) as r:
-                    assert json.loads(r.read())["success"]
-                break
-            except OSError:
-                time.sleep(0.2)
+        swarm()
         analysed = wait_for("[capacity] analysed: ", timeout=90)
+        swarm()  # a second test from the UI: its own folder, its own analysis
+        analysed2 = wait_for("[capacity] analysed: ", timeout=90, nth=2)
         p.send_signal(signal.SIGINT)
         p.wait(timeout=60)
     finally:
         if p.poll() is None:
             p.kill()
     assert p.returncode == 0, "".join(lines)[-3000:]
-    folder = only_folder(tmp_path / "results")
-    assert analysed.endswith(str(folder / "report.html")) and (folder / "report.html").exists()
-    steps = read_steps(folder)
-    assert [s["level"] for s in steps] == [1, 2] and all(not s["interrupted"] for s in steps)
+    folders = sorted((tmp_path / "results").iterdir())
+    assert len(folders) == 2, folders
+    assert {analysed, analysed2} == {f"[capacity] analysed: {f / 'report.html'}" for f in folders}
+    ids: list[set[str]] = []
+    for folder in folders:
+        steps = read_steps(folder)
+        assert [s["level"] for s in steps] == [1, 2] and all(not s["interrupted"] for s in steps)
+        records = [json.loads(ln) for ln in (folder / "requests.jsonl").read_text().splitlines()]
+        assert records and all(r["step"] in (0, 1) for r in records)
+        meta = json.loads((folder / "meta.json").read_text())
+        assert meta["records"]["written"] == len(records)
+        assert (folder / "llm_stats.csv").exists()
+        ids.append({r["request_id"] for r in records})
+    assert not (ids[0] & ids[1])  # no record of the first test leaked into the second folder

@@ -79,6 +79,26 @@ class RecordsSink:
             self._file.close()
             self._file = None
 
+    def rotate(self, results_dir: Path) -> None:
+        """Continue in another folder (a new test started from the web UI is its own run).
+
+        What was written so far stays complete in the old folder; counts start again so each
+        folder's meta.json accounts for its own records only.
+        """
+        if self.role == "worker":
+            return
+        if self._file is not None:
+            self._file.flush()
+            self._file.close()
+            self._file = None
+        self.path = Path(results_dir) / "requests.jsonl"
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._file = self.path.open("ab")
+        self.produced = self.written = 0
+        self.received_by_worker.clear()
+        self.produced_by_worker.clear()
+        self.final_from.clear()
+
     # -- records ------------------------------------------------------------------------------
 
     def add(self, record: RequestRecord) -> None:
