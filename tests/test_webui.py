@@ -230,3 +230,27 @@ def test_form_start_with_unset_sampling_options_sends_none(tmp_path):
         assert ctx.params.temperature is None and ctx.params.top_p is None
     finally:
         env.runner.quit()
+
+
+def test_step_and_telemetry_reach_the_tab_json_and_metrics(tmp_path):
+    env, ctx, live, client = make_env(tmp_path)
+    record(ctx.llm_stats, 20.0)
+    # what the rehearsal wiring publishes on the context (capacity_plugins/rehearsal.py)
+    ctx.step_info = lambda: {"step": 2, "of": 5, "level": 8, "unit": "users", "target_rps": None, "phase": "run"}
+    ctx.telemetry = SimpleNamespace(latest=lambda: {
+        "gpu-host": {"0": {"gpu_util_pct": {"value": 87.5, "unit": "%", "unix": 1.0},
+                           "vram_used_bytes": {"value": 20 * 2**30, "unit": "B", "unix": 1.0},
+                           "vram_total_bytes": {"value": 80 * 2**30, "unit": "B", "unix": 1.0}}},
+        "http://sim/metrics": {"server": {"server_waiting": {"value": 4.0, "unit": "", "unix": 1.0},
+                                          "kv_cache_usage": {"value": 0.42, "unit": "", "unix": 1.0}}},
+    })
+    doc = client.get("/llm/stats").get_json()
+    assert doc["step"]["index"] == 2 and doc["step"]["level"] == 8 and doc["step"]["phase"] == "run"
+    assert doc["telemetry"]["gpu_util_pct"] == 87.5 and doc["telemetry"]["kv_cache_usage"] == 0.42
+    tab = next(e for e in client.get("/stats/requests").get_json()["extended_stats"] if e["key"] == "llm")["data"]
+    chat = next(r for r in tab if r["name"] == "chat")
+    assert chat["step"] == "3/5 8 users (run)"
+    assert (chat["gpu_util"], chat["vram"], chat["queue"], chat["kv_cache"]) == ("88%", "20.0 / 80 GiB", "4", "42.0%")
+    text = client.get("/metrics").get_data(as_text=True)
+    assert "capacity_step_index 2.0" in text and "capacity_step_level 8.0" in text
+    assert 'capacity_telemetry_gpu_util_pct{device="0",host="gpu-host"} 87.5' in text

@@ -36,20 +36,8 @@ HISTORY_KEEP = 1800  # buckets: one hour at 2 s
 
 
 def find_telemetry(environment: Any) -> Any | None:
-    """The run's TelemetryCollector, or None.
-
-    The rehearsal owns the collector and does not publish it yet; it is reached through the
-    shape's step callback (a bound method of the rehearsal's Authority). `ctx.telemetry` /
-    `environment.capacity_telemetry` are looked at first so a published handle wins once it exists.
-    """
-    ctx = getattr(environment, "capacity", None)
-    for holder, attr in ((ctx, "telemetry"), (environment, "capacity_telemetry")):
-        found = getattr(holder, attr, None) if holder is not None else None
-        if found is not None and hasattr(found, "latest"):
-            return found
-    shape = getattr(environment, "shape_class", None)
-    owner = getattr(getattr(shape, "on_step_start", None), "__self__", None)
-    found = getattr(owner, "telemetry", None)
+    """The run's TelemetryCollector (`ctx.telemetry`, set by the rehearsal wiring), or None."""
+    found = getattr(getattr(environment, "capacity", None), "telemetry", None)
     return found if found is not None and hasattr(found, "latest") else None
 
 
@@ -262,29 +250,32 @@ class LiveView:
     # -- readings ---------------------------------------------------------------------------------
 
     def step(self) -> dict[str, Any] | None:
-        """The current sweep step (None outside a rehearsal)."""
-        shape = getattr(self.env, "shape_class", None)
-        cur = getattr(shape, "current", None)
-        if cur is None:
+        """The current sweep step (None outside a rehearsal or before its first step).
+
+        `ctx.step_info()` (the rehearsal's live step view) names it; the shape's current Step
+        adds its times and, for open-loop steps, the offered rate (arrivals in the window / its length).
+        """
+        step_info = getattr(self.ctx, "step_info", None)
+        info = step_info() if callable(step_info) else None
+        if not info:
             return None
-        plans = getattr(shape, "plans", None) or []
-        offered_rps = None
-        window = getattr(cur, "window_s", None)
-        if getattr(cur, "offered", None) is not None and window:
-            offered_rps = cur.offered / window
-        return {
-            "index": cur.index,
-            "of": len(plans),
-            "kind": cur.kind,
-            "level": cur.level,
-            "unit": "rps" if cur.target_rps is not None else "users",
-            "phase": getattr(shape, "phase", None),
-            "target_rps": cur.target_rps,
-            "offered_rps": offered_rps,
-            "start_unix": cur.start_unix,
-            "warmup_end_unix": cur.warmup_end_unix,
-            "end_unix": cur.end_unix,
+        out: dict[str, Any] = {
+            "index": info.get("step"),
+            "of": info.get("of"),
+            "kind": None,
+            "level": info.get("level"),
+            "unit": info.get("unit"),
+            "phase": info.get("phase"),
+            "target_rps": info.get("target_rps"),
+            "offered_rps": None,
         }
+        cur = getattr(getattr(self.env, "shape_class", None), "current", None)
+        if cur is not None and getattr(cur, "index", None) == out["index"]:
+            out.update(kind=cur.kind, start_unix=cur.start_unix, warmup_end_unix=cur.warmup_end_unix,
+                       end_unix=cur.end_unix)
+            if cur.offered is not None and cur.window_s:
+                out["offered_rps"] = cur.offered / cur.window_s
+        return out
 
     def telemetry_latest(self) -> dict[str, Any]:
         collector = find_telemetry(self.env)
