@@ -1,0 +1,95 @@
+"""Master (web UI) + 2 workers on loopback against the simulator: the master's /llm/stats and tab
+count every request both workers wrote to requests.jsonl; a worker killed mid-run is shown as
+lost (/llm/stats, the tab, meta.json) while the run goes on with the other."""
+
+import signal
+import subprocess
+import time
+
+import orjson
+from conftest import free_port
+from fixtures_webui import (  # noqa: F401
+    aggregated,
+    count_lines,
+    get_json,
+    http_get,
+    http_post,
+    llm_args,
+    locust_procs,
+    records_by_worker,
+    sim,
+    wait_until,
+)
+from locust_runs import LOCUST, LOCUSTFILE, ROOT, env_with
+
+
+def test_master_view_covers_both_workers_and_shows_a_lost_one(sim, locust_procs, tmp_path):  # noqa: F811
+    web, master_port = free_port(), free_port()
+    out = tmp_path / "out"
+    jsonl = out / "requests.jsonl"
+    master = locust_procs(["--master", "--master-bind-host", "127.0.0.1", "--master-bind-port", str(master_port),
+                           "--web-host", "127.0.0.1", "--web-port", str(web), "--autostart", "--expect-workers", "2",
+                           "-u", "4", "-r", "4", *llm_args(sim.url, out)], tmp_path / "master.log")
+    workers = [subprocess.Popen([LOCUST, "-f", LOCUSTFILE, "--worker", "--master-host", "127.0.0.1",
+                                 "--master-port", str(master_port)], cwd=ROOT, env=env_with(),
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for _ in range(2)]
+    base = f"http://127.0.0.1:{web}"
+    try:
+        # -- phase 1: both workers run, the test is stopped from the UI -------------------------------
+        wait_until(lambda: jsonl.exists() and set(records_by_worker(jsonl)) == {0, 1}
+                   and aggregated(get_json(f"{base}/llm/stats"))["requests"] >= 20, 60,
+                   "records from both workers", master)
+        status, _ = http_post(f"{base}/stop")
+        assert status == 200
+
+        def settled():
+            # workers ship their last records at stop and their last stats delta with the next
+            # report (≤ 3 s): the master's live count must end equal to the file, both workers in it
+            n = aggregated(get_json(f"{base}/llm/stats"))["requests"]
+            by_worker = records_by_worker(jsonl)
+            return n == sum(by_worker.values()) == count_lines(jsonl) and by_worker
+
+        by_worker = wait_until(settled, 20, "the master's count to equal requests.jsonl", master, interval=0.5)
+        assert set(by_worker) == {0, 1} and min(by_worker.values()) > 0
+        tab = next(e for e in get_json(f"{base}/stats/requests")["extended_stats"] if e["key"] == "llm")["data"]
+        assert next(r for r in tab if r["name"] == "Aggregated")["requests"] == sum(by_worker.values())
+        doc = get_json(f"{base}/llm/stats")
+        assert doc["workers"]["count"] == 2 and doc["workers"]["lost"] == []
+
+        # -- phase 2: a new test from the UI; one worker dies ---------------------------------------------
+        before = count_lines(jsonl)
+        status, body = http_post(f"{base}/swarm", {"user_count": "4", "spawn_rate": "4"})
+        assert status == 200 and orjson.loads(body)["success"], body
+        wait_until(lambda: {r for r, n in records_by_worker(jsonl).items()
+                            if n > by_worker.get(r, 0)} == {0, 1}, 30, "both workers in the new test", master)
+        assert count_lines(jsonl) > before
+        workers[1].send_signal(signal.SIGKILL)
+        killed_unix = time.time()
+        lost = wait_until(lambda: get_json(f"{base}/llm/stats")["workers"]["lost"], 20,
+                          "the killed worker to show as lost", master)
+        assert len(lost) == 1 and lost[0]["worker"] in (0, 1) and lost[0]["lost_unix"] >= killed_unix
+        dead = lost[0]["worker"]
+        tab = next(e for e in get_json(f"{base}/stats/requests")["extended_stats"] if e["key"] == "llm")["data"]
+        assert any(r["name"] == f"LOST workers: {dead}" for r in tab), tab
+        doc = get_json(f"{base}/llm/stats")
+        assert doc["workers"]["count"] == 1 and doc["state"] in ("running", "spawning")
+        # the run goes on with the other worker
+        alive = 1 - dead
+        n_alive = records_by_worker(jsonl).get(alive, 0)
+        wait_until(lambda: records_by_worker(jsonl).get(alive, 0) > n_alive + 5, 20, "the survivor's records",
+                   master)
+    finally:
+        code = master.interrupt(60)
+        for w in workers:
+            if w.poll() is None:
+                w.send_signal(signal.SIGINT)
+            try:
+                w.wait(20)
+            except subprocess.TimeoutExpired:
+                w.kill()
+                w.wait(5)
+    log = master.log()
+    assert "Traceback" not in log, log[-3000:]
+    assert code in (0, 1), log[-3000:]  # 1: requests cut by the stop are recorded failures
+    meta = orjson.loads((out / "meta.json").read_bytes())
+    assert [w["worker"] for w in meta["workers_lost"]] == [dead], meta.get("workers_lost")
