@@ -201,7 +201,7 @@ def _on_init(environment: Any, **_: Any) -> None:
 
 
 def _sigterm_interrupts_shape() -> None:
-    """Make SIGTERM stop a headless shape run cleanly, like Ctrl-C.
+    """Make SIGTERM (and SIGINT) stop a headless shape run cleanly, in the main greenlet.
 
     Locust installs its SIGTERM handler only after a headless shape run has ended
     (main.start_automatic_run blocks in shape_greenlet.join() first), so a SIGTERM during the
@@ -221,6 +221,12 @@ def _sigterm_interrupts_shape() -> None:
 
     with contextlib.suppress(ValueError):  # not the main thread (library use): leave signals alone
         gevent.signal_handler(signal.SIGTERM, interrupt)
+        # Ctrl-C too, unless Locust installed its own (the --processes parent forwards it): with
+        # Python's default handler, KeyboardInterrupt is raised in whichever greenlet happens to
+        # run — a user mid-request (its record lost) or the progress printer (a traceback).
+        # Through the hub it always lands in the main greenlet, where Locust handles it.
+        if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+            gevent.signal_handler(signal.SIGINT, interrupt)
 
 
 def _analyse_in_background(folder: Path) -> None:

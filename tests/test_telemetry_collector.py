@@ -204,6 +204,10 @@ def test_collector_from_scenario_config(tmp_path):
     assert [(s.target.url, s.kind) for s in c._targets] == [("http://127.0.0.1:8000/metrics", None),
                                                              ("http://127.0.0.1:9400/metrics", "dcgm")]
     assert c.interval_s == 2.0 and c.timeout_s < 2.0
-    bad = TelemetryConfig.model_validate({"scrape": [{"url": "http://127.0.0.1:9400", "kind": "dcgmm"}]})
-    with pytest.raises(UserError, match=r"telemetry.scrape\[0\]: .*unknown kind 'dcgmm'"):
-        collector_from_config(bad, out_dir=tmp_path)
+    # A wrong kind is refused when the scenario is loaded, naming the field, before any load runs.
+    from capacity_plugins.scenario import parse_scenario
+
+    bad = {"target": {"url": "http://127.0.0.1:8000"},
+           "telemetry": {"scrape": [{"url": "http://127.0.0.1:9400", "kind": "dcgmm"}]}}
+    with pytest.raises(UserError, match=r"telemetry.scrape\[0\].kind: .*unknown kind 'dcgmm'"):
+        parse_scenario(bad, "s.yaml")
