@@ -54,6 +54,17 @@ def add_arguments(parser: Any) -> None:
     g.add_argument("--retries", type=int, default=0, help="Retry attempts for 429/5xx/connect failures (each attempt is recorded)")
 
 
+def _opt_float(flag: str, value: Any) -> float | None:
+    """An optional number. Locust's web form posts "" for an option whose default is None (it
+    has no type to cast to); that means unset, not a value to send to the server."""
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return None
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise UserError(f"{flag}: must be a number, got {value!r}") from None
+
+
 @dataclass(frozen=True)
 class LLMOptions:
     dialect: str = "openai-chat"
@@ -76,7 +87,7 @@ class LLMOptions:
     retries: int = 0
 
     @classmethod
-    def from_parsed(cls, parsed: Any) -> LLMOptions:
+    def from_parsed(cls, parsed: Any) -> LLMOptions:  # noqa: C901 - one flat list of options
         """From Locust's parsed_options (or any namespace; missing attributes take defaults)."""
 
         def get(name: str, default: Any) -> Any:
@@ -102,8 +113,8 @@ class LLMOptions:
             corpus=str(get("corpus", "builtin")),
             max_tokens=int(max_tokens) or None if max_tokens is not None else None,
             stream=not bool(get("no_stream", False)),
-            temperature=get("temperature", None),
-            top_p=get("top_p", None),
+            temperature=_opt_float("--temperature", get("temperature", None)),
+            top_p=_opt_float("--top-p", get("top_p", None)),
             request_timeout_s=timeout,
             sampling=sampling,
             seed=int(get("seed", 0)),

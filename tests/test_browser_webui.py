@@ -26,9 +26,9 @@ def test_llm_tab_in_a_real_browser(sim, locust_procs, tmp_path):  # noqa: F811
     from playwright.sync_api import sync_playwright
 
     port = free_port()
-    # --temperature/--top-p given: the form posts an unset (None-default) option back as "" and
-    # the plugin currently sends that to the server (HTTP 400) — see test_webui's strict xfail.
-    p = locust_procs(["--web-host", "127.0.0.1", "--web-port", str(port), "--temperature", "1.0", "--top-p", "1.0",
+    # No --temperature/--top-p: the form posts those unset options back as "", which must mean
+    # "unset" (test_webui checks the requests; here every request must succeed).
+    p = locust_procs(["--web-host", "127.0.0.1", "--web-port", str(port),
                       *llm_args(sim.url, tmp_path / "out")], tmp_path / "locust.log")
     base = f"http://127.0.0.1:{port}"
     wait_until(lambda: get_json(f"{base}/llm/stats"), 30, "the web UI", p)
@@ -62,6 +62,7 @@ def test_llm_tab_in_a_real_browser(sim, locust_procs, tmp_path):  # noqa: F811
             # the tab shows what /llm/stats says (same source, rounded for display)
             agg = next(r for r in get_json(f"{base}/llm/stats")["rows"] if r["name"] == "openai-chat")
             assert agg["requests"] >= int(later["# Requests"])
+            assert agg["failures"] == 0, agg  # a form-started test sends valid requests
             page.screenshot(path=str(ARTIFACTS / "webui_llm_tab.png"), full_page=True)
 
             page.get_by_role("tab", name="Download Data").click()

@@ -213,9 +213,6 @@ def test_complete_size_ignores_a_partial_last_line(tmp_path):
     assert _complete_size(p) == len(line)
 
 
-@pytest.mark.xfail(strict=True, reason="options.LLMOptions.from_parsed keeps the form's '' for unset "
-                   "--temperature/--top-p (Locust's /swarm stores '' for None-default options): sent as "
-                   "temperature \"\" → HTTP 400 on every request of a UI-started test")
 def test_form_start_with_unset_sampling_options_sends_none(tmp_path):
     import gevent
 
