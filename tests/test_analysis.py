@@ -186,3 +186,17 @@ def test_capacity_is_the_best_passing_step_when_throughput_dips(tmp_path):
     cap = summarise(load_run(p))["capacity"]
     assert cap["method"] == "never_failed"
     assert cap["per_node_rps"] == pytest.approx(20) and cap["per_node_concurrency"] == 4
+
+
+def test_sweep_latency_growth_is_not_reported_as_drift(tmp_path):
+    # A sweep's latency rises because the load rises; calling that "drift" would be wrong.
+    from capacity_plugins.analysis.stability import stability
+
+    p = make_results(tmp_path, levels=[1, 2, 4, 8], rps=[2, 4, 8, 8], window_s=60,
+                     e2e_p50_ms=500, e2e_p99_ms=600, gpu_util=[20, 40, 80, 95])
+    run = load_run(p)
+    req = run.requests.copy()
+    req["ttft_ms"] = req["ttft_ms"] * (1 + req["step"].astype(float) * 3)  # later steps: much slower
+    st = stability(req, run.telemetry, "concurrency_sweep")
+    assert not any("drifted" in f for f in st["findings"]), st["findings"]
+    assert any("constant load" in f for f in st["findings"])

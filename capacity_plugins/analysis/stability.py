@@ -31,6 +31,12 @@ def stability(req: pd.DataFrame, telemetry: pd.DataFrame | None, load_kind: str 
     if span < MIN_SPAN_S:
         out["findings"].append("run too short for trends")
         return out
+    steps = m["step"].dropna().unique() if "step" in m else []
+    if len(steps) > 1 and load_kind != "soak":
+        # Drift and trends compare early with late requests under the same load; across a sweep
+        # the load itself changes, so latency "drift" would only restate the sweep.
+        out["findings"].append(f"{len(steps)} load steps: drift is judged under constant load (soak / hold runs)")
+        return out
     order = np.argsort(sent)
     thirds = np.array_split(order, 3)
     first, last = m.iloc[thirds[0]], m.iloc[thirds[-1]]
