@@ -200,6 +200,11 @@ def _on_init(environment: Any, **_: Any) -> None:
     Authority(environment, ctx, scenario).attach()
 
 
+class _QuietHighSpawnRate(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "spawn rate is very high" not in record.getMessage()
+
+
 def _sigterm_interrupts_shape() -> None:
     """Make SIGTERM (and SIGINT) stop a headless shape run cleanly, in the main greenlet.
 
@@ -433,6 +438,9 @@ class Authority(_GeneratorSide):
         )
         self.shape.runner = self.runner
         env.shape_class = self.shape
+        # Drains stop every user at once on purpose (see shapes._drain_tuple); Locust's warning
+        # about spawn rates > 100 would print at every step and hide the progress lines.
+        logging.getLogger("locust.runners").addFilter(_QuietHighSpawnRate())
         self.ctx.record_listeners.append(self._on_record)
         self.ctx.step_info = self.step_info
         self.ctx.extra_meta.update(
