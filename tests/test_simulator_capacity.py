@@ -9,7 +9,7 @@ import threading
 import time
 from pathlib import Path
 
-from prometheus_client.parser import text_string_to_metric_families
+from fixtures_simulator import metric, scrape
 
 from capacity_plugins.simulator.rawclient import Connection, Response, request
 from capacity_plugins.simulator.truth import read_truth
@@ -46,27 +46,6 @@ def run_clients(port: int, n: int, body: dict, until: float | None = None, repea
     for t in threads:
         t.join()
     return results
-
-
-def scrape(port: int) -> dict[str, float]:
-    """Sample name + sorted labels → value."""
-    text = request(port, "GET", "/metrics").body.decode()
-    out = {}
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            labels = ",".join(f"{k}={v}" for k, v in sorted(s.labels.items()) if k not in ("engine",))
-            out[f"{s.name}{{{labels}}}"] = s.value
-    return out
-
-
-def metric(samples: dict[str, float], name: str, **labels: str) -> float:
-    want = {"model_name": "sim-model", **labels} if not name.startswith("DCGM") else labels
-    for key, value in samples.items():
-        sample, _, rest = key.partition("{")
-        have = dict(kv.split("=", 1) for kv in rest.rstrip("}").split(",") if kv)
-        if sample == name and all(have.get(k) == v for k, v in want.items()):
-            return value
-    raise KeyError(f"{name} {labels} not in /metrics")
 
 
 def test_throughput_grows_until_max_num_seqs_then_flattens_while_queue_grows(start_simulator, tmp_path):

@@ -100,6 +100,9 @@ class Engine:
             self.running.remove(seq)
             self.kv_used -= seq.kv_tokens
             self.metrics.running = len(self.running)
+            # Publish the freed tokens now: if this was the last request the loop goes idle and
+            # would never refresh the gauge, leaving /metrics showing KV in use on an empty engine.
+            self.metrics.kv_used = self.kv_used
         if seq.state in ("waiting", "running"):
             seq.state = "aborted"
             seq.finish_reason = "abort"
