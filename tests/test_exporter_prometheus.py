@@ -80,11 +80,21 @@ scrape_configs:
         assert 0.025 < float(median[0]["value"][1]) <= 0.05
         assert float(_query(base, "capacity_users")[0]["value"][1]) == 4
 
-        gaps: list = []
-        rows = query_range(base, {k: DEFAULT_QUERIES[k] for k in ("gpu_util_pct", "server_waiting", "vram_used_bytes")},
-                           start=t_start, end=time.time(), step_s=1.0, gaps=gaps)
-        assert gaps == []
-        by = {(r["series"], r["host"], r["device"]): r["value"] for r in rows}
+        # query_range evaluates at t_start + k s only, so a first sample scraped after the last grid
+        # point <= now (the instant query above already sees it) is not in the range yet: ask again,
+        # as the window grows, until every expected series is there or the deadline passes.
+        queries = {k: DEFAULT_QUERIES[k] for k in ("gpu_util_pct", "server_waiting", "vram_used_bytes")}
+        want = {("gpu_util_pct", "gpu-node-1", "1"), ("vram_used_bytes", "gpu-node-1", "0"),
+                ("server_waiting", f"127.0.0.1:{canned_port}", "meta-llama/Llama-3.1-8B-Instruct")}
+        deadline = time.time() + 30
+        while True:
+            gaps: list = []
+            rows = query_range(base, queries, start=t_start, end=time.time(), step_s=1.0, gaps=gaps)
+            assert gaps == []
+            by = {(r["series"], r["host"], r["device"]): r["value"] for r in rows}
+            if want <= by.keys() or time.time() > deadline:
+                break
+            time.sleep(0.2)
         assert by[("gpu_util_pct", "gpu-node-1", "1")] == 91
         assert by[("vram_used_bytes", "gpu-node-1", "0")] == 61440 * 2**20
         assert by[("server_waiting", f"127.0.0.1:{canned_port}", "meta-llama/Llama-3.1-8B-Instruct")] == 5
