@@ -1,0 +1,53 @@
+"""The product's answer end to end: a real sweep against the simulator, analysed.
+
+The simulator batches at most 8 sequences, so throughput must stop rising after 8 users: the
+knee is 8, and the plan must follow from the measured capacity by the documented formula.
+Fixed prompt/output lengths (synthetic corpus, ignore_eos) make service times deterministic,
+so the knee does not depend on which prompts a short step happened to draw.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+from fixtures_run import capacity, read_steps, results_dir, write_scenario
+
+pytestmark = pytest.mark.slow
+
+
+def test_sweep_knee_at_max_num_seqs_and_plan_follows_from_capacity(tmp_path):
+    peak, safety, redundancy, gpus_per_node = 40.0, 1.5, 1, 2
+    sc = write_scenario(
+        tmp_path,
+        "knee",
+        target={"url": "embedded", "simulator": {"max_num_seqs": 8}},
+        corpus={"path": "synthetic:prompt_tokens=64,output_tokens=32,n=2000,seed=3", "min_distinct": 1000},
+        request={"max_tokens": 32, "ignore_eos": True, "timeout_s": 20},
+        load={"kind": "concurrency_sweep", "levels": [1, 2, 4, 8, 16, 32], "step_s": 6, "warmup_s": 2},
+        slo={"ttft_p95_ms": 400, "tpot_p95_ms": None},
+        capacity={"peak_qps": peak, "safety_factor": safety, "redundancy": redundancy,
+                  "current_nodes": 1, "gpus_per_node": gpus_per_node, "gpu_hour_usd": 2.0},
+    )
+    r = capacity("run", str(sc), timeout=240)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    folder = results_dir(r.stdout)
+    assert [s["level"] for s in read_steps(folder)] == [1, 2, 4, 8, 16, 32]
+    summary = json.loads((folder / "summary.json").read_text())
+
+    knee = summary["knee"]
+    assert knee["value"] == 8 and knee["unit"] == "users", knee
+    assert knee["bracket"] == [8, 16], knee
+    # below the knee, more users bring proportionally more throughput (the batch fills up)
+    rps = {row["level"]: row["achieved_rps"] for row in summary["steps"]}
+    assert rps[8] > 1.25 * rps[4] and rps[4] > 1.4 * rps[2]
+    assert rps[16] < 1.1 * rps[8] and rps[32] < 1.1 * rps[8]
+
+    cap = summary["capacity"]["per_node_rps"]
+    assert cap and cap <= max(rps.values()) * 1.001
+    plan = summary["plan"]
+    nodes = math.ceil(peak * safety / cap) + redundancy
+    assert plan["nodes"] == nodes and plan["gpus"] == nodes * gpus_per_node, (plan, cap)
+    assert summary["verdict"]["decision"] in ("scale", "dont_scale_yet", "observe")
+    assert (folder / "report.html").exists() and (folder / "summary.md").exists()
