@@ -205,14 +205,15 @@ class _QuietHighSpawnRate(logging.Filter):
         return "spawn rate is very high" not in record.getMessage()
 
 
-def _sigterm_interrupts_shape() -> None:
-    """Make SIGTERM (and SIGINT) stop a headless shape run cleanly, in the main greenlet.
+def _sigterm_interrupts_shape(sigterm: bool = True) -> None:
+    """Make SIGTERM (headless) and SIGINT stop a shape run cleanly, in the main greenlet.
 
     Locust installs its SIGTERM handler only after a headless shape run has ended
     (main.start_automatic_run blocks in shape_greenlet.join() first), so a SIGTERM during the
     rehearsal (Kubernetes, CI timeouts, `capacity run`) would kill the process without a stop:
     no cancelled records, no meta.json. Until then, turn it into the KeyboardInterrupt that Locust
-    already handles there (stop users, quit, write everything).
+    already handles there (stop users, quit, write everything). With the web UI Locust's own
+    SIGTERM handler is in place (`sigterm=False`), but SIGINT needs the same routing there.
     """
     import signal
 
@@ -225,11 +226,14 @@ def _sigterm_interrupts_shape() -> None:
             main.throw(KeyboardInterrupt)
 
     with contextlib.suppress(ValueError):  # not the main thread (library use): leave signals alone
-        gevent.signal_handler(signal.SIGTERM, interrupt)
+        if sigterm:
+            gevent.signal_handler(signal.SIGTERM, interrupt)
         # Ctrl-C too, unless Locust installed its own (the --processes parent forwards it): with
         # Python's default handler, KeyboardInterrupt is raised in whichever greenlet happens to
         # run — a user mid-request (its record lost) or the progress printer (a traceback).
-        # Through the hub it always lands in the main greenlet, where Locust handles it.
+        # Through the hub it always lands in the main greenlet, where Locust handles it (headless,
+        # and the web UI's start_automatic_run / main_greenlet.join(); a web request greenlet
+        # interrupted mid-send printed a traceback).
         if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
             gevent.signal_handler(signal.SIGINT, interrupt)
 
@@ -458,8 +462,7 @@ class Authority(_GeneratorSide):
             env.events.test_stop.add_listener(self._on_test_stop)
         self._write_scenario_copy()
         self._start_telemetry()
-        if getattr(env.parsed_options, "headless", False):
-            _sigterm_interrupts_shape()
+        _sigterm_interrupts_shape(sigterm=bool(getattr(env.parsed_options, "headless", False)))
 
     def step_info(self) -> dict[str, Any] | None:
         """The running step for live views (web UI tab, exporter); None before the first step."""
