@@ -1,7 +1,7 @@
 """Client measurements against the simulator's truth log (loopback, light load).
 
 Both sides measure from the request: client TTFT (send → first output chunk read) vs the server's
-first_token_s (body read → first token write returned). Their difference is the client-side and
+first_token_s (body read → first token write issued). Their difference is the client-side and
 loopback overhead the plugin adds. Bounds (issue 3): median ≤ 1 ms, p99 ≤ 3 ms.
 """
 

@@ -1,7 +1,7 @@
 """The truth log: what the server did for each request, one JSON line written when it ends.
 
 Fields (times in seconds; `*_s` offsets are after `arrival`, the moment the request body was
-fully read; token times are when the write call returned): `id` (the response id / the
+fully read; token times are when the write call was issued): `id` (the response id / the
 `x-request-id` header), `dialect`, `arrival_unix`, `queue_s`, `prefill_s` (joined the batch →
 first token generated), `first_token_s`, `token_times_s`, `tokens_per_write`, `prompt_tokens`,
 `output_tokens` (tokens written to the client), `generated_tokens`, `finish_reason`, `stream`,
