@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
+import socket
 import sys
 import time
 from dataclasses import dataclass
@@ -46,6 +47,7 @@ from capacity_plugins.steps import Step, StepAccounting, StepTimeline, write_ste
 log = logging.getLogger(__name__)
 
 MSG_STEP = "capacity_step"
+_HOST = socket.gethostname()
 MSG_WATCH = "capacity_watch"
 WATCH_INTERVAL_S = 1.0
 PROGRESS_INTERVAL_S = 5.0
@@ -292,11 +294,16 @@ class _Watcher:
             self._proc = psutil.Process()
             self._proc.cpu_percent(None)
 
-    def new_samples(self) -> list[tuple[float, float]]:
+    def new_samples(self) -> list[tuple[float, float, float | None]]:
+        """(unix, cpu %, RSS bytes) since the last call."""
         if self.sampler is not None:
-            out = [(s["unix"], s["cpu_pct"]) for s in self.sampler.samples_since(self._last) if s["unix"] > self._last]
+            out = [
+                (s["unix"], s["cpu_pct"], s.get("rss_bytes"))
+                for s in self.sampler.samples_since(self._last)
+                if s["unix"] > self._last
+            ]
         else:  # greenlet sampling: late when the hub is busy, but cpu_percent covers the whole interval
-            out = [(time.time(), float(self._proc.cpu_percent(None)))]
+            out = [(time.time(), float(self._proc.cpu_percent(None)), float(self._proc.memory_info().rss))]
         if out:
             self._last = out[-1][0]
         return out
@@ -397,6 +404,7 @@ class WorkerSide(_GeneratorSide):
                     MSG_WATCH,
                     {
                         "worker": self.ctx.worker_index,
+                        "host": _HOST,
                         "unix": time.time(),
                         "cpu": self.watcher.new_samples(),
                         "in_flight": self.in_flight(),
@@ -506,14 +514,17 @@ class Authority(_GeneratorSide):
             log.exception("telemetry collector did not start; the run goes on without it")
             self.telemetry = None
 
-    def _client_cpu_rows(self, device: str, samples: list[tuple[float, float]]) -> None:
+    def _client_cpu_rows(self, device: str, samples: list[tuple[float, float, float | None]], host: str) -> None:
+        """The generator's own CPU and memory next to the server's, so a client bottleneck shows."""
         if getattr(self, "telemetry", None) is None or not samples:
             return
-        rows = [
-            {"unix": u, "step": self.timeline.lookup(u)[0], "host": device, "device": device,
-             "series": "client_cpu_pct", "value": v, "unit": "%"}
-            for u, v in samples
-        ]
+        rows = []
+        for u, cpu, rss in samples:
+            step = self.timeline.lookup(u)[0]
+            base = {"unix": u, "step": step, "host": host, "device": device}
+            rows.append({**base, "series": "client_cpu_pct", "value": cpu, "unit": "%"})
+            if rss is not None:
+                rows.append({**base, "series": "client_rss_bytes", "value": rss, "unit": "bytes"})
         try:
             self.telemetry.add_series_rows(rows)
         except Exception:
@@ -527,10 +538,10 @@ class Authority(_GeneratorSide):
         d = msg.data
         w = int(d["worker"])
         self.watch_last[w] = (float(d["unix"]), int(d["in_flight"]))
-        samples = [(float(u), float(c)) for u, c in d.get("cpu", ())]
-        for unix, cpu in samples:
+        samples = [(float(u), float(c), (float(r[0]) if r and r[0] is not None else None)) for u, c, *r in d.get("cpu", ())]
+        for unix, cpu, _rss in samples:
             self.accounting.add_cpu(f"worker-{w}", unix, cpu)
-        self._client_cpu_rows(f"worker-{w}", samples)
+        self._client_cpu_rows(f"worker-{w}", samples, str(d.get("host") or f"worker-{w}"))
         for step, st in (d.get("pacer") or {}).items():
             self.pacer_by_worker[(w, int(step))] = st
 
@@ -550,9 +561,9 @@ class Authority(_GeneratorSide):
     def _collect_local(self) -> None:
         if self.watcher is not None:
             samples = self.watcher.new_samples()
-            for unix, cpu in samples:
+            for unix, cpu, _rss in samples:
                 self.accounting.add_cpu("local", unix, cpu)
-            self._client_cpu_rows("local", samples)
+            self._client_cpu_rows("master" if self.master else "local", samples, _HOST)
 
     def _sync_pacer_counts(self) -> None:
         self.accounting.clear_pacer()
