@@ -57,6 +57,11 @@ def _on_parser(parser: Any, **_: Any) -> None:
 
 
 def _on_init(environment: Any, **_: Any) -> None:
+    # A Ctrl-C must stop the test in the main greenlet, never kill a user mid-request (a lost
+    # record). Here, not in register(): only a real Locust process fires init through us.
+    from capacity_plugins.signals import route_to_main_greenlet
+
+    route_to_main_greenlet()
     try:
         register(environment)
     except UserError as e:

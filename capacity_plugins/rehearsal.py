@@ -42,6 +42,7 @@ from capacity_plugins.arrivals import Pacer, offered_in_window, schedule, shard
 from capacity_plugins.errors import UserError
 from capacity_plugins.scenario import Scenario, load_scenario
 from capacity_plugins.shapes import RehearsalShape, StepPlan, plan_steps
+from capacity_plugins.signals import route_to_main_greenlet
 from capacity_plugins.steps import Step, StepAccounting, StepTimeline, write_steps_json
 
 log = logging.getLogger(__name__)
@@ -205,39 +206,6 @@ def _on_init(environment: Any, **_: Any) -> None:
 class _QuietHighSpawnRate(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         return "spawn rate is very high" not in record.getMessage()
-
-
-def _sigterm_interrupts_shape(sigterm: bool = True) -> None:
-    """Make SIGTERM (headless) and SIGINT stop a shape run cleanly, in the main greenlet.
-
-    Locust installs its SIGTERM handler only after a headless shape run has ended
-    (main.start_automatic_run blocks in shape_greenlet.join() first), so a SIGTERM during the
-    rehearsal (Kubernetes, CI timeouts, `capacity run`) would kill the process without a stop:
-    no cancelled records, no meta.json. Until then, turn it into the KeyboardInterrupt that Locust
-    already handles there (stop users, quit, write everything). With the web UI Locust's own
-    SIGTERM handler is in place (`sigterm=False`), but SIGINT needs the same routing there.
-    """
-    import signal
-
-    import greenlet
-
-    main = greenlet.getcurrent()  # init fires in the main greenlet, which will wait in join()
-
-    def interrupt() -> None:
-        if not main.dead:
-            main.throw(KeyboardInterrupt)
-
-    with contextlib.suppress(ValueError):  # not the main thread (library use): leave signals alone
-        if sigterm:
-            gevent.signal_handler(signal.SIGTERM, interrupt)
-        # Ctrl-C too, unless Locust installed its own (the --processes parent forwards it): with
-        # Python's default handler, KeyboardInterrupt is raised in whichever greenlet happens to
-        # run — a user mid-request (its record lost) or the progress printer (a traceback).
-        # Through the hub it always lands in the main greenlet, where Locust handles it (headless,
-        # and the web UI's start_automatic_run / main_greenlet.join(); a web request greenlet
-        # interrupted mid-send printed a traceback).
-        if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
-            gevent.signal_handler(signal.SIGINT, interrupt)
 
 
 def _analyse_in_background(folder: Path) -> None:
@@ -470,7 +438,11 @@ class Authority(_GeneratorSide):
             env.events.test_stop.add_listener(self._on_test_stop)
         self._write_scenario_copy()
         self._start_telemetry()
-        _sigterm_interrupts_shape(sigterm=bool(getattr(env.parsed_options, "headless", False)))
+        # Locust installs its SIGTERM handler only after a headless shape run has ended
+        # (main.start_automatic_run blocks in shape_greenlet.join() first), so a SIGTERM during the
+        # rehearsal (Kubernetes, CI timeouts, `capacity run`) would kill the process without a stop:
+        # no cancelled records, no meta.json. With the web UI, Locust's own SIGTERM handler is there.
+        route_to_main_greenlet(sigterm=bool(getattr(env.parsed_options, "headless", False)))
 
     def step_info(self) -> dict[str, Any] | None:
         """The running step for live views (web UI tab, exporter); None before the first step."""
