@@ -21,6 +21,7 @@ import json
 import os
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -58,7 +59,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--master-host", default="127.0.0.1", help="master address (with --worker)")
     p.add_argument("--master-port", type=int, default=5557, help="master port (with --worker)")
     p.add_argument("--exporter-port", type=int, help="serve live swarm metrics for Prometheus on this port")
-    p.add_argument("--fail-on-slo", action="store_true", help="exit 3 when a valid measured step misses the SLO")
+    p.add_argument("--fail-on-slo", action="store_true",
+                   help="exit 3 when the SLO gate fails (same rule as `capacity analyze --fail-on-slo`)")
+    p.add_argument("--fail-on-verdict", choices=("scale", "observe", "dont_scale_yet"),
+                   help="exit 3 when the verdict is this one")
     p.add_argument("--no-analyze", action="store_true", help="skip the analysis at the end")
     p.add_argument("--skip-preflight", action="store_true", help="do not check the target before the run")
     return p
@@ -100,11 +104,15 @@ class _Sample:
         return [{"role": "user", "content": self.text}]
 
 
+# Set by preflight(): unverified only when the scenario opts in with target.insecure (as the users do).
+_TLS_CONTEXT: ssl.SSLContext | None = None
+
+
 def _http(method: str, url: str, headers: dict[str, str], body: bytes | None = None,
           timeout: float = PREFLIGHT_TIMEOUT_S) -> tuple[int, bytes]:
     req = urllib.request.Request(url, data=body, method=method, headers=headers)
     try:
-        with urllib.request.urlopen(req, timeout=timeout) as r:  # noqa: S310 -- http(s) only, validated
+        with urllib.request.urlopen(req, timeout=timeout, context=_TLS_CONTEXT) as r:  # noqa: S310 -- http(s) only, validated
             return r.status, r.read(1 << 20)
     except urllib.error.HTTPError as e:
         return e.code, e.read(4096)
@@ -147,6 +155,8 @@ def preflight(s: Scenario, url: str) -> str:
     """
     from capacity_plugins.dialects import RequestParams, get_dialect
 
+    global _TLS_CONTEXT
+    _TLS_CONTEXT = ssl._create_unverified_context() if s.target.insecure else None  # noqa: S323 - opt-in
     headers = {"Accept-Encoding": "identity", **_auth_headers(s)}
     try:
         models = _served_models(s, url, headers)
@@ -248,7 +258,9 @@ def _run_child(cmd: list[str], env: dict[str, str]) -> tuple[int, bool]:
     become one SIGINT to Locust, which stops cleanly on it: users stopped, in-flight requests
     recorded as cancelled, files written. A second Ctrl-C kills the whole group."""
     state = _Interrupted()
-    proc = subprocess.Popen(cmd, env=env, start_new_session=True)
+    # A background job of a non-interactive shell starts with SIGINT ignored, and Locust would
+    # inherit that and never stop on our forwarded SIGINT: give the child the default disposition.
+    proc = subprocess.Popen(cmd, env=env, start_new_session=True, preexec_fn=_default_signals)
 
     def forward(signum: int, _frame: Any) -> None:
         if state.signal is None:
@@ -273,6 +285,11 @@ def _run_child(cmd: list[str], env: dict[str, str]) -> tuple[int, bool]:
         for sig, handler in old.items():
             signal.signal(sig, handler)
     return rc, state.signal is not None
+
+
+def _default_signals() -> None:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def _signal_group(proc: subprocess.Popen[bytes], sig: int) -> None:
@@ -303,13 +320,6 @@ def _check_corpus(s: Scenario) -> None:
     except UserError as e:
         where = f"{s.source_path}: " if s.source_path else ""
         raise UserError(f"{where}corpus: {e}") from None
-
-
-def _slo_gate(summary: dict[str, Any]) -> list[str]:
-    """Valid measured steps that missed the SLO (for --fail-on-slo)."""
-    return [
-        f"level {r.get('level')}" for r in summary.get("steps", []) if r.get("valid") and not r.get("slo_pass")
-    ]
 
 
 def main(argv: list[str]) -> int:
@@ -383,10 +393,16 @@ def main(argv: list[str]) -> int:
                     print(f"[capacity] verdict: {verdict}", flush=True)
                 if (folder / "report.html").exists():
                     print(f"[capacity] report: {folder / 'report.html'}", flush=True)
-                if args.fail_on_slo and (missed := _slo_gate(summary)):
-                    print(f"[capacity] --fail-on-slo: SLO missed at {', '.join(missed)}", file=sys.stderr, flush=True)
+                from capacity_plugins.analysis.cli import gate
+
+                for failed in gate(summary, args.fail_on_slo, args.fail_on_verdict):
+                    print(f"[capacity] {failed}", file=sys.stderr, flush=True)
                     code = EXIT_GATE_FAILED
     print(f"[capacity] results: {folder}" + (" (incomplete: interrupted)" if interrupted else ""), flush=True)
     if interrupted:
         return 130 if code == EXIT_OK else code
+    if rc != 0 and code == EXIT_OK:
+        # Locust crashed after some steps: what finished is analysed, but the run was not done.
+        print(f"[capacity] locust exited with code {rc}: the run is incomplete", file=sys.stderr, flush=True)
+        return EXIT_RUN_FAILED
     return code

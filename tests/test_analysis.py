@@ -170,11 +170,16 @@ def test_soak_stability_flags_vram_growth_and_latency_drift(tmp_path):
     assert st["trends"]["vram_used_bytes_per_h"] == pytest.approx(3.6e9, rel=0.01)
 
 
-def test_interrupted_run_and_lost_records_are_reported(tmp_path):
+@pytest.mark.parametrize("flag", [{"complete": False, "incomplete_reason": "interrupted (Ctrl-C / SIGTERM)"},
+                                  {"incomplete": True}])
+def test_interrupted_run_and_lost_records_are_reported(tmp_path, flag):
+    # `complete: false` is what the load side writes (rehearsal / runner); `incomplete` older folders
     p = make_results(tmp_path, levels=[1, 2, 4], rps=[5, 10, 20],
-                     meta={"model": "m", "incomplete": True, "records": {"written": 10, "produced": 15, "lost": 5}})
+                     meta={"model": "m", **flag, "records": {"written": 10, "produced": 15, "lost": 5}})
     s = summarise(load_run(p))
-    assert any("interrupted" in w for w in s["warnings"]) and any("5 request records were lost" in w for w in s["warnings"])
+    assert any("incomplete (interrupted" in w for w in s["warnings"]), s["warnings"]
+    assert any("5 request records were lost" in w for w in s["warnings"])
+    assert s["meta"]["incomplete"] is True
     assert {i["id"]: i["status"] for i in s["checklist"]}["pre.3_batch_runs"] == "fail"
     assert s["meta"]["records"]["lost"] == 5
 

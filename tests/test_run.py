@@ -132,6 +132,11 @@ def test_sigint_mid_run_leaves_an_analysable_folder(tmp_path):
     assert "Traceback" not in err
     r = capacity("analyze", str(folder))
     assert r.returncode == 0, r.stderr[-2000:]
+    import json
+
+    summary = json.loads((folder / "summary.json").read_text())
+    assert summary["meta"]["incomplete"] is True  # the analysis says the run was cut short
+    assert any("incomplete" in w for w in summary["warnings"])
 
 
 @pytest.mark.parametrize(
@@ -235,3 +240,24 @@ def test_web_mode_each_ui_test_gets_its_own_analysed_folder(tmp_path):
         assert (folder / "llm_stats.csv").exists()
         ids.append({r["request_id"] for r in records})
     assert not (ids[0] & ids[1])  # no record of the first test leaked into the second folder
+
+
+def test_gates_exit_3_with_the_same_rule_as_analyze(tmp_path):
+    # An SLO no step can meet and a peak the fleet cannot carry: --fail-on-slo fails the run (3),
+    # with the rule `capacity analyze --fail-on-slo` uses; without the flag the same run exits 0.
+    sc = write_scenario(
+        tmp_path,
+        "gate",
+        target=SIM,
+        request={"max_tokens": 8, "timeout_s": 10},
+        load={"kind": "concurrency_sweep", "levels": [1], "step_s": 3, "warmup_s": 1},
+        slo={"ttft_p95_ms": 0.001},
+        capacity={"peak_qps": 1000, "current_nodes": 1},
+    )
+    r = capacity("run", str(sc), "--fail-on-slo")
+    assert r.returncode == 3, r.stdout[-2000:] + r.stderr[-2000:]
+    assert "SLO gate" in r.stderr
+    folder = results_dir(r.stdout)
+    again = capacity("analyze", str(folder), "--quiet", "--no-report", "--fail-on-slo")
+    assert again.returncode == 3
+    assert capacity("analyze", str(folder), "--quiet", "--no-report").returncode == 0

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from capacity_plugins.errors import UserError
-from capacity_plugins.runner import _parse, _slo_gate, locust_command, results_folder
+from capacity_plugins.runner import _parse, locust_command, results_folder
 from capacity_plugins.scenario import load_scenario
 
 
@@ -62,13 +62,3 @@ def test_results_folders_never_collide(scenario):
     a.mkdir(parents=True)
     b = results_folder(s, None)
     assert a != b and b.parent == a.parent
-
-
-def test_slo_gate_counts_only_valid_failing_steps():
-    summary = {"steps": [
-        {"level": 1, "valid": True, "slo_pass": True},
-        {"level": 2, "valid": True, "slo_pass": False},
-        {"level": 4, "valid": False, "slo_pass": False},  # client-limited: never judged
-    ]}
-    assert _slo_gate(summary) == ["level 2"]
-    assert _slo_gate({"steps": []}) == []

@@ -481,8 +481,13 @@ def load_run(path: Path, overrides: dict | None = None, progress=None) -> RunDat
             raise UserError("meta.json: expected a JSON object")
     else:
         warnings.append("meta.json missing: provenance (versions, model, GPU) unknown")
+    # The load side writes `complete: false` (+ `incomplete_reason`); older folders and synthetic
+    # ones may say `incomplete: true`. Both mean the same here.
+    if meta.get("complete") is False:
+        meta["incomplete"] = True
     if meta.get("incomplete"):
-        warnings.append("the run was interrupted (meta.json incomplete: true): the last step may be partial")
+        reason = meta.get("incomplete_reason") or "interrupted"
+        warnings.append(f"the run is incomplete ({reason}): the last step may be partial")
 
     side = (path / "itl.parquet").exists() or (path / "itl.jsonl").exists()
     f = path / "requests.jsonl"

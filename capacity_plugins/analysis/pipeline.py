@@ -63,7 +63,7 @@ def summarise(run: RunData, progress: Callable[[str], None] | None = None) -> di
 
 
 def _meta(run: RunData) -> dict[str, Any]:
-    keep = ("versions", "target", "model", "server", "dialect", "gpu", "gpus", "gpu_names", "incomplete",
+    keep = ("versions", "target", "model", "server", "dialect", "gpu", "gpus", "gpu_names", "incomplete", "incomplete_reason",
             "start_unix", "end_unix", "records", "workers")
     meta = {k: run.meta[k] for k in keep if k in run.meta}
     meta["requests_total"] = len(run.requests)
