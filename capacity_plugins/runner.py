@@ -131,7 +131,8 @@ def _auth_headers(s: Scenario) -> dict[str, str]:
 def _served_models(s: Scenario, url: str, headers: dict[str, str]) -> list[str] | None:
     """Model names the server lists (None when the dialect has no listing we know)."""
     d = s.target.dialect
-    path = {"openai-chat": "/v1/models", "openai-completions": "/v1/models", "tgi": "/info", "ollama": "/api/tags"}[d]
+    path = {"openai-chat": "/v1/models", "openai-completions": "/v1/models", "tgi": "/info", "ollama": "/api/tags",
+            "ollama-generate": "/api/tags"}[d]
     status, body = _http("GET", url + path, headers)
     if status >= 400:
         if d.startswith("openai") and status == 404:
@@ -143,7 +144,7 @@ def _served_models(s: Scenario, url: str, headers: dict[str, str]) -> list[str] 
         raise RunError(f"preflight: GET {path} did not return JSON") from None
     if d == "tgi":
         return [str(data.get("model_id"))] if isinstance(data, dict) and data.get("model_id") else None
-    if d == "ollama":
+    if d.startswith("ollama"):
         return [str(m.get("name")) for m in data.get("models", [])] if isinstance(data, dict) else None
     return [str(m.get("id")) for m in data.get("data", [])] if isinstance(data, dict) else None
 

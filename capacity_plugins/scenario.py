@@ -64,7 +64,7 @@ class ScrapeTarget(_Strict):
 class TargetConfig(_Strict):
     url: str
     simulator: dict[str, Any] | None = None
-    dialect: Literal["openai-chat", "openai-completions", "tgi", "ollama"] = "openai-chat"
+    dialect: Literal["openai-chat", "openai-completions", "tgi", "ollama", "ollama-generate"] = "openai-chat"
     # None: the embedded simulator's model, or the first model the server lists at preflight.
     model: str | None = None
     # Name of the environment variable holding the key; the key itself never appears in a file.

@@ -261,3 +261,20 @@ def test_gates_exit_3_with_the_same_rule_as_analyze(tmp_path):
     again = capacity("analyze", str(folder), "--quiet", "--no-report", "--fail-on-slo")
     assert again.returncode == 3
     assert capacity("analyze", str(folder), "--quiet", "--no-report").returncode == 0
+
+
+@pytest.mark.parametrize("dialect", ["tgi", "ollama", "ollama-generate"])
+def test_every_dialect_runs_a_scenario_against_the_simulator(tmp_path, dialect):
+    # preflight (model listing + one request) and the users both speak the scenario's dialect
+    sc = write_scenario(
+        tmp_path,
+        "dialect",
+        target={**SIM, "dialect": dialect},
+        request={"max_tokens": 8, "timeout_s": 10},
+        load={"kind": "concurrency_sweep", "levels": [2], "step_s": 2, "warmup_s": 0.5},
+    )
+    r = capacity("run", str(sc), "--no-analyze")
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    recs = read_records(results_dir(r.stdout))
+    assert recs and all(x["ok"] for x in recs if x["error_kind"] != "cancelled")
+    assert all(x["output_tokens"] for x in recs if x["ok"])

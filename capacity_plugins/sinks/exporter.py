@@ -65,7 +65,7 @@ RUNNER_GAUGES: tuple[tuple[str, str, str], ...] = (
     ("level", "capacity_step_level", "Level of the current step: users or target requests/s."),
     ("target_rps", "capacity_target_rps", "Target request rate of the current open-loop step."),
     ("offered_rps", "capacity_offered_rps", "Requests/s actually scheduled in the current step."),
-    ("achieved_rps", "capacity_achieved_rps", "Requests/s completed in the current step."),
+    ("achieved_rps", "capacity_achieved_rps", "Requests/s completed over the live window (the last ~10 s, all workers)."),
     ("workers", "capacity_workers", "Connected load-generator worker processes."),
 )
 
