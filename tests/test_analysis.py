@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import numpy as np
 import pytest
@@ -67,9 +68,10 @@ def test_percentiles_exact_and_warmup_excluded(tmp_path):
     m = req[(req["step"] == 1) & ~req["warmup"] & req["ok"]]
     row = summarise(run)["steps"][1]
     assert row["requests"] == 400  # warm-up records are tagged and left out
-    assert row["e2e_p95_ms"] == pytest.approx(np.percentile(m["e2e_ms"], 95))
+    # nearest rank, the definition the live sketches use too
+    assert row["e2e_p95_ms"] == pytest.approx(np.sort(m["e2e_ms"])[math.ceil(0.95 * len(m)) - 1])
     assert row["achieved_rps"] == pytest.approx(40) and row["rps"] == pytest.approx(40)
-    assert row["itl_p50_ms"] == pytest.approx(np.percentile(m["e2e_ms"] * 0.75 / 63, 50), rel=1e-3)
+    assert row["itl_p50_ms"] == pytest.approx(np.percentile(m["e2e_ms"] * 0.75 / 63, 50), rel=2e-3)
 
 
 @pytest.mark.parametrize("itl", ["inline", "jsonl"])

@@ -43,7 +43,7 @@ def stability(req: pd.DataFrame, telemetry: pd.DataFrame | None, load_kind: str 
 
     def p95(df: pd.DataFrame, col: str) -> float | None:
         v = df.loc[df["ok"], col].dropna()
-        return float(np.percentile(v, 95)) if len(v) else None
+        return float(np.percentile(v, 95, method="inverted_cdf")) if len(v) else None  # nearest rank
 
     for col in ("ttft_ms", "e2e_ms"):
         a, b = p95(first, col), p95(last, col)

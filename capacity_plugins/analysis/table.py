@@ -16,6 +16,9 @@ from capacity_plugins.analysis.config import SLOConfig
 from capacity_plugins.analysis.load import RunData, Step
 
 PCTS = (50, 95, 99)
+# One percentile definition across the product: nearest rank (the k-th smallest value, k = ceil(q·n)),
+# the same as the live sketches (stats.py) and the tests that compare the two.
+NEAREST_RANK = "inverted_cdf"
 LATENCY_METRICS = ("ttft_ms", "itl_ms", "tpot_ms", "e2e_ms")
 
 
@@ -24,7 +27,7 @@ def _pcts(values: np.ndarray, prefix: str) -> dict[str, float | None]:
     v = values if fin.all() else values[fin]
     if v.size == 0:
         return {f"{prefix}_p{p}_ms": None for p in PCTS}
-    qs = np.percentile(v, PCTS)
+    qs = np.percentile(v, PCTS, method=NEAREST_RANK)
     return {f"{prefix}_p{p}_ms": float(q) for p, q in zip(PCTS, qs, strict=True)}
 
 
@@ -39,7 +42,7 @@ def _quantile(values: np.ndarray, q: float) -> float | None:
     v = np.nan_to_num(values, nan=math.inf)
     if v.size == 0:
         return None
-    x = float(np.quantile(v, q, method="higher"))
+    x = float(np.quantile(v, q, method=NEAREST_RANK))
     return x if math.isfinite(x) else math.inf
 
 
