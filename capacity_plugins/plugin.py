@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import sys
 import time
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -292,10 +293,37 @@ def _msgpack_safe(d: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _own_results_dir(parsed: Any) -> None:
+    """Each run writes its own folder: records of two runs must never mix in one requests.jsonl.
+
+    Without --results-dir (or a scenario's output), a fresh results/run-<timestamp>/ is used; an
+    explicit folder that already holds records is refused (exit 2) rather than appended to.
+    """
+    if parsed is None:
+        return
+    given = getattr(parsed, "results_dir", None)
+    if given in (None, "", "results"):
+        base = Path("results") / time.strftime("run-%Y%m%d-%H%M%S")
+        folder, n = base, 1
+        while folder.exists():
+            n += 1
+            folder = base.with_name(f"{base.name}-{n}")
+        parsed.results_dir = str(folder)
+        return
+    records = Path(given) / "requests.jsonl"
+    if records.exists() and records.stat().st_size > 0:
+        raise UserError(
+            f"--results-dir {given}: already holds requests.jsonl from another run; give a new folder "
+            "(two runs' records must not mix)"
+        )
+
+
 def register(environment: Any) -> RunContext:
     """Build the RunContext for this process and attach every listener. Raises UserError."""
     runner = environment.runner
     role = _role(runner)
+    if role != "worker":
+        _own_results_dir(environment.parsed_options)
     options = LLMOptions.from_parsed(environment.parsed_options)
     ctx = RunContext.from_options(options, role=role)
     if role == "worker":

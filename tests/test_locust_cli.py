@@ -56,3 +56,13 @@ def test_bad_options_exit_2_with_one_line(fake_llm, tmp_path, extra, message):  
     assert p.returncode == 2, (p.returncode, p.stderr[-2000:])
     assert "Traceback" not in p.stderr
     assert message in p.stderr
+
+
+def test_a_second_run_never_appends_to_another_runs_records(fake_llm, tmp_path):  # noqa: F811
+    args = base_args(fake_llm, tmp_path, "--model", "ok")
+    assert run_locust(args).returncode == 0
+    first = records(tmp_path / "out")
+    p = run_locust(args, timeout=60)  # the same --results-dir again
+    assert p.returncode == 2 and "Traceback" not in p.stderr
+    assert "already holds requests.jsonl" in p.stderr
+    assert records(tmp_path / "out") == first  # untouched
