@@ -62,3 +62,16 @@ def test_results_folders_never_collide(scenario):
     a.mkdir(parents=True)
     b = results_folder(s, None)
     assert a != b and b.parent == a.parent
+
+
+def test_preflight_follows_target_insecure_on_a_self_signed_server(fake_llm_tls):
+    from capacity_plugins.errors import RunError
+    from capacity_plugins.runner import preflight
+    from capacity_plugins.scenario import parse_scenario
+
+    def scenario(insecure: bool):
+        return parse_scenario({"target": {"url": fake_llm_tls, "insecure": insecure, "model": "fake-model"}}, "s.yaml")
+
+    with pytest.raises(RunError, match="CERTIFICATE_VERIFY_FAILED"):
+        preflight(scenario(False), fake_llm_tls)  # verified by default
+    assert preflight(scenario(True), fake_llm_tls) == "fake-model"  # the opt-in covers the preflight
