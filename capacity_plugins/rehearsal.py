@@ -109,6 +109,7 @@ def scenario_options(s: Scenario) -> dict[str, Any]:
         "request_timeout": r.timeout_s,
         "ignore_eos": r.ignore_eos,
         "no_usage": not r.usage,
+        "tokenizer": s.tokenizer_path(),
         "retries": r.retries,
         "api_key_env": s.target.api_key_env or "",
         "header": [f"{k}:{v}" for k, v in s.target.headers.items()],
@@ -447,9 +448,9 @@ class Authority(_GeneratorSide):
     def step_info(self) -> dict[str, Any] | None:
         """The running step for live views (web UI tab, exporter); None before the first step."""
         shape = self.shape
-        step = shape.current if shape is not None else None
-        if step is None:
+        if shape is None or shape.current is None:
             return None
+        step = shape.current
         return {
             "step": step.index,
             "of": len(self.plans_list),

@@ -7,7 +7,7 @@ judge the SLO from the *scheduled* time (what users feel); the row keeps both vi
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Final
 
 import numpy as np
 import pandas as pd
@@ -18,7 +18,7 @@ from capacity_plugins.analysis.load import RunData, Step
 PCTS = (50, 95, 99)
 # One percentile definition across the product: nearest rank (the k-th smallest value, k = ceil(q·n)),
 # the same as the live sketches (stats.py) and the tests that compare the two.
-NEAREST_RANK = "inverted_cdf"
+NEAREST_RANK: Final = "inverted_cdf"
 LATENCY_METRICS = ("ttft_ms", "itl_ms", "tpot_ms", "e2e_ms")
 
 
