@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from capacity_plugins.dialects import Dialect, RequestParams, get_dialect
+from capacity_plugins.errors import UserError
 from capacity_plugins.options import LLMOptions
 from capacity_plugins.stats import LLMStats
 
@@ -66,6 +67,9 @@ class RunContext:
     # {"step": index, "level": x, "unit": "users"|"rps", "phase": ..., "of": n} or None.
     step_info: Any = None
     request_name: str = ""
+    # The --tokenizer (tokenizers.Tokenizer), loaded once per process; None without one.
+    tokenizer: Any = None
+    tokenizer_path: str | None = None
     # Built from --api-key-env at startup; kept out of repr so it never lands in a log line.
     auth_headers: dict[str, str] = field(default_factory=dict, repr=False)
 
@@ -97,8 +101,15 @@ class RunContext:
         )
         self.results_dir = options.results_dir
         self.request_name = options.dialect
+        if options.tokenizer != self.tokenizer_path:  # a worker reconfigures with the same path: keep it
+            self.tokenizer = load_tokenizer(options.tokenizer) if options.tokenizer else None
+            self.tokenizer_path = options.tokenizer
         key = options.api_key()
         self.auth_headers = {"Authorization": f"Bearer {key}"} if key else {}
+
+    def count_tokens(self, text: str) -> int:
+        """Tokens of generated text by the local tokenizer (no BOS/EOS added)."""
+        return len(self.tokenizer.encode(text, add_special_tokens=False).ids)
 
     def request_headers(self, call_headers: dict[str, str]) -> dict[str, str]:
         """Headers for one call: dialect's, then user extras, then auth; identity encoding
@@ -121,6 +132,20 @@ class RunContext:
                 listener(record)
             except Exception:  # a broken exporter must not lose the record or stop the swarm
                 log.exception("record listener %r failed", listener)
+
+
+def load_tokenizer(path: str) -> Any:
+    """A Hugging Face tokenizer.json; UserError naming the file when it is missing or unreadable."""
+    p = Path(path).expanduser()
+    if not p.is_file():
+        raise UserError(f"--tokenizer: {path}: no such file")
+    try:
+        from tokenizers import Tokenizer
+
+        return Tokenizer.from_file(str(p))
+    except Exception as e:  # tokenizers raises a bare Exception on bad JSON / unknown models
+        first = str(e).strip().splitlines()[0][:200] if str(e).strip() else e.__class__.__name__
+        raise UserError(f"--tokenizer: {path}: not a Hugging Face tokenizer.json ({first})") from None
 
 
 def get_context(environment: Any) -> RunContext:

@@ -49,6 +49,7 @@ def add_arguments(parser: Any) -> None:
     g.add_argument("--header", action="append", default=[], include_in_web_ui=False, help="Extra request header K:V (repeatable)")
     g.add_argument("--no-usage", action="store_true", default=False, help="Do not ask OpenAI servers for stream usage (include_usage)")
     g.add_argument("--ignore-eos", action="store_true", default=False, help="Ask the server to generate exactly max_tokens (vLLM/SGLang)")
+    g.add_argument("--tokenizer", default=None, help="Hugging Face tokenizer.json used to count output tokens when the server reports no usage")
     g.add_argument("--insecure", action="store_true", default=False, help="Do not verify TLS certificates")
     g.add_argument("--results-dir", default="results", help="Exact output folder for requests.jsonl, meta.json, llm_stats.csv")
     g.add_argument("--retries", type=int, default=0, help="Retry attempts for 429/5xx/connect failures (each attempt is recorded)")
@@ -82,6 +83,7 @@ class LLMOptions:
     headers: dict[str, str] = field(default_factory=dict)
     include_usage: bool = True
     ignore_eos: bool = False
+    tokenizer: str | None = None  # tokenizer.json path; counts output tokens when the server gives no usage
     insecure: bool = False
     results_dir: Path = Path("results")
     retries: int = 0
@@ -123,6 +125,7 @@ class LLMOptions:
             headers=headers,
             include_usage=not bool(get("no_usage", False)),
             ignore_eos=bool(get("ignore_eos", False)),
+            tokenizer=str(get("tokenizer", None) or "").strip() or None,  # the web form posts "" for unset
             insecure=bool(get("insecure", False)),
             results_dir=Path(str(get("results_dir", "results"))),
             retries=retries,

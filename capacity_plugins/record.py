@@ -135,6 +135,7 @@ class RequestRecord:
         max_tokens: int | None,
         stream: bool,
         workload_class: str = "default",
+        tokenizer_output_tokens: int | None = None,
     ) -> RequestRecord:
         sent = t.sent_ns
         end = t.end_ns if t.end_ns is not None else sent
@@ -153,6 +154,8 @@ class RequestRecord:
             output, source = usage_output_tokens, "usage"
         elif continuous_output_tokens is not None:
             output, source = continuous_output_tokens, "continuous_usage"
+        elif tokenizer_output_tokens is not None:
+            output, source = tokenizer_output_tokens, "tokenizer"
         elif chunks is not None:
             output, source = chunks, "chunks"
         else:

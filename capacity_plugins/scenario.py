@@ -126,6 +126,9 @@ class RequestConfig(_Strict):
     ignore_eos: bool = False
     # Ask for server-side token usage (stream_options.include_usage); off for servers that reject it.
     usage: bool = True
+    # A Hugging Face tokenizer.json counting output tokens when the server reports no usage
+    # (relative paths are resolved against the scenario file's folder).
+    tokenizer: str | None = None
     retries: int = Field(default=0, ge=0)
 
 
@@ -269,6 +272,12 @@ class Scenario(_Strict):
         if not self.corpus.is_file:
             return self.corpus.path
         return str(_resolve_corpus(self.corpus.path, self.source_path))
+
+    def tokenizer_path(self) -> str | None:
+        """request.tokenizer made absolute (relative to the scenario file); None when unset."""
+        if not self.request.tokenizer:
+            return None
+        return str(_resolve_corpus(self.request.tokenizer, self.source_path))
 
     def api_key(self) -> str | None:
         return os.environ.get(self.target.api_key_env) if self.target.api_key_env else None

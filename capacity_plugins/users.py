@@ -113,6 +113,8 @@ class LLMUser(FastHttpUser):
         ctx = self.ctx
         call = ctx.dialect.build(sample, ctx.params)
         parser = ctx.dialect.parser(ctx.params.stream)
+        if ctx.tokenizer is not None:
+            parser.keep_text()
         headers = ctx.request_headers(call.headers)
         now_unix = time.time()
         step, warmup = ctx.step_provider(now_unix)
@@ -169,6 +171,13 @@ class LLMUser(FastHttpUser):
                 t.end_ns = perf_counter_ns()
             if resp is not None:
                 resp.release()  # returns a fully read socket to the pool, closes anything else
+        # Counted after the last stamp, and only when the server gave no count of its own. A
+        # non-streamed failure with no text keeps no count, as without a tokenizer.
+        tokenizer_tokens = None
+        text = parser.generated_text()
+        if (text is not None and (text or ctx.params.stream)
+                and parser.usage_output_tokens is None and parser.continuous_output_tokens is None):
+            tokenizer_tokens = ctx.count_tokens(text)
         record = RequestRecord.build(
             t,
             request_id=uuid.uuid4().hex,
@@ -187,6 +196,7 @@ class LLMUser(FastHttpUser):
             prompt_tokens=parser.prompt_tokens,
             max_tokens=call.max_tokens,
             stream=ctx.params.stream,
+            tokenizer_output_tokens=tokenizer_tokens,
         )
         self._finish(record)
         if cancelled is not None:

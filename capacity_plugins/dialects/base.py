@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+import orjson
+
 # What one event carried (return value of Parser.event).
 NO_OUTPUT = 0  # role-only / usage-only / keep-alive / final summary without tokens
 OUTPUT = 1  # generated output on a non-visible channel (reasoning, tool call, special token)
@@ -67,6 +69,7 @@ class Parser:
         "chunk_tokens",
         "error",
         "done",
+        "texts",
     )
 
     def __init__(self) -> None:
@@ -77,6 +80,17 @@ class Parser:
         self.chunk_tokens: int | None = None  # tokens in the last event, when the server says
         self.error: str | None = None  # an error object the server sent inside a 200 response
         self.done = False  # the server said the generation finished ([DONE], done:true, details)
+        # Generated text pieces (content, reasoning, tool-call arguments), kept only after
+        # keep_text() (a --tokenizer run): without it the hot path appends nothing.
+        self.texts: list[str] | None = None
+
+    def keep_text(self) -> None:
+        """Keep the generated text from now on, for a local tokenizer to count after the request."""
+        self.texts = []
+
+    def generated_text(self) -> str | None:
+        """Everything generated (all channels) concatenated; None unless keep_text() was called."""
+        return "".join(self.texts) if self.texts is not None else None
 
     def event(self, data: bytes) -> int:
         """One streamed payload → NO_OUTPUT / OUTPUT / VISIBLE. Raises MalformedEvent."""
@@ -108,3 +122,29 @@ def error_text(obj: Any) -> str:
             if isinstance(obj.get(key), str):
                 return obj[key][:300]
     return str(obj)[:300]
+
+
+def keep_message_text(texts: list[str], msg: Any, content_key: str = "content") -> None:
+    """Append a message's / delta's generated text: reasoning, content, tool-call arguments.
+
+    `reasoning_content` and `reasoning` are one channel under two names (some servers send both
+    with the same text), so only the first present counts. Tool-call arguments that arrive as an
+    object (Ollama) are counted as their compact JSON.
+    """
+    if not isinstance(msg, dict):
+        return
+    reasoning = msg.get("reasoning_content") or msg.get("reasoning") or msg.get("thinking")
+    if isinstance(reasoning, str):
+        texts.append(reasoning)
+    content = msg.get(content_key)
+    if isinstance(content, str) and content:
+        texts.append(content)
+    calls = msg.get("tool_calls")
+    if isinstance(calls, list):
+        for call in calls:
+            fn = call.get("function") if isinstance(call, dict) else None
+            args = fn.get("arguments") if isinstance(fn, dict) else None
+            if isinstance(args, str):
+                texts.append(args)
+            elif args is not None:
+                texts.append(orjson.dumps(args).decode())

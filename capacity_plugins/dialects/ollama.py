@@ -22,6 +22,7 @@ from capacity_plugins.dialects.base import (
     SampleLike,
     effective_max_tokens,
     error_text,
+    keep_message_text,
 )
 
 
@@ -53,6 +54,8 @@ class _OllamaParser(Parser):
         if not isinstance(part, dict):
             raise MalformedEvent("message is not an object")
         text_key = "content" if self._chat else "response"
+        if self.texts is not None:
+            keep_message_text(self.texts, part, text_key)
         if part.get(text_key):
             return VISIBLE
         if part.get("thinking") or part.get("tool_calls"):

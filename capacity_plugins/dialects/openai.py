@@ -23,6 +23,7 @@ from capacity_plugins.dialects.base import (
     SampleLike,
     effective_max_tokens,
     error_text,
+    keep_message_text,
 )
 
 _HEADERS = {"Content-Type": "application/json"}
@@ -63,6 +64,15 @@ class _OpenAIParser(Parser):
             self.chunk_tokens = completion - prev
             self.continuous_output_tokens = completion
 
+    def _keep(self, choice: Any, key: str) -> None:
+        assert self.texts is not None
+        if not isinstance(choice, dict):
+            return
+        if self._chat:
+            keep_message_text(self.texts, choice.get(key))
+        elif isinstance(choice.get("text"), str):
+            self.texts.append(choice["text"])
+
     def event(self, data: bytes) -> int:
         if data == b"[DONE]":
             self.done = True
@@ -92,6 +102,8 @@ class _OpenAIParser(Parser):
             raise MalformedEvent("choices[0] is not an object")
         if choice.get("finish_reason"):
             self.done = True
+        if self.texts is not None:
+            self._keep(choice, "delta")
         if self._chat:
             delta = choice.get("delta") or {}
             if delta.get("content"):
@@ -119,6 +131,8 @@ class _OpenAIParser(Parser):
         if not choices:
             return NO_OUTPUT
         choice = choices[0]
+        if self.texts is not None:
+            self._keep(choice, "message")
         if self._chat:
             msg = choice.get("message") or {}
             if msg.get("content"):

@@ -56,6 +56,8 @@ class _TGIParser(Parser):
             return NO_OUTPUT
         self.chunk_tokens = 1
         if token.get("text") and not token.get("special"):
+            if self.texts is not None:  # special tokens (EOS) are not text: generated_text omits them
+                self.texts.append(token["text"])
             return VISIBLE
         return OUTPUT
 
@@ -73,6 +75,8 @@ class _TGIParser(Parser):
             return NO_OUTPUT
         self._details(doc)
         self.done = True
+        if self.texts is not None and isinstance(doc.get("generated_text"), str):
+            self.texts.append(doc["generated_text"])
         return VISIBLE if doc.get("generated_text") else NO_OUTPUT
 
 

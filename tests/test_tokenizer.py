@@ -1,0 +1,341 @@
+"""--tokenizer / request.tokenizer: output tokens counted by a local tokenizer.json when the server
+reports no usage (DESIGN.md: usage > continuous usage > tokenizer > chunks).
+
+The tokenizer is a tiny byte-level BPE trained here, offline, on a few sentences: it splits most
+simulator words into several tokens, so its count differs from the chunk count and a test can
+tell which source was used.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from types import SimpleNamespace
+
+import orjson
+import pytest
+from fixtures_core import fake_llm, write_corpus  # noqa: F401
+from fixtures_simulator import start_simulator  # noqa: F401
+from locust.env import Environment
+from locust.event import Events
+from locust_runs import records, run_locust
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+from capacity_plugins import plugin
+from capacity_plugins.context import RunContext, load_tokenizer
+from capacity_plugins.dialects import get_dialect
+from capacity_plugins.errors import UserError
+from capacity_plugins.options import LLMOptions
+from capacity_plugins.record import RequestRecord, Timings
+from capacity_plugins.rehearsal import _option_defaults, fill_options, scenario_cli_args, scenario_options
+from capacity_plugins.scenario import load_scenario
+from capacity_plugins.simulator.tokens import output_text
+from capacity_plugins.simulator.truth import read_truth
+from capacity_plugins.users import LLMUser
+
+SENTENCES = ["the cat sat on the mat", "a dog and the cat were in the house", "it was the best of times"]
+
+
+def make_tokenizer(path: Path) -> Path:
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=300, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                  show_progress=False)
+    tok.train_from_iterator(SENTENCES, trainer)
+    tok.save(str(path))
+    return path
+
+
+@pytest.fixture
+def tokenizer_json(tmp_path: Path) -> Path:
+    return make_tokenizer(tmp_path / "tokenizer.json")
+
+
+def count(path: Path, text: str) -> int:
+    return len(Tokenizer.from_file(str(path)).encode(text, add_special_tokens=False).ids)
+
+
+def sim_text(n: int) -> str:
+    """What the simulator generates for n output tokens (reasoning first, then content)."""
+    return "".join(output_text(i) for i in range(n))
+
+
+# -- parsers keep the generated text only when asked ---------------------------------------------------
+
+
+def sse(*docs) -> list[bytes]:
+    return [d if isinstance(d, bytes) else orjson.dumps(d) for d in docs]
+
+
+def feed(dialect: str, events: list[bytes], keep: bool = True):
+    p = get_dialect(dialect).parser(True)
+    if keep:
+        p.keep_text()
+    for e in events:
+        p.event(e)
+    return p
+
+
+CHAT_STREAM = sse(
+    {"id": "c1", "choices": [{"index": 0, "delta": {"role": "assistant"}}]},
+    {"id": "c1", "choices": [{"index": 0, "delta": {"reasoning_content": "Let me think.", "reasoning": "Let me think."}}]},
+    {"id": "c1", "choices": [{"index": 0, "delta": {"content": "Hello"}}]},
+    {"id": "c1", "choices": [{"index": 0, "delta": {"content": " world"}}]},
+    {"id": "c1", "choices": [{"index": 0, "delta": {"tool_calls": [
+        {"index": 0, "id": "t", "function": {"name": "get_weather", "arguments": "{\"city\":"}}]}}]},
+    {"id": "c1", "choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {"arguments": " \"Paris\"}"}}]},
+                              "finish_reason": "tool_calls"}]},
+    b"[DONE]",
+)
+
+
+def test_openai_chat_stream_keeps_reasoning_content_and_tool_arguments():
+    p = feed("openai-chat", CHAT_STREAM)
+    # reasoning_content and reasoning are one channel under two names: counted once; the tool name is
+    # not generated text, its arguments are
+    assert p.generated_text() == "Let me think.Hello world{\"city\": \"Paris\"}"
+    assert p.usage_output_tokens is None and p.done
+
+
+def test_without_keep_text_the_parser_keeps_nothing():
+    p = feed("openai-chat", CHAT_STREAM, keep=False)
+    assert p.texts is None and p.generated_text() is None
+    assert not hasattr(p, "__dict__")  # __slots__ still hold: no per-instance dict on the hot path
+
+
+def test_openai_chat_full_body():
+    p = get_dialect("openai-chat").parser(False)
+    p.keep_text()
+    p.full(orjson.dumps({"id": "c", "choices": [{"message": {
+        "role": "assistant", "reasoning_content": "hmm ", "content": "the answer",
+        "tool_calls": [{"function": {"name": "f", "arguments": "{\"x\":1}"}}]}}]}))
+    assert p.generated_text() == "hmm the answer{\"x\":1}"
+
+
+def test_openai_completions_stream_and_full():
+    p = feed("openai-completions", sse(
+        {"id": "k", "choices": [{"index": 0, "text": "one"}]},
+        {"id": "k", "choices": [{"index": 0, "text": " two", "finish_reason": "length"}]},
+        {"id": "k", "choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 2}},
+        b"[DONE]",
+    ))
+    assert p.generated_text() == "one two" and p.usage_output_tokens == 2
+    q = get_dialect("openai-completions").parser(False)
+    q.keep_text()
+    q.full(orjson.dumps({"id": "k", "choices": [{"text": "all of it"}]}))
+    assert q.generated_text() == "all of it"
+
+
+def test_tgi_stream_omits_special_tokens_and_full_uses_generated_text():
+    p = feed("tgi", sse(
+        {"token": {"id": 1, "text": "Hi", "special": False}},
+        {"token": {"id": 2, "text": " there", "special": False}},
+        {"token": {"id": 3, "text": "</s>", "special": True}, "generated_text": "Hi there",
+         "details": {"generated_tokens": 3}},
+    ))
+    assert p.generated_text() == "Hi there"
+    q = get_dialect("tgi").parser(False)
+    q.keep_text()
+    q.full(orjson.dumps([{"generated_text": "Hi there"}]))
+    assert q.generated_text() == "Hi there" and q.usage_output_tokens is None
+
+
+def test_ollama_chat_keeps_thinking_content_and_object_arguments():
+    p = feed("ollama", sse(
+        {"message": {"role": "assistant", "thinking": "Hmm."}, "done": False},
+        {"message": {"role": "assistant", "content": "Sure"}, "done": False},
+        {"message": {"role": "assistant", "content": "", "tool_calls": [
+            {"function": {"name": "f", "arguments": {"city": "Paris"}}}]}, "done": False},
+        {"message": {"role": "assistant", "content": ""}, "done": True},
+    ))
+    assert p.generated_text() == "Hmm.Sure{\"city\":\"Paris\"}" and p.usage_output_tokens is None
+
+
+def test_ollama_generate_stream_and_full():
+    p = feed("ollama-generate", sse({"response": "a", "done": False}, {"response": " b", "done": False},
+                                     {"response": "", "done": True}))
+    assert p.generated_text() == "a b"
+    q = get_dialect("ollama-generate").parser(False)
+    q.keep_text()
+    q.full(orjson.dumps({"response": "whole", "thinking": "pre ", "done": True}))
+    assert q.generated_text() == "pre whole"
+
+
+# -- record precedence -------------------------------------------------------------------------------------
+
+
+def build(stream: bool = True, **kw) -> RequestRecord:
+    t = Timings(sent_unix=1.0, sent_ns=0)
+    if stream:
+        t.first_token_ns, t.token_ns, t.chunk_tokens = 10, [10, 20, 30], [None, None, None]
+    t.end_ns = 40
+    args = dict(request_id="r", response_id=None, prompt_id="p", worker=0, step=None, warmup=False, attempt=1,
+                status=200, error_kind=None, error=None, usage_output_tokens=None, continuous_output_tokens=None,
+                prompt_tokens=None, max_tokens=8, stream=stream)
+    return RequestRecord.build(t, **(args | kw))
+
+
+def test_record_source_precedence_usage_continuous_tokenizer_chunks():
+    r = build(usage_output_tokens=4, continuous_output_tokens=5, tokenizer_output_tokens=6)
+    assert (r.output_tokens, r.output_tokens_source, r.client_output_tokens) == (4, "usage", 3)
+    r = build(continuous_output_tokens=5, tokenizer_output_tokens=6)
+    assert (r.output_tokens, r.output_tokens_source, r.client_output_tokens) == (5, "continuous_usage", 3)
+    r = build(tokenizer_output_tokens=6)
+    assert (r.output_tokens, r.output_tokens_source, r.client_output_tokens) == (6, "tokenizer", 3)
+    r = build(tokenizer_output_tokens=3)  # the client's chunk count is reported only when it differs
+    assert (r.output_tokens, r.output_tokens_source, r.client_output_tokens) == (3, "tokenizer", None)
+    r = build()
+    assert (r.output_tokens, r.output_tokens_source, r.client_output_tokens) == (3, "chunks", None)
+    r = build(stream=False, tokenizer_output_tokens=7)  # non-streamed: no chunks, the tokenizer still counts
+    assert (r.output_tokens, r.output_tokens_source, r.client_output_tokens) == (7, "tokenizer", None)
+    assert r.tpot_ms is None
+
+
+# -- option, scenario key, loading ----------------------------------------------------------------------
+
+
+def test_option_and_scenario_key_reach_llm_options(tmp_path, tokenizer_json):
+    assert LLMOptions.from_parsed(SimpleNamespace(tokenizer=str(tokenizer_json))).tokenizer == str(tokenizer_json)
+    assert LLMOptions.from_parsed(SimpleNamespace(tokenizer="")).tokenizer is None  # the web form's unset
+    assert LLMOptions.from_parsed(SimpleNamespace()).tokenizer is None
+    (tmp_path / "s.yaml").write_text(
+        "target: {url: 'http://127.0.0.1:9', model: m}\nrequest: {usage: false, tokenizer: tokenizer.json}\n")
+    s = load_scenario(tmp_path / "s.yaml")
+    assert scenario_options(s)["tokenizer"] == str(tokenizer_json.resolve())  # relative to the scenario file
+    i = scenario_cli_args(s).index("--tokenizer")
+    assert scenario_cli_args(s)[i + 1] == str(tokenizer_json.resolve())
+    ns = SimpleNamespace(**_option_defaults())
+    fill_options(ns, s)
+    assert LLMOptions.from_parsed(ns).tokenizer == str(tokenizer_json.resolve())
+    ns = SimpleNamespace(**_option_defaults())
+    ns.tokenizer = "/elsewhere/tok.json"  # a flag on the command line wins over the scenario
+    fill_options(ns, s)
+    assert ns.tokenizer == "/elsewhere/tok.json"
+    (tmp_path / "s2.yaml").write_text("target: {url: 'http://127.0.0.1:9', model: m}\n")
+    assert scenario_options(load_scenario(tmp_path / "s2.yaml"))["tokenizer"] is None
+
+
+def test_context_loads_once_and_rejects_bad_files(tmp_path, tokenizer_json):
+    ctx = RunContext.from_options(LLMOptions(tokenizer=str(tokenizer_json)))
+    tok = ctx.tokenizer
+    assert ctx.count_tokens(" the of and to in") == count(tokenizer_json, " the of and to in") == 7
+    ctx.reconfigure(LLMOptions(tokenizer=str(tokenizer_json), model="other"))  # a worker's reconfigure
+    assert ctx.tokenizer is tok
+    ctx.reconfigure(LLMOptions())
+    assert ctx.tokenizer is None
+    with pytest.raises(UserError, match=r"--tokenizer: .*nope\.json: no such file"):
+        load_tokenizer(str(tmp_path / "nope.json"))
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    with pytest.raises(UserError, match=r"--tokenizer: .*bad\.json: not a Hugging Face tokenizer\.json") as e:
+        RunContext.from_options(LLMOptions(tokenizer=str(bad)))
+    assert "\n" not in str(e.value)
+
+
+# -- against the simulator -------------------------------------------------------------------------------
+
+
+class _U(LLMUser):
+    pass
+
+
+SIM = dict(decode_base_ms=2.0, decode_per_seq_ms=0.2, prefill_tokens_per_s=50000.0, force_max_tokens=True)
+
+
+@pytest.mark.parametrize("dialect", ["openai-chat", "openai-completions", "tgi", "ollama"])
+@pytest.mark.parametrize("stream", [True, False])
+def test_users_count_with_the_tokenizer_when_the_server_gives_no_usage(start_simulator, tmp_path,  # noqa: F811
+                                                                       tokenizer_json, dialect, stream):
+    truth_path = tmp_path / "truth.jsonl"
+    sim = start_simulator(truth_log=truth_path, reasoning_tokens=3 if dialect == "openai-chat" else 0, **SIM)
+    corpus = write_corpus(tmp_path / "c.jsonl", 20)
+    ns = argparse.Namespace(dialect=dialect, model="sim-model", corpus=str(corpus), min_distinct=1, max_tokens=12,
+                            results_dir=str(tmp_path / "out"), no_stream=not stream, no_usage=True,
+                            tokenizer=str(tokenizer_json))
+    user_class = type("U", (_U,), {"host": sim.url})
+    env = Environment(user_classes=[user_class], events=Events(), host=sim.url, parsed_options=ns)
+    env.create_local_runner()
+    ctx = plugin.register(env)
+    ctx.sampler = ctx.corpus.sampler("sequential", 0, 0, 1)
+    user = user_class(env)
+    recs = [user.call(ctx.next_sample()) for _ in range(3)]
+    counted_here = dialect.startswith("openai") and stream
+    truth = {t["id"]: t for t in read_truth(truth_path, min_rows=3)} if counted_here else {}
+    for r in recs:
+        assert r.ok, r.error
+        if counted_here:  # no usage asked for: the tokenizer counts the text (reasoning + content)
+            n = truth[r.response_id]["output_tokens"]
+            assert n == 12
+            assert r.output_tokens_source == "tokenizer"
+            assert r.output_tokens == count(tokenizer_json, sim_text(n)) != n
+            assert r.client_output_tokens == n  # the chunk count, as before
+        else:  # a whole OpenAI body, TGI details and Ollama eval_count always carry server usage: it wins
+            assert (r.output_tokens, r.output_tokens_source) == (12, "usage")
+
+
+def locust_args(url: str, tmp_path: Path, *extra: str) -> list[str]:
+    corpus = write_corpus(tmp_path / "c.jsonl", 1200)
+    return ["--headless", "-u", "2", "-r", "2", "-t", "3s", "--host", url, "--dialect", "openai-chat",
+            "--model", "sim-model", "--corpus", str(corpus), "--min-distinct", "1000", "--max-tokens", "16",
+            "--results-dir", str(tmp_path / "out"), "--only-summary", *extra]
+
+
+def test_locust_run_counts_with_the_tokenizer(start_simulator, tmp_path, tokenizer_json):  # noqa: F811
+    truth_path = tmp_path / "truth.jsonl"
+    sim = start_simulator(truth_log=truth_path, reasoning_tokens=2, **SIM)
+    p = run_locust(locust_args(sim.url, tmp_path, "--no-usage", "--tokenizer", str(tokenizer_json)))
+    assert "Traceback" not in p.stderr, p.stderr[-3000:]
+    ok = [r for r in records(tmp_path / "out") if r["ok"]]
+    assert len(ok) >= 10
+    truth = {t["id"]: t for t in read_truth(truth_path, min_rows=len(ok))}
+    for r in ok:
+        n = truth[r["response_id"]]["output_tokens"]
+        assert r["output_tokens_source"] == "tokenizer"
+        assert r["output_tokens"] == count(tokenizer_json, sim_text(n)) != n
+        assert r["client_output_tokens"] == n
+    meta = orjson.loads((tmp_path / "out" / "meta.json").read_bytes())
+    assert str(tokenizer_json) in meta_text(meta)  # the run says which tokenizer counted
+
+
+def meta_text(meta: dict) -> str:
+    return orjson.dumps(meta).decode()
+
+
+def test_locust_run_with_usage_keeps_usage(start_simulator, tmp_path, tokenizer_json):  # noqa: F811
+    sim = start_simulator(**SIM)
+    p = run_locust(locust_args(sim.url, tmp_path, "--tokenizer", str(tokenizer_json)))
+    assert "Traceback" not in p.stderr, p.stderr[-3000:]
+    ok = [r for r in records(tmp_path / "out") if r["ok"]]
+    assert len(ok) >= 10
+    assert all(r["output_tokens_source"] == "usage" and r["output_tokens"] == 16 for r in ok)
+
+
+@pytest.mark.parametrize("bad", ["missing", "garbage"])
+def test_bad_tokenizer_path_exits_2_with_one_line(start_simulator, tmp_path, bad):  # noqa: F811
+    sim = start_simulator(**SIM)
+    path = tmp_path / f"{bad}.json"
+    if bad == "garbage":
+        path.write_text("{\"model\": 42}")
+    p = run_locust(locust_args(sim.url, tmp_path, "--tokenizer", str(path)), timeout=60)
+    assert p.returncode == 2, (p.returncode, p.stderr[-2000:])
+    assert "Traceback" not in p.stderr
+    lines = [ln for ln in p.stderr.splitlines() if "--tokenizer" in ln]
+    assert len(lines) == 1 and str(path) in lines[0], p.stderr[-2000:]
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_failed_request_counts_like_without_a_tokenizer(fake_llm, tmp_path, tokenizer_json, stream):  # noqa: F811
+    corpus = write_corpus(tmp_path / "c.jsonl", 20)
+    ns = argparse.Namespace(dialect="openai-chat", model="http-500", corpus=str(corpus), min_distinct=1,
+                            max_tokens=12, results_dir=str(tmp_path / "out"), no_stream=not stream, no_usage=True,
+                            tokenizer=str(tokenizer_json))
+    user_class = type("U", (_U,), {"host": fake_llm})
+    env = Environment(user_classes=[user_class], events=Events(), host=fake_llm, parsed_options=ns)
+    env.create_local_runner()
+    ctx = plugin.register(env)
+    ctx.sampler = ctx.corpus.sampler("sequential", 0, 0, 1)
+    r = user_class(env).call(ctx.next_sample())
+    assert r.error_kind == "http_5xx"
+    # streamed: 0 tokens from the tokenizer (was 0 chunks); non-streamed: no count at all, as before
+    assert (r.output_tokens, r.output_tokens_source) == ((0, "tokenizer") if stream else (None, None))
