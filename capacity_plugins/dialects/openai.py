@@ -104,14 +104,7 @@ class _OpenAIParser(Parser):
             self.done = True
         if self.texts is not None:
             self._keep(choice, "delta")
-        if self._chat:
-            delta = choice.get("delta") or {}
-            if delta.get("content"):
-                return VISIBLE
-            if delta.get("reasoning_content") or delta.get("reasoning") or delta.get("tool_calls"):
-                return OUTPUT
-            return NO_OUTPUT
-        return VISIBLE if choice.get("text") else NO_OUTPUT
+        return self._what(choice, "delta")
 
     def full(self, body: bytes) -> int:
         try:
@@ -133,11 +126,15 @@ class _OpenAIParser(Parser):
         choice = choices[0]
         if self.texts is not None:
             self._keep(choice, "message")
+        return self._what(choice, "message")
+
+    def _what(self, choice: dict[str, Any], key: str) -> int:
+        """What a choice carried: a streamed `delta` and a whole `message` have the same channels."""
         if self._chat:
-            msg = choice.get("message") or {}
-            if msg.get("content"):
+            part = choice.get(key) or {}
+            if part.get("content"):
                 return VISIBLE
-            if msg.get("reasoning_content") or msg.get("reasoning") or msg.get("tool_calls"):
+            if part.get("reasoning_content") or part.get("reasoning") or part.get("tool_calls"):
                 return OUTPUT
             return NO_OUTPUT
         return VISIBLE if choice.get("text") else NO_OUTPUT
