@@ -23,6 +23,8 @@ from typing import Any, Literal
 
 import numpy as np
 
+from capacity_plugins.contracts.percentiles import quantile
+
 ArrivalKind = Literal["poisson", "gamma", "constant"]
 
 
@@ -117,7 +119,7 @@ class PacerStats:
         return {
             "scheduled": self.scheduled,
             "cap_hits": self.cap_hits,
-            "dispatch_lag_p99_ms": float(np.percentile(lags, 99)) if lags else None,
+            "dispatch_lag_p99_ms": quantile(lags, 0.99),
         }
 
 

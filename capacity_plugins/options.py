@@ -8,22 +8,16 @@ credentials are redacted wherever options are shown or written (`redacted_option
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+from capacity_plugins.contracts.dialects import DIALECTS
+from capacity_plugins.contracts.redaction import REDACTED, is_secret_name
 from capacity_plugins.errors import UserError
 
 SAMPLING_MODES = ("shuffle", "sequential", "random")
-# Names whose values are credentials. `max_tokens` must not match: only a trailing singular
-# "token" (x-auth-token, access_token) counts.
-_SECRET_NAME = re.compile(
-    r"(authorization|api[-_]?key|secret|passw(or)?d|cookie|credential|bearer|(^|[-_])auth($|[-_])|token$)",
-    re.I,
-)
-REDACTED = "<redacted>"
 
 
 def add_arguments(parser: Any) -> None:
@@ -34,7 +28,7 @@ def add_arguments(parser: Any) -> None:
         parser.add_argument(*args, **kwargs)
 
     g = SimpleNamespace(add_argument=add)
-    g.add_argument("--dialect", default="openai-chat", help="API dialect: openai-chat, openai-completions, tgi, ollama, ollama-generate")
+    g.add_argument("--dialect", default="openai-chat", choices=list(DIALECTS), help="API dialect")
     g.add_argument("--model", default="", help="Model name sent in requests")
     g.add_argument("--corpus", default="builtin", help="Prompt corpus: builtin, a file path, or synthetic:prompt_tokens=..,output_tokens=..,n=..")
     g.add_argument("--max-tokens", type=int, default=128, help="max_tokens per request (a per-sample value in the corpus wins); 0 = server default")
@@ -151,10 +145,6 @@ def parse_headers(items: list[str] | str) -> dict[str, str]:
             raise UserError(f"--header: expected K:V, got {redact_header_item(item)!r}")
         out[key.strip()] = value.strip()
     return out
-
-
-def is_secret_name(name: str) -> bool:
-    return bool(_SECRET_NAME.search(name))
 
 
 def redact_header_item(item: str) -> str:

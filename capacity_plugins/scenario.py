@@ -20,18 +20,17 @@ from urllib.parse import urlsplit, urlunsplit
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from capacity_plugins.analysis.config import CapacityConfig, SLOConfig
+from capacity_plugins.contracts.dialects import DIALECTS
+from capacity_plugins.contracts.planning import CapacityConfig, SLOConfig
+from capacity_plugins.contracts.redaction import REDACTED, is_secret_name
 from capacity_plugins.errors import UserError
 
 EMBEDDED = "embedded"
-DIALECTS = ("openai-chat", "openai-completions", "tgi", "ollama")
 # Corpus specs that name generated / packaged prompts instead of a file on disk.
 BUILTIN_PREFIXES = ("builtin", "synthetic:")
 # Env vars whose values are secrets: never written back out, even when a field used them.
-_SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSW|AUTH|CRED|COOKIE|SESSION", re.IGNORECASE)
-_SECRET_HEADER = re.compile(r"authorization|key|token|secret|cookie|auth", re.IGNORECASE)
+_SECRET_ENV = re.compile(r"KEY|TOKEN|SECRET|PASSW|AUTH|CRED|COOKIE|SESSION", re.IGNORECASE)
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
-REDACTED = "***"
 
 
 class _Strict(BaseModel):
@@ -64,7 +63,7 @@ class ScrapeTarget(_Strict):
 class TargetConfig(_Strict):
     url: str
     simulator: dict[str, Any] | None = None
-    dialect: Literal["openai-chat", "openai-completions", "tgi", "ollama", "ollama-generate"] = "openai-chat"
+    dialect: str = "openai-chat"
     # None: the embedded simulator's model, or the first model the server lists at preflight.
     model: str | None = None
     # Name of the environment variable holding the key; the key itself never appears in a file.
@@ -78,6 +77,13 @@ class TargetConfig(_Strict):
         if v == EMBEDDED:
             return v
         return _check_http_url(v)
+
+    @field_validator("dialect")
+    @classmethod
+    def _known_dialect(cls, v: str) -> str:
+        if v not in DIALECTS:
+            raise ValueError(f"unknown dialect {v!r} (known: {', '.join(DIALECTS)})")
+        return v
 
     @field_validator("model", "api_key_env", mode="before")
     @classmethod
@@ -288,13 +294,13 @@ class Scenario(_Strict):
         data["load"] = {"kind": load.pop("kind"), **load}  # the discriminator first, as users write it
         if not redact:
             return data
-        secrets = [os.environ[n] for n in self.expanded_env if _SECRET_NAME.search(n) and os.environ.get(n)]
+        secrets = [os.environ[n] for n in self.expanded_env if _SECRET_ENV.search(n) and os.environ.get(n)]
         key = self.api_key()
         if key:
             secrets.append(key)
         headers = data["target"]["headers"]
         for name in headers:
-            if _SECRET_HEADER.search(name):
+            if is_secret_name(name):
                 headers[name] = REDACTED
         data["target"]["url"] = _redact_userinfo(data["target"]["url"])
         for item in data["telemetry"]["scrape"]:

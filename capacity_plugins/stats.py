@@ -1,12 +1,11 @@
 """Mergeable live distributions of the LLM metrics (TTFT, ITL, TPOT, E2E).
 
-Locust's own `RequestStats` rounds every value to about two significant digits (up to 5 % off,
-reference/locust.md §1.6) and its worker-side percentiles cannot be merged. Here every metric
+Locust's own `RequestStats` rounds every value to about two significant digits (up to 5 % off) and its worker-side percentiles cannot be merged. Here every metric
 goes into a `LogHistogram`: a DDSketch-style sketch with logarithmic buckets, so any quantile is
 within a fixed *relative* error of the exact one, and two sketches merge by adding bucket counts
 (worker → master through `report_to_master` / `worker_report`, msgpack-safe dicts).
 
-Percentile definition (the same one the analyzer and the tests use): **nearest rank**. For `n`
+Percentile definition (contracts/percentiles.py, the same everywhere): **nearest rank**. For `n`
 values sorted ascending `x[1] <= ... <= x[n]`, the q-quantile is `x[k]` with
 `k = max(1, ceil(q * n))`. `LogHistogram.quantile(q)` returns a value within `rel_error`
 (default 0.5 %, guaranteed ≤ 1 %) of that `x[k]`, clamped to the exact min / max seen.
@@ -39,21 +38,14 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from capacity_plugins.contracts.percentiles import nearest_rank, nearest_rank_index
+
 __all__ = ["METRICS", "LLMStats", "LogHistogram", "nearest_rank"]
 
-# Keys of the per-name histograms; the unit is in the name (DESIGN.md metric definitions).
+# Keys of the per-name histograms; the unit is in the name (docs/metrics.md).
 METRICS: tuple[str, ...] = ("ttft_ms", "itl_ms", "tpot_ms", "e2e_ms")
 
 _DELTA_VERSION = 1
-
-
-def nearest_rank(sorted_values: list[float], q: float) -> float:
-    """Exact nearest-rank q-quantile of already sorted values (the reference definition)."""
-    if not sorted_values:
-        raise ValueError("no values")
-    n = len(sorted_values)
-    k = max(1, math.ceil(q * n))
-    return sorted_values[min(k, n) - 1]
 
 
 class LogHistogram:
@@ -185,7 +177,7 @@ class LogHistogram:
             raise ValueError(f"quantile must be in [0, 1], got {q}")
         if not self.count:
             return None
-        rank = max(1, math.ceil(q * self.count))
+        rank = nearest_rank_index(self.count, q) + 1
         if rank >= self.count:
             return float(self._max)
         if rank == 1:

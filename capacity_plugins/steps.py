@@ -5,9 +5,9 @@ step starts, when its measured window closes and when the drain ends. Workers le
 its messages (`Step.to_message` / `Step.from_message`) and tag every record through
 `StepTimeline.lookup(now_unix)`. `StepAccounting` collects what the generator did in each measured
 window — records (sent, completed, schedule lag), self-watch samples (CPU per process), pacer
-counters (cap hits) — and `steps_document()` turns it into DESIGN.md's steps.json.
+counters (cap hits) — and `document()` turns it into steps.json rows (`contracts.steps.StepRow`).
 
-client_limited (DESIGN.md) means the load generator could not do what was asked: sends behind
+client_limited means the load generator could not do what was asked: sends behind
 schedule (lag p99 over the threshold), a generator process's CPU stayed over the limit, or the
 max-concurrency cap held arrivals back. The server completing less than offered is NOT in here:
 that is saturation, which is what the knee looks for.
@@ -18,15 +18,15 @@ No Locust import: this module is plain data and arithmetic.
 from __future__ import annotations
 
 import json
-import math
 import os
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-StepKind = Literal["concurrency", "rate", "peak"]
+from capacity_plugins.contracts.percentiles import quantile
+from capacity_plugins.contracts.steps import StepKind, StepRow
 
 
 @dataclass
@@ -92,14 +92,6 @@ class StepTimeline:
         return None, False
 
 
-def _p99(values: list[float]) -> float | None:
-    if not values:
-        return None
-    v = sorted(values)
-    # Nearest-rank percentile: exact on small samples, no interpolation between two requests.
-    return v[max(0, math.ceil(0.99 * len(v)) - 1)]
-
-
 @dataclass
 class _StepTally:
     sent: int = 0
@@ -125,7 +117,7 @@ class StepAccounting:
 
     # -- inputs ------------------------------------------------------------------------------------------
     def add_record(self, rec: Any) -> None:
-        """One finished request attempt (a RequestRecord or a dict with DESIGN.md's field names)."""
+        """One finished request attempt (a RequestRecord or a requests.jsonl dict)."""
         get = rec.get if isinstance(rec, dict) else lambda k, d=None: getattr(rec, k, d)
         index = get("step")
         if index is None:
@@ -172,8 +164,7 @@ class StepAccounting:
         t = self._tally.get(index)
         if t is None:
             return 0, None
-        v = sorted(t.ttft_ms)
-        return t.records, (v[max(0, math.ceil(0.95 * len(v)) - 1)] if v else None)
+        return t.records, quantile(t.ttft_ms, 0.95)
 
     # -- outputs -----------------------------------------------------------------------------------------
     def _cpu_in(self, w0: float, w1: float) -> tuple[float | None, str | None]:
@@ -194,7 +185,7 @@ class StepAccounting:
         t = self._tally.get(step.index, _StepTally())
         window = step.window_s
         rate = (lambda n: n / window) if window > 0 else (lambda n: None)
-        lag_p99 = _p99(t.lag_ms)
+        lag_p99 = quantile(t.lag_ms, 0.99)
         cpu_max, cpu_bound = self._cpu_in(step.warmup_end_unix, step.end_unix)
         reasons: list[str] = []
         if lag_p99 is not None and lag_p99 > self.max_lag_p99_ms:
@@ -203,24 +194,24 @@ class StepAccounting:
             reasons.append(f"generator CPU stayed above {self.max_cpu_pct:g} % ({cpu_bound})")
         if t.cap_hits:
             reasons.append(f"max_concurrency cap held back {t.cap_hits} arrivals (raise load.max_concurrency)")
-        return {
-            "index": step.index,
-            "kind": step.kind,
-            "level": step.level,
-            "start_unix": step.start_unix,
-            "warmup_end_unix": step.warmup_end_unix,
-            "end_unix": step.end_unix,
-            "drain_end_unix": step.drain_end_unix,
-            "target_rps": step.target_rps,
-            "offered_rps": rate(step.offered) if step.offered is not None else None,
-            "sent_rps": rate(t.sent),
-            "achieved_rps": rate(t.completed_ok),
-            "schedule_lag_p99_ms": lag_p99,
-            "client_cpu_max_pct": cpu_max,
-            "client_limited": bool(reasons),
-            "client_limited_reason": "; ".join(reasons) or None,
-            "interrupted": step.interrupted,
-        }
+        return StepRow(
+            index=step.index,
+            kind=step.kind,
+            level=step.level,
+            start_unix=step.start_unix,
+            warmup_end_unix=step.warmup_end_unix,
+            end_unix=step.end_unix,
+            drain_end_unix=step.drain_end_unix,
+            target_rps=step.target_rps,
+            offered_rps=rate(step.offered) if step.offered is not None else None,
+            sent_rps=rate(t.sent),
+            achieved_rps=rate(t.completed_ok),
+            schedule_lag_p99_ms=lag_p99,
+            client_cpu_max_pct=cpu_max,
+            client_limited=bool(reasons),
+            client_limited_reason="; ".join(reasons) or None,
+            interrupted=step.interrupted,
+        ).to_json()
 
     def document(self, extra: dict[str, Any] | None = None) -> dict[str, Any]:
         doc: dict[str, Any] = {"steps": [self.row(s) for s in self.timeline.steps]}

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
-import math
 import os
 import subprocess
 import sys
 from pathlib import Path
+
+from capacity_plugins.contracts.percentiles import quantile
 
 ROOT = Path(__file__).resolve().parent.parent
 LOCUST = str(Path(sys.executable).with_name("locust"))
@@ -39,8 +40,8 @@ def locust_request_count(json_file_stem: Path) -> tuple[int, int]:
 
 
 def nearest_rank(values: list[float], q: float) -> float:
-    s = sorted(values)
-    return s[max(1, math.ceil(q * len(s))) - 1]
+    """The product's own definition (contracts), on unsorted values."""
+    return quantile(values, q)  # type: ignore[return-value]
 
 
 def llm_stats_rows(results_dir: Path) -> dict[tuple[str, str], dict[str, str]]:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from fixtures_analysis import make_results
 
-from capacity_plugins.analysis.config import CapacityConfig
 from capacity_plugins.analysis.pipeline import load_run, summarise
 from capacity_plugins.analysis.plan import make_cost, make_plan
+from capacity_plugins.contracts.planning import CapacityConfig
 
 SLO_E2E = {"ttft_p95_ms": None, "tpot_p95_ms": None, "e2e_p95_ms": 2000.0}
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from capacity_plugins.analysis.config import CapacityConfig, SLOConfig
+from capacity_plugins.contracts.planning import CapacityConfig, SLOConfig
 
 BRACKET_WARN = 0.20
 

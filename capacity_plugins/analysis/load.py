@@ -23,63 +23,21 @@ import pandas as pd
 import yaml
 from pydantic import ValidationError
 
-from capacity_plugins.analysis.config import CapacityConfig, SLOConfig
+from capacity_plugins.contracts.planning import CapacityConfig, SLOConfig
+from capacity_plugins.contracts.records import ANALYSIS_COLUMNS
+from capacity_plugins.contracts.steps import STEPS_FILE, StepRow
 from capacity_plugins.errors import UserError
 
-# column -> kind ("f" float, "b" bool, "s" string, "i" step index)
-REQUEST_COLUMNS: dict[str, str] = {
-    "request_id": "s",
-    "step": "i",
-    "warmup": "b",
-    "ok": "b",
-    "error_kind": "s",
-    "sent_unix": "f",
-    "scheduled_unix": "f",
-    "ttft_ms": "f",
-    "e2e_ms": "f",
-    "tpot_ms": "f",
-    "ttft_from_schedule_ms": "f",
-    "e2e_from_schedule_ms": "f",
-    "output_tokens": "f",
-    "prompt_tokens": "f",
-    "class": "s",
-}
+# The record columns the analysis reads and their JSON kinds (the contract names them once).
+REQUEST_COLUMNS = ANALYSIS_COLUMNS
 
 # Tens of millions of ITL gaps: float32 keeps 7 significant digits (far below a microsecond for
 # gaps in ms) at half the memory and partition time; step tags fit int16 (< 32 768 steps).
 ITL_DTYPE = np.float32
 STEP_DTYPE = np.int16
 
-STEP_FIELDS_FLOAT = (
-    "level", "start_unix", "warmup_end_unix", "end_unix", "target_rps", "offered_rps", "sent_rps",
-    "achieved_rps", "schedule_lag_p99_ms", "client_cpu_max_pct",
-)
-
-
-@dataclass
-class Step:
-    index: int
-    kind: str
-    level: float
-    start_unix: float | None = None
-    warmup_end_unix: float | None = None
-    end_unix: float | None = None
-    target_rps: float | None = None
-    offered_rps: float | None = None
-    sent_rps: float | None = None
-    achieved_rps: float | None = None
-    schedule_lag_p99_ms: float | None = None
-    client_cpu_max_pct: float | None = None
-    client_limited: bool = False
-    client_limited_reason: str | None = None
-
-    @property
-    def window_s(self) -> float | None:
-        """Length of the measured window (warm-up and drain excluded)."""
-        begin = self.warmup_end_unix if self.warmup_end_unix is not None else self.start_unix
-        if begin is None or self.end_unix is None or self.end_unix <= begin:
-            return None
-        return self.end_unix - begin
+# One row of steps.json (the load side writes it, the analysis reads it: one definition).
+Step = StepRow
 
 
 @dataclass
@@ -112,46 +70,19 @@ def _read_json_file(path: Path) -> Any:
         raise UserError(f"{path.name}: cannot read ({e.strerror})") from None
 
 
-def _opt_float(v: Any, where: str) -> float | None:
-    if v is None:
-        return None
-    if isinstance(v, bool) or not isinstance(v, int | float):
-        raise UserError(f"{where}: expected a number, got {v!r}")
-    return float(v)
-
-
 def read_steps(path: Path) -> list[Step]:
-    f = path / "steps.json"
+    f = path / STEPS_FILE
     if not f.exists():
-        raise UserError(f"{f}: missing (a results folder needs steps.json)")
+        raise UserError(f"{f}: missing (a results folder needs {STEPS_FILE})")
     doc = _read_json_file(f)
     if not isinstance(doc, dict) or not isinstance(doc.get("steps"), list):
         raise UserError(f"{f.name}: expected an object with a 'steps' list")
-    steps: list[Step] = []
+    out = []
     for i, raw in enumerate(doc["steps"]):
-        where = f"steps.json: steps[{i}]"
-        if not isinstance(raw, dict):
-            raise UserError(f"{where}: expected an object")
-        if "level" not in raw or raw["level"] is None:
-            raise UserError(f"{where}.level: missing")
-        vals = {k: _opt_float(raw.get(k), f"{where}.{k}") for k in STEP_FIELDS_FLOAT}
-        idx = raw.get("index", i)
-        if not isinstance(idx, int) or isinstance(idx, bool):
-            raise UserError(f"{where}.index: expected an integer, got {idx!r}")
-        kind = raw.get("kind", "concurrency")
-        if kind not in ("concurrency", "rate", "peak"):
-            raise UserError(f"{where}.kind: expected concurrency, rate or peak, got {kind!r}")
-        steps.append(
-            Step(
-                index=idx,
-                kind=kind,
-                client_limited=bool(raw.get("client_limited") or False),
-                client_limited_reason=raw.get("client_limited_reason"),
-                **{k: v for k, v in vals.items() if k != "level"},
-                level=float(vals["level"] or 0.0),
-            )
-        )
-    return steps
+        if isinstance(raw, dict) and "index" not in raw:
+            raw = {**raw, "index": i}
+        out.append(StepRow.from_json(raw, f"{STEPS_FILE}: steps[{i}]"))
+    return out
 
 
 def read_scenario(path: Path) -> tuple[str | None, str | None, dict, dict]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from capacity_plugins.analysis.config import CapacityConfig
+from capacity_plugins.contracts.planning import CapacityConfig
 
 TRIGGER_SHARE = 0.70
 

@@ -12,13 +12,13 @@ from typing import Any, Final
 import numpy as np
 import pandas as pd
 
-from capacity_plugins.analysis.config import SLOConfig
 from capacity_plugins.analysis.load import RunData, Step
+from capacity_plugins.contracts.percentiles import NUMPY_METHOD
+from capacity_plugins.contracts.planning import SLOConfig
 
 PCTS = (50, 95, 99)
-# One percentile definition across the product: nearest rank (the k-th smallest value, k = ceil(q·n)),
-# the same as the live sketches (stats.py) and the tests that compare the two.
-NEAREST_RANK: Final = "inverted_cdf"
+# One percentile definition across the product (contracts/percentiles.py): nearest rank.
+NEAREST_RANK: Final = NUMPY_METHOD
 LATENCY_METRICS = ("ttft_ms", "itl_ms", "tpot_ms", "e2e_ms")
 
 

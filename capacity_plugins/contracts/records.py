@@ -1,0 +1,251 @@
+"""RequestRecord: one request attempt, exactly the fields of requests.jsonl.
+
+Raw time stamps live in `Timings` (perf_counter_ns, plus one time.time() at send for wall
+alignment); `RequestRecord.build()` derives the metrics with their units, so there is one
+definition of TTFT / ITL / TPOT / E2E for every dialect:
+
+- TTFT = first_token − sent (first event carrying generated output on any channel)
+- first_visible = first non-empty *content* − sent
+- ITL = gaps between consecutive output events (chunk gaps; a k-token chunk is one gap)
+- TPOT = (last_token − first_token) / (output_tokens − 1), null when output_tokens ≤ 1
+- E2E = end − sent (end = body fully read or the failure seen)
+
+requests.jsonl schema (one JSON object per request *attempt*, appended as it ends):
+
+| field | meaning |
+|---|---|
+| request_id | client-made unique id of this attempt (hex) |
+| response_id | the server's `id` (or its `x-request-id` header); null when neither exists |
+| prompt_id | corpus sample id |
+| worker | index of the load-generating process (0 in a local run) |
+| step, warmup | load step index (null outside a shape) and whether it was sent in the step's warm-up |
+| attempt | 1 for the first try; retries (--retries) are further lines with 2, 3, … |
+| ok, status | no error; HTTP status (0 when no response) |
+| error_kind | http_4xx, http_429, http_5xx, connect, timeout, stream_cut, malformed, server_error, cancelled, or null |
+| error | short message (server text truncated to 300 chars; never headers or keys) |
+| scheduled_unix | open loop: when the request was due; null in closed loop |
+| sent_unix | wall clock at send |
+| ttft_ms | first chunk carrying output on any channel (content, reasoning, tool call) − sent; null without streaming |
+| first_visible_ms | first non-empty content − sent |
+| e2e_ms | last byte (or failure) − sent |
+| ttft_from_schedule_ms, e2e_from_schedule_ms | the same from scheduled_unix (what users feel in open loop) |
+| tpot_ms | (last token − first token) / (output_tokens − 1); null when output_tokens ≤ 1 |
+| itl_ms | gaps between consecutive output chunks (chunks that arrived in one read share a stamp: gap 0) |
+| itl_tokens | tokens in each later chunk when the server says (continuous usage), else null |
+| prompt_tokens | server count when given |
+| output_tokens, output_tokens_source | count and where it came from: usage > continuous_usage > tokenizer > chunks |
+| client_output_tokens | the client's chunk count when it differs from output_tokens |
+| max_tokens | limit asked for (per-sample from the corpus, else --max-tokens) |
+| stream | streaming request |
+| class | workload class (default "default") |
+
+Differences from peers (docs/metrics.md): vLLM bench stamps TTFT at the first SSE message with
+`choices`, even a role-only one, and so reports a smaller TTFT; we skip role-only and empty
+chunks. Our ITL is per chunk like vLLM's; genai-perf/aiperf's "ITL" is our TPOT.
+
+The analysis reads a subset of these columns (`ANALYSIS_COLUMNS`) with the kinds listed there;
+writers and readers both import this module, so a field is named in one place only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+import orjson
+
+ERROR_KINDS = (
+    "http_4xx",
+    "http_429",
+    "http_5xx",
+    "connect",
+    "timeout",
+    "stream_cut",
+    "malformed",
+    "server_error",
+    "cancelled",
+)
+TOKEN_SOURCES = ("usage", "continuous_usage", "tokenizer", "chunks")
+
+
+@dataclass(slots=True)
+class Timings:
+    """Raw stamps of one attempt. ns values are perf_counter_ns(); None = event never happened."""
+
+    sent_unix: float
+    sent_ns: int
+    scheduled_unix: float | None = None
+    first_token_ns: int | None = None
+    first_visible_ns: int | None = None
+    token_ns: list[int] = field(default_factory=list)  # every output event
+    chunk_tokens: list[int | None] = field(default_factory=list)  # tokens per output event, if said
+    end_ns: int | None = None
+
+
+def _ms(ns: int) -> float:
+    return round(ns / 1e6, 4)
+
+
+@dataclass(slots=True)
+class RequestRecord:
+    request_id: str
+    response_id: str | None
+    prompt_id: str | None
+    worker: int
+    step: int | None
+    warmup: bool
+    attempt: int
+    ok: bool
+    status: int
+    error_kind: str | None
+    error: str | None
+    scheduled_unix: float | None
+    sent_unix: float
+    ttft_ms: float | None
+    first_visible_ms: float | None
+    e2e_ms: float | None
+    ttft_from_schedule_ms: float | None
+    e2e_from_schedule_ms: float | None
+    tpot_ms: float | None
+    itl_ms: list[float]
+    itl_tokens: list[int] | None
+    prompt_tokens: int | None
+    output_tokens: int | None
+    output_tokens_source: str | None
+    client_output_tokens: int | None
+    max_tokens: int | None
+    stream: bool
+    workload_class: str = "default"  # JSON key "class" (a Python keyword)
+
+    @classmethod
+    def build(
+        cls,
+        t: Timings,
+        *,
+        request_id: str,
+        response_id: str | None,
+        prompt_id: str | None,
+        worker: int,
+        step: int | None,
+        warmup: bool,
+        attempt: int,
+        status: int,
+        error_kind: str | None,
+        error: str | None,
+        usage_output_tokens: int | None,
+        continuous_output_tokens: int | None,
+        prompt_tokens: int | None,
+        max_tokens: int | None,
+        stream: bool,
+        workload_class: str = "default",
+        tokenizer_output_tokens: int | None = None,
+    ) -> RequestRecord:
+        sent = t.sent_ns
+        end = t.end_ns if t.end_ns is not None else sent
+        ttft = _ms(t.first_token_ns - sent) if t.first_token_ns is not None else None
+        visible = _ms(t.first_visible_ns - sent) if t.first_visible_ns is not None else None
+        e2e = _ms(end - sent)
+        stamps = t.token_ns
+        itl = [_ms(b - a) for a, b in zip(stamps, stamps[1:], strict=False)]
+        said = t.chunk_tokens[1:]
+        said_all: list[int] | None = [n for n in said if n is not None]
+        if not said or len(said_all or []) != len(said):
+            said_all = None  # only when the server said it for every chunk
+
+        chunks = len(stamps) if stream else None
+        if usage_output_tokens is not None:
+            output, source = usage_output_tokens, "usage"
+        elif continuous_output_tokens is not None:
+            output, source = continuous_output_tokens, "continuous_usage"
+        elif tokenizer_output_tokens is not None:
+            output, source = tokenizer_output_tokens, "tokenizer"
+        elif chunks is not None:
+            output, source = chunks, "chunks"
+        else:
+            output, source = None, None
+        client = chunks if chunks is not None and chunks != output else None
+
+        tpot = None
+        if output is not None and output > 1 and t.first_token_ns is not None and len(stamps) > 1:
+            tpot = round((stamps[-1] - t.first_token_ns) / 1e6 / (output - 1), 4)
+
+        ttft_sched = e2e_sched = None
+        if t.scheduled_unix is not None:
+            lag_ms = (t.sent_unix - t.scheduled_unix) * 1000.0
+            ttft_sched = round(ttft + lag_ms, 4) if ttft is not None else None
+            e2e_sched = round(e2e + lag_ms, 4)
+        return cls(
+            request_id=request_id,
+            response_id=response_id,
+            prompt_id=prompt_id,
+            worker=worker,
+            step=step,
+            warmup=warmup,
+            attempt=attempt,
+            ok=error_kind is None,
+            status=status,
+            error_kind=error_kind,
+            error=error,
+            scheduled_unix=t.scheduled_unix,
+            sent_unix=t.sent_unix,
+            ttft_ms=ttft,
+            first_visible_ms=visible,
+            e2e_ms=e2e,
+            ttft_from_schedule_ms=ttft_sched,
+            e2e_from_schedule_ms=e2e_sched,
+            tpot_ms=tpot,
+            itl_ms=itl,
+            itl_tokens=said_all,
+            prompt_tokens=prompt_tokens,
+            output_tokens=output,
+            output_tokens_source=source,
+            client_output_tokens=client,
+            max_tokens=max_tokens,
+            stream=stream,
+            workload_class=workload_class,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        # shallow on purpose: dataclasses.asdict deep-copies itl_ms, which cost ~15 % of the
+        # whole client hot path in bench_client.py
+        d = {name: getattr(self, name) for name in _ATTRS}
+        d["class"] = d.pop("workload_class")
+        return d
+
+    def to_json_bytes(self) -> bytes:
+        """One requests.jsonl line (newline included)."""
+        return orjson.dumps(self.to_dict(), option=orjson.OPT_APPEND_NEWLINE)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> RequestRecord:
+        d = dict(d)
+        d["workload_class"] = d.pop("class", "default")
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in known})
+
+
+_ATTRS: tuple[str, ...] = tuple(f.name for f in fields(RequestRecord))
+RECORD_FIELDS: tuple[str, ...] = tuple(
+    "class" if f.name == "workload_class" else f.name for f in fields(RequestRecord)
+)
+
+# The columns `capacity analyze` loads, with the JSON kind each must have:
+# "f" number, "b" true/false, "s" string, "i" integer (step index). Every name is a record field.
+ANALYSIS_COLUMNS: dict[str, str] = {
+    "request_id": "s",
+    "step": "i",
+    "warmup": "b",
+    "ok": "b",
+    "error_kind": "s",
+    "sent_unix": "f",
+    "scheduled_unix": "f",
+    "ttft_ms": "f",
+    "e2e_ms": "f",
+    "tpot_ms": "f",
+    "ttft_from_schedule_ms": "f",
+    "e2e_from_schedule_ms": "f",
+    "output_tokens": "f",
+    "prompt_tokens": "f",
+    "class": "s",
+}
+assert set(ANALYSIS_COLUMNS) <= set(RECORD_FIELDS), "ANALYSIS_COLUMNS names a field records do not have"
