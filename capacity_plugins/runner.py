@@ -36,6 +36,7 @@ from capacity_plugins.errors import (
     EXIT_GATE_FAILED,
     EXIT_OK,
     EXIT_RUN_FAILED,
+    CommandParser,
     RunError,
     UserError,
 )
@@ -46,7 +47,7 @@ PREFLIGHT_TIMEOUT_S = 10.0
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="capacity run", description="Run a capacity rehearsal described by a scenario file.")
+    p = CommandParser(prog="capacity run", description="Run a capacity rehearsal described by a scenario file.")
     p.add_argument("scenario", help="scenario YAML (see scenarios/*.yaml)")
     p.add_argument("--output", help="parent folder for the results (default: the scenario's `output`)")
     p.add_argument("--web", action="store_true", help="open the Locust web UI instead of running headless")
@@ -59,6 +60,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--master-host", default="127.0.0.1", help="master address (with --worker)")
     p.add_argument("--master-port", type=int, default=5557, help="master port (with --worker)")
     p.add_argument("--exporter-port", type=int, help="serve live swarm metrics for Prometheus on this port")
+    p.add_argument("--bind", default="127.0.0.1", metavar="HOST",
+                   help="address the master (--master), the web UI (--web) and the exporter listen on; "
+                        "everything is loopback unless set (e.g. 0.0.0.0 for workers on other hosts)")
     p.add_argument("--fail-on-slo", action="store_true",
                    help="exit 3 when the SLO gate fails (same rule as `capacity analyze --fail-on-slo`)")
     p.add_argument("--fail-on-verdict", choices=("scale", "observe", "dont_scale_yet"),
@@ -68,15 +72,8 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> Any:  # one line, exit 2 (argparse prints usage + exits 2 otherwise)
-        raise UserError(message)
-
-
 def _parse(argv: list[str]) -> argparse.Namespace:
-    p = build_parser()
-    p.__class__ = _Parser
-    args = p.parse_args(argv)
+    args = build_parser().parse_args(argv)
     if args.master and args.worker:
         raise UserError("--master and --worker exclude each other")
     if args.processes is not None and (args.processes == 0 or args.processes < -1):
@@ -222,16 +219,19 @@ def locust_command(s: Scenario, args: argparse.Namespace, url: str | None, model
     cmd += ["--exit-code-on-error", "0", "--loglevel", "WARNING"]
     cmd += ["--csv", str(folder / "locust"), "--html", str(folder / "locust_report.html")]
     if args.web:
-        cmd += ["--web-host", "127.0.0.1", "--web-port", str(args.web_port)]
+        cmd += ["--web-host", args.bind, "--web-port", str(args.web_port)]
     else:
         cmd += ["--headless", "--only-summary"]
     if args.processes is not None:
         port = _free_port()
-        cmd += ["--processes", str(args.processes), "--master-bind-port", str(port), "--master-port", str(port)]
+        # Local worker processes: the master listens on loopback only, whatever --bind says.
+        cmd += ["--processes", str(args.processes), "--master-bind-host", "127.0.0.1", "--master-bind-port", str(port),
+                "--master-host", "127.0.0.1", "--master-port", str(port)]
     elif args.master:
-        cmd += ["--master", "--expect-workers", str(args.expect_workers), "--master-bind-port", str(args.master_bind_port)]
+        cmd += ["--master", "--expect-workers", str(args.expect_workers), "--master-bind-host", args.bind,
+                "--master-bind-port", str(args.master_bind_port)]
     if args.exporter_port is not None:
-        cmd += ["--exporter-port", str(args.exporter_port)]
+        cmd += ["--exporter-port", str(args.exporter_port), "--exporter-host", args.bind]
     return cmd
 
 

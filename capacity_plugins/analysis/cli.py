@@ -15,12 +15,7 @@ import sys
 import time
 from pathlib import Path
 
-from capacity_plugins.errors import EXIT_GATE_FAILED, UserError
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # type: ignore[override]
-        raise UserError(message)
+from capacity_plugins.errors import EXIT_GATE_FAILED, CommandParser
 
 
 def _add_overrides(p: argparse.ArgumentParser) -> None:
@@ -48,7 +43,7 @@ OVERRIDE_KEYS = ("peak_qps", "peak_concurrency", "safety_factor", "redundancy", 
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="capacity analyze", description="Analyse a results folder: knee, capacity under SLO, plan, verdict.")
+    p = CommandParser(prog="capacity analyze", description="Analyse a results folder: knee, capacity under SLO, plan, verdict.")
     p.add_argument("results_dir", type=Path)
     _add_overrides(p)
     p.add_argument("--format", choices=("text", "json", "md"), default="text", help="what to print (files are always written)")

@@ -9,20 +9,14 @@ that simply went further up the sweep is not punished for its extra levels.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
 from typing import Any
 
-from capacity_plugins.errors import UserError
+from capacity_plugins.errors import CommandParser, UserError
 
 SAME_BAND = 0.05  # changes within ±5 % read as "unchanged"
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # type: ignore[override]
-        raise UserError(message)
 
 
 def load_summary(path: Path, progress=None) -> dict[str, Any]:
@@ -127,7 +121,7 @@ def markdown(c: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = _Parser(prog="capacity compare", description="Before/after table of two analysed runs.")
+    p = CommandParser(prog="capacity compare", description="Before/after table of two analysed runs.")
     p.add_argument("before", type=Path, help="results folder (or summary.json) of the earlier run")
     p.add_argument("after", type=Path, help="results folder (or summary.json) of the later run")
     p.add_argument("--format", choices=("md", "json"), default="md")

@@ -5,18 +5,12 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from capacity_plugins.errors import UserError
+from capacity_plugins.errors import CommandParser, UserError
 from capacity_plugins.simulator.config import SimConfig
 
 
-class _Parser(argparse.ArgumentParser):
-    # argparse prints usage plus the error on two lines and exits; we want one line and exit 2.
-    def error(self, message: str) -> None:  # type: ignore[override]
-        raise UserError(message)
-
-
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="capacity simulate", description="Embedded continuous-batching LLM server simulator "
+    parser = CommandParser(prog="capacity simulate", description="Embedded continuous-batching LLM server simulator "
                      "(OpenAI/vLLM, TGI and Ollama APIs, vLLM-named /metrics, simulated DCGM GPU metrics).")
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     parser.add_argument("--port", type=int, default=8000, help="port to bind; 0 picks a free one (default 8000)")
