@@ -146,8 +146,8 @@ def llmuser_reader(port: int) -> dict[str, float]:
     from locust.env import Environment
     from locust.event import Events
 
-    from capacity_plugins import plugin
-    from capacity_plugins.users import LLMUser
+    from capacity_plugins.load import plugin
+    from capacity_plugins.load.users import LLMUser
 
     tmp = Path(tempfile.mkdtemp(prefix="bench_client_"))
     corpus = tmp / "c.jsonl"

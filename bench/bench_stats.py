@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 from locust.stats import RequestStats
 
-from capacity_plugins.stats import LLMStats, nearest_rank
+from capacity_plugins.sinks.stats import LLMStats, nearest_rank
 
 N = 20_000
 GAPS = 64

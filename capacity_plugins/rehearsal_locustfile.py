@@ -1,13 +1,3 @@
-"""The locustfile `capacity run` starts: the LLM user plus the rehearsal wiring (`--scenario`).
+"""Moved to `capacity_plugins/load/locustfile.py`; this path keeps working as a locustfile."""
 
-Kept inside the package so `capacity run` works from an installed wheel, not only a checkout.
-"""
-
-from capacity_plugins import rehearsal
-from capacity_plugins.users import LLMUser
-
-rehearsal.install()
-
-
-class LLM(LLMUser):
-    """The concrete user Locust spawns (LLMUser is abstract)."""
+from capacity_plugins.load.locustfile import LLM  # noqa: F401  (Locust picks up the user class)

@@ -9,8 +9,8 @@
 Locust runs as a child process with the package's locustfile and `--scenario` (the rehearsal
 wiring inside it does the shape, arrivals and steps.json); this process owns what surrounds it:
 the results folder, the embedded simulator, the preflight, Ctrl-C, the analysis and exit codes
-(DESIGN.md: 0 done — failed requests are data; 1 the run could not be done; 2 bad input;
-3 an opt-in gate failed).
+(docs/exit-codes.md: 0 done — failed requests are data; 1 the run could not be done; 2 bad
+input; 3 an opt-in gate failed). It never imports the load side (Locust, gevent): a test checks.
 """
 
 from __future__ import annotations
@@ -24,13 +24,13 @@ import socket
 import ssl
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from capacity_plugins.contracts.folders import new_results_folder
 from capacity_plugins.errors import (
     EXIT_BAD_INPUT,
     EXIT_GATE_FAILED,
@@ -42,7 +42,7 @@ from capacity_plugins.errors import (
 )
 from capacity_plugins.scenario import Scenario, load_scenario
 
-LOCUSTFILE = Path(__file__).resolve().parent / "rehearsal_locustfile.py"
+LOCUSTFILE = Path(__file__).resolve().parent / "load" / "locustfile.py"
 PREFLIGHT_TIMEOUT_S = 10.0
 
 
@@ -194,28 +194,21 @@ def _free_port() -> int:
 
 
 def results_folder(s: Scenario, output: str | None) -> Path:
-    base = Path(output or s.output)
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    folder = base / f"{s.name}-{stamp}"
-    n = 1
-    while folder.exists():  # two runs in the same second get their own folders
-        n += 1
-        folder = base / f"{s.name}-{stamp}-{n}"
-    return folder
+    return new_results_folder(output or s.output, s.name)
 
 
 def locust_command(s: Scenario, args: argparse.Namespace, url: str | None, model: str | None, folder: Path | None) -> list[str]:
-    from capacity_plugins.rehearsal import scenario_cli_args
-
+    """The Locust child's command line: the scenario file plus only what this run decided itself
+    (target URL, results folder, the model the preflight found); the child reads every other
+    setting from the scenario (load/options.py)."""
     cmd = [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--scenario", str(Path(args.scenario).resolve())]
     if args.worker:
         return cmd + ["--worker", "--master-host", args.master_host, "--master-port", str(args.master_port)]
-    cli = scenario_cli_args(s)
-    if model is not None:
-        cli = [a for a in _drop_flag(cli, "--model")] + (["--model", model] if model else [])
     assert folder is not None and url is not None
-    cmd += ["--host", url, "--results-dir", str(folder), *cli]
-    # Failed requests are data, not a failed run (DESIGN.md exit codes).
+    cmd += ["--host", url, "--results-dir", str(folder)]
+    if model and model != (s.target.model or ""):
+        cmd += ["--model", model]
+    # Failed requests are data, not a failed run (docs/exit-codes.md).
     cmd += ["--exit-code-on-error", "0", "--loglevel", "WARNING"]
     cmd += ["--csv", str(folder / "locust"), "--html", str(folder / "locust_report.html")]
     if args.web:
@@ -233,20 +226,6 @@ def locust_command(s: Scenario, args: argparse.Namespace, url: str | None, model
     if args.exporter_port is not None:
         cmd += ["--exporter-port", str(args.exporter_port), "--exporter-host", args.bind]
     return cmd
-
-
-def _drop_flag(cli: list[str], flag: str) -> list[str]:
-    out: list[str] = []
-    skip = False
-    for a in cli:
-        if skip:
-            skip = False
-            continue
-        if a == flag:
-            skip = True
-            continue
-        out.append(a)
-    return out
 
 
 class _Interrupted:
@@ -394,7 +373,7 @@ def main(argv: list[str]) -> int:
                     print(f"[capacity] verdict: {verdict}", flush=True)
                 if (folder / "report.html").exists():
                     print(f"[capacity] report: {folder / 'report.html'}", flush=True)
-                from capacity_plugins.analysis.cli import gate
+                from capacity_plugins.analysis.gate import gate
 
                 for failed in gate(summary, args.fail_on_slo, args.fail_on_verdict):
                     print(f"[capacity] {failed}", file=sys.stderr, flush=True)

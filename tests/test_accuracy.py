@@ -14,9 +14,9 @@ from locust.env import Environment
 from locust.event import Events
 from locust_runs import nearest_rank, records, run_locust
 
-from capacity_plugins import plugin
+from capacity_plugins.load import plugin
+from capacity_plugins.load.users import LLMUser
 from capacity_plugins.simulator.truth import read_truth
-from capacity_plugins.users import LLMUser
 
 MAX_TOKENS = 24
 

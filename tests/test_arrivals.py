@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from capacity_plugins.arrivals import offered_in_window, schedule, shard
+from capacity_plugins.load.arrivals import offered_in_window, schedule, shard
 
 
 def _cv(offsets: np.ndarray) -> float:
@@ -69,7 +69,7 @@ def test_pacer_hands_arrivals_on_time_and_counts_cap_hits():
 
     import gevent
 
-    from capacity_plugins.arrivals import Pacer
+    from capacity_plugins.load.arrivals import Pacer
 
     pacer = Pacer(idle_poll_s=0.05)
     got: list[tuple[float, float]] = []

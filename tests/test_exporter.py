@@ -8,8 +8,8 @@ import pytest
 from conftest import free_port
 from prometheus_client.parser import text_string_to_metric_families
 
-from capacity_plugins.sinks.exporter import BUCKETS_S, build_registry, flask_view, rebucket, serve
-from capacity_plugins.stats import LLMStats
+from capacity_plugins.sinks.stats import LLMStats
+from capacity_plugins.webui.exporter import BUCKETS_S, build_registry, flask_view, rebucket, serve
 
 
 def _scrape(port: int) -> dict:

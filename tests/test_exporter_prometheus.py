@@ -11,9 +11,9 @@ import pytest
 from conftest import free_port, require_binary
 from fixtures_telemetry import canned_url_fixture  # noqa: F401
 
-from capacity_plugins.sinks.exporter import build_registry, serve
-from capacity_plugins.stats import LLMStats
+from capacity_plugins.sinks.stats import LLMStats
 from capacity_plugins.telemetry.promql import DEFAULT_QUERIES, query_range
+from capacity_plugins.webui.exporter import build_registry, serve
 
 pytestmark = pytest.mark.prometheus
 

@@ -23,7 +23,7 @@ from fixtures_run import (
 
 pytestmark = pytest.mark.slow
 
-LOCUSTFILE = ROOT / "capacity_plugins" / "rehearsal_locustfile.py"
+LOCUSTFILE = ROOT / "capacity_plugins" / "load" / "locustfile.py"
 HOG = Path(__file__).resolve().parent / "data_rehearsal" / "hog_locustfile.py"
 
 

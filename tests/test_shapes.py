@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from capacity_plugins.load.shapes import RehearsalShape, StepPlan, plan_steps
 from capacity_plugins.scenario import load_scenario
-from capacity_plugins.shapes import RehearsalShape, StepPlan, plan_steps
 
 
 class Clock:
@@ -119,6 +119,30 @@ def test_open_loop_pool_stays_and_steps_start_after_lead():
     clock.t = 1011.0
     assert shape.tick() == (16, 200.0)
     assert shape.steps[1].target_rps == 2.5
+
+
+def test_prepare_waits_for_ready_generators_and_the_open_loop_pool():
+    plans = [StepPlan("rate", 4.0, 16, 200.0, 10.0, 2.0, 4.0)]
+    state = {"ready": False, "users": 0}
+    clock = Clock()
+    shape = RehearsalShape(plans, drain_timeout_s=5.0, in_flight=lambda since: 0, clock=clock,
+                           ready=lambda: state["ready"], users_running=lambda: state["users"],
+                           prepare_timeout_s=30.0)
+    assert shape.tick() == (0, 200.0) and shape.phase == "prepare"  # the test starts, no users yet
+    clock.t = 1001.0
+    state["ready"] = True
+    assert shape.tick() == (16, 200.0) and not shape.steps  # the pool spawns; no arrivals yet
+    clock.t = 1002.0
+    state["users"] = 16
+    assert shape.tick() == (16, 200.0)
+    assert shape.steps[0].start_unix == 1002.25  # arrivals begin once the pool is up
+    # a generator that never gets ready does not hang the rehearsal
+    shape2 = RehearsalShape(plans, drain_timeout_s=5.0, in_flight=lambda since: 0, clock=clock,
+                            ready=lambda: False, prepare_timeout_s=30.0)
+    clock.t = 2000.0
+    assert shape2.tick() == (0, 200.0)
+    clock.t = 2031.0
+    assert shape2.tick() == (16, 200.0) and shape2.steps
 
 
 def test_reset_time_restarts_the_rehearsal():

@@ -11,7 +11,7 @@ from typing import Any
 import msgpack
 import pytest
 
-from capacity_plugins.stats import METRICS, LLMStats, LogHistogram, nearest_rank
+from capacity_plugins.sinks.stats import METRICS, LLMStats, LogHistogram, nearest_rank
 
 QS = [i / 200 for i in range(201)] + [0.001, 0.999, 0.9999]
 

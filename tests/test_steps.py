@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from capacity_plugins.steps import Step, StepAccounting, StepTimeline, write_steps_json
+from capacity_plugins.load.steps import Step, StepAccounting, StepTimeline, write_steps_json
 
 
 def timeline() -> StepTimeline:

@@ -21,17 +21,16 @@ from locust.event import Events
 from locust_runs import records, run_locust
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-from capacity_plugins import plugin
-from capacity_plugins.context import RunContext, load_tokenizer
 from capacity_plugins.dialects import get_dialect
 from capacity_plugins.errors import UserError
-from capacity_plugins.options import LLMOptions
+from capacity_plugins.load import plugin
+from capacity_plugins.load.context import RunContext, load_tokenizer
+from capacity_plugins.load.options import LLMOptions
+from capacity_plugins.load.users import LLMUser
 from capacity_plugins.record import RequestRecord, Timings
-from capacity_plugins.rehearsal import _option_defaults, fill_options, scenario_cli_args, scenario_options
 from capacity_plugins.scenario import load_scenario
 from capacity_plugins.simulator.tokens import output_text
 from capacity_plugins.simulator.truth import read_truth
-from capacity_plugins.users import LLMUser
 
 SENTENCES = ["the cat sat on the mat", "a dog and the cat were in the house", "it was the best of times"]
 
@@ -202,18 +201,11 @@ def test_option_and_scenario_key_reach_llm_options(tmp_path, tokenizer_json):
     (tmp_path / "s.yaml").write_text(
         "target: {url: 'http://127.0.0.1:9', model: m}\nrequest: {usage: false, tokenizer: tokenizer.json}\n")
     s = load_scenario(tmp_path / "s.yaml")
-    assert scenario_options(s)["tokenizer"] == str(tokenizer_json.resolve())  # relative to the scenario file
-    i = scenario_cli_args(s).index("--tokenizer")
-    assert scenario_cli_args(s)[i + 1] == str(tokenizer_json.resolve())
-    ns = SimpleNamespace(**_option_defaults())
-    fill_options(ns, s)
-    assert LLMOptions.from_parsed(ns).tokenizer == str(tokenizer_json.resolve())
-    ns = SimpleNamespace(**_option_defaults())
-    ns.tokenizer = "/elsewhere/tok.json"  # a flag on the command line wins over the scenario
-    fill_options(ns, s)
-    assert ns.tokenizer == "/elsewhere/tok.json"
+    opts = LLMOptions.from_scenario(s)
+    assert opts.tokenizer == str(tokenizer_json.resolve())  # relative to the scenario file
+    assert opts.parser_defaults()["tokenizer"] == str(tokenizer_json.resolve())
     (tmp_path / "s2.yaml").write_text("target: {url: 'http://127.0.0.1:9', model: m}\n")
-    assert scenario_options(load_scenario(tmp_path / "s2.yaml"))["tokenizer"] is None
+    assert LLMOptions.from_scenario(load_scenario(tmp_path / "s2.yaml")).tokenizer is None
 
 
 def test_context_loads_once_and_rejects_bad_files(tmp_path, tokenizer_json):

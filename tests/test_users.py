@@ -11,8 +11,8 @@ from fixtures_core import FAKE_TOKENS, fake_llm, fake_llm_tls, free_port, write_
 from locust.env import Environment
 from locust.event import Events
 
-from capacity_plugins import plugin
-from capacity_plugins.users import LLMUser
+from capacity_plugins.load import plugin
+from capacity_plugins.load.users import LLMUser
 
 
 class U(LLMUser):

@@ -11,9 +11,9 @@ from locust.argument_parser import parse_options
 from locust.env import Environment
 from locust.event import Events
 
-from capacity_plugins import plugin, webui
-from capacity_plugins.stats import LLMStats
-from capacity_plugins.users import LLMUser
+from capacity_plugins.load import plugin
+from capacity_plugins.load.users import LLMUser
+from capacity_plugins.sinks.stats import LLMStats
 from capacity_plugins.webui.live import History, WorkerWatch, telemetry_summary
 from capacity_plugins.webui.routes import _complete_size
 
@@ -37,8 +37,8 @@ def make_env(tmp_path, *, web_login=False, base=None):
     env = Environment(user_classes=[U], events=Events(), host=U.host, parsed_options=ns)
     env.create_local_runner()
     web_ui = env.create_web_ui("127.0.0.1", 0, web_base_path=base, web_login=web_login, delayed_start=True)
-    ctx = plugin.register(env)
-    live = webui.attach(env)
+    ctx = plugin.register(env)  # builds the live view too (local runner)
+    live = env.capacity_live
     return env, ctx, live, web_ui.app.test_client()
 
 

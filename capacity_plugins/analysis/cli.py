@@ -1,6 +1,6 @@
 """`capacity analyze RESULTS_DIR [options]`: flags override the scenario's `slo` and `capacity`.
 
-Exit codes (DESIGN.md): 0 done, 2 bad input (one line), 3 an opt-in gate failed:
+Exit codes (docs/exit-codes.md): 0 done, 2 bad input (one line), 3 an opt-in gate failed:
 `--fail-on-slo` fails when the SLO does not hold where it must — with a forecast peak, when the
 current fleet's capacity under the SLO (capacity per node × current nodes, or 1 node) is below the
 peak; without one, when any valid step missed the SLO (a peak rehearsal that failed).
@@ -15,6 +15,7 @@ import sys
 import time
 from pathlib import Path
 
+from capacity_plugins.analysis.gate import gate
 from capacity_plugins.errors import EXIT_GATE_FAILED, CommandParser
 
 
@@ -53,23 +54,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--fail-on-slo", action="store_true", help="exit 3 when the SLO does not hold (see module docs)")
     p.add_argument("--fail-on-verdict", choices=("scale", "observe", "dont_scale_yet"), help="exit 3 on this verdict")
     return p
-
-
-def gate(summary: dict, fail_on_slo: bool, fail_on_verdict: str | None) -> list[str]:
-    failed: list[str] = []
-    if fail_on_slo:
-        cap, plan = summary["capacity"], summary["plan"]
-        if plan.get("peak_qps") is not None:
-            fleet = (cap.get("per_node_rps") or 0.0) * (plan.get("current_nodes") or 1)
-            if fleet < plan["peak_qps"]:
-                failed.append(f"SLO gate: capacity {fleet:.3g} rps under the SLO < peak {plan['peak_qps']:g} qps")
-        else:
-            missed = [r["level"] for r in summary["steps"] if r["valid"] and not r["slo_pass"]]
-            if missed or not any(r["valid"] for r in summary["steps"]):
-                failed.append(f"SLO gate: SLO missed at level(s) {missed}" if missed else "SLO gate: no valid step")
-    if fail_on_verdict and summary["verdict"]["decision"] == fail_on_verdict:
-        failed.append(f"verdict gate: verdict is {fail_on_verdict}")
-    return failed
 
 
 def main(argv: list[str] | None = None) -> int:

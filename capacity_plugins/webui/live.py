@@ -23,7 +23,7 @@ from typing import Any
 
 import gevent
 
-from capacity_plugins.stats import LogHistogram
+from capacity_plugins.sinks.stats import LogHistogram
 
 log = logging.getLogger(__name__)
 

@@ -41,7 +41,7 @@ def mount(web_ui: Any, live: LiveView, registry: Any, prefix: str = "") -> None:
     """Add the tab, downloads, JSON routes and /metrics to a Locust WebUI."""
     from flask import Blueprint, Response, jsonify, request
 
-    from capacity_plugins.sinks.exporter import flask_view
+    from capacity_plugins.webui.exporter import flask_view
 
     web_ui.template_args["extended_tabs"] = [{"title": "LLM", "key": TAB_KEY}]
     web_ui.template_args["extended_tables"] = [{"key": TAB_KEY, "structure": TABLE_STRUCTURE}]

@@ -7,7 +7,7 @@ import gevent
 from locust import events
 
 from capacity_plugins import rehearsal
-from capacity_plugins.users import LLMUser
+from capacity_plugins.load.users import LLMUser
 
 rehearsal.install()
 

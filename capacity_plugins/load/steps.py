@@ -114,6 +114,8 @@ class StepAccounting:
         self._tally: dict[int, _StepTally] = defaultdict(_StepTally)
         # process key → [(unix, cpu_pct)], 1 Hz or faster, from every generator process.
         self.cpu: dict[str, list[tuple[float, float]]] = defaultdict(list)
+        # process key → [(unix, event-loop lag ms)], every tick of its ticker.
+        self.loop_lag: dict[str, list[tuple[float, float]]] = defaultdict(list)
 
     # -- inputs ------------------------------------------------------------------------------------------
     def add_record(self, rec: Any) -> None:
@@ -146,6 +148,9 @@ class StepAccounting:
 
     def add_cpu(self, process: str, unix: float, cpu_pct: float) -> None:
         self.cpu[process].append((unix, cpu_pct))
+
+    def add_loop_lag(self, process: str, unix: float, lag_ms: float) -> None:
+        self.loop_lag[process].append((unix, lag_ms))
 
     def clear_pacer(self) -> None:
         """Pacer counters arrive as cumulative totals per process: clear, then add the latest of each."""
@@ -181,12 +186,27 @@ class StepAccounting:
                 bound = proc
         return top, bound
 
+    def _loop_lag_in(self, w0: float, w1: float) -> tuple[float | None, float | None]:
+        """(p99, max) of the event-loop lag of the worst process in the window."""
+        p99: float | None = None
+        top: float | None = None
+        for samples in self.loop_lag.values():
+            vals = [v for (u, v) in samples if w0 <= u <= w1]
+            if not vals:
+                continue
+            q = quantile(vals, 0.99)
+            assert q is not None
+            p99 = q if p99 is None else max(p99, q)
+            top = max(vals) if top is None else max(top, max(vals))
+        return p99, top
+
     def row(self, step: Step) -> dict[str, Any]:
         t = self._tally.get(step.index, _StepTally())
         window = step.window_s
         rate = (lambda n: n / window) if window > 0 else (lambda n: None)
         lag_p99 = quantile(t.lag_ms, 0.99)
         cpu_max, cpu_bound = self._cpu_in(step.warmup_end_unix, step.end_unix)
+        lag_loop_p99, lag_loop_max = self._loop_lag_in(step.warmup_end_unix, step.end_unix)
         reasons: list[str] = []
         if lag_p99 is not None and lag_p99 > self.max_lag_p99_ms:
             reasons.append(f"sends behind schedule: lag p99 {lag_p99:.0f} ms > {self.max_lag_p99_ms:g} ms")
@@ -208,6 +228,8 @@ class StepAccounting:
             achieved_rps=rate(t.completed_ok),
             schedule_lag_p99_ms=lag_p99,
             client_cpu_max_pct=cpu_max,
+            loop_lag_p99_ms=lag_loop_p99,
+            loop_lag_max_ms=lag_loop_max,
             client_limited=bool(reasons),
             client_limited_reason="; ".join(reasons) or None,
             interrupted=step.interrupted,

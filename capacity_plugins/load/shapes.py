@@ -3,8 +3,11 @@
 `plan_steps(scenario)` turns a scenario's `load` section into a list of `StepPlan`s; `RehearsalShape`
 (a Locust `LoadTestShape`) walks them on the master / local process:
 
-    run (duration_s; the first warmup_s excluded) ─► drain (no new requests; in-flight ones finish
-    and are recorded; ends when every generator process reports nothing in flight, or after
+    prepare (the test has started, so the master's workers get their options; ends when every
+    generator is ready and, for an open-loop first step, its user pool is up — arrivals must not
+    meet a pool still spawning — or after prepare_timeout_s)
+    ─► run (duration_s; the first warmup_s excluded) ─► drain (no new requests; in-flight ones
+    finish and are recorded; ends when every generator process reports nothing in flight, or after
     drain_timeout_s) ─► next step … ─► settle (lets workers' last reports reach the master) ─► None
 
 Step boundaries are decided here and announced through callbacks (the rehearsal wiring broadcasts
@@ -27,7 +30,7 @@ from typing import TYPE_CHECKING
 import gevent
 from locust import LoadTestShape
 
-from capacity_plugins.steps import Step, StepKind
+from capacity_plugins.load.steps import Step, StepKind
 
 if TYPE_CHECKING:
     from capacity_plugins.scenario import Scenario
@@ -95,6 +98,9 @@ class RehearsalShape(LoadTestShape):
         *,
         drain_timeout_s: float,
         in_flight: Callable[[float], int | None],
+        ready: Callable[[], bool] = lambda: True,
+        users_running: Callable[[], int] | None = None,
+        prepare_timeout_s: float = 60.0,
         settle_s: float = 0.0,
         open_loop_lead_s: float = 0.25,
         clock: Callable[[], float] = time.time,
@@ -112,6 +118,11 @@ class RehearsalShape(LoadTestShape):
         # in_flight(since_unix): requests running across all generator processes, counting only
         # reports made after since_unix; None while some process has not reported since then.
         self.in_flight = in_flight
+        # ready(): every generator can send (options applied, corpus loaded). A step that started
+        # before would hand its first arrivals to processes that cannot send them.
+        self.ready = ready
+        self.users_running = users_running
+        self.prepare_timeout_s = prepare_timeout_s
         self.settle_s = settle_s
         # Open-loop steps start slightly in the future so workers hear of them before the first arrival.
         self.open_loop_lead_s = open_loop_lead_s
@@ -124,7 +135,7 @@ class RehearsalShape(LoadTestShape):
         self._reset_state()
 
     def _reset_state(self) -> None:
-        self.phase = "idle"  # idle → run → drain → (run …) → settle → done
+        self.phase = "idle"  # idle → prepare → run → drain → (run …) → settle → done
         self.index = -1
         self.current: Step | None = None
         self.phase_since = 0.0
@@ -179,6 +190,20 @@ class RehearsalShape(LoadTestShape):
     def tick(self) -> tuple[int, float] | None:
         now = self.clock()
         if self.phase == "idle":
+            # Starting with zero users starts the test (Locust fires test_start: the master sends
+            # its workers their setup) without sending anything yet.
+            self.phase, self.phase_since = "prepare", now
+        if self.phase == "prepare":
+            first = self.plans[0]
+            pool = first.users if first.open_loop else 0
+            waited = now - self.phase_since
+            if waited < self.prepare_timeout_s:
+                if not self.ready():
+                    return (0, first.spawn_rate)
+                if self.users_running is not None and self.users_running() < pool:
+                    return (pool, first.spawn_rate)  # the pool idles until the step's first arrival
+            else:
+                logger.warning("the load generators were not ready after %g s; starting anyway", waited)
             self._start_step(0, now)
         assert self.current is not None or self.phase in ("settle", "done")
 

@@ -7,7 +7,7 @@ without asking the workers. Times are offsets (seconds) from the step's start on
 timeline: a late send never shifts the ones after it (no drift, no coordinated omission).
 
 Gamma inter-arrivals follow vLLM's `--burstiness`: shape k = 1/cv², scale = 1/(rate·k), so the
-mean stays 1/rate and cv = 1 is Poisson (reference/capacity.md §3.3).
+mean stays 1/rate and cv = 1 is Poisson.
 
 The pacer half imports gevent lazily so that the schedule maths stays importable (and testable)
 without a Locust process.
@@ -86,6 +86,23 @@ def schedule(
     out[in_ramp] = np.sqrt(2.0 * ramp_s * unit[in_ramp] / rate)
     out[~in_ramp] = ramp_s + (unit[~in_ramp] - ramp_mass) / rate
     return out
+
+
+@dataclass(frozen=True)
+class ArrivalPlan:
+    """The parameters of one open-loop step's global schedule: every process that has them
+    (the master, each worker) generates the same arrivals with `schedule(step_index)`."""
+
+    arrival: ArrivalKind
+    rate: float
+    duration_s: float
+    cv: float = 1.0
+    seed: int = 0
+    ramp_s: float = 0.0
+
+    def schedule(self, step: int) -> np.ndarray:
+        return schedule(self.arrival, self.rate, self.duration_s, cv=self.cv, seed=self.seed, step=step,
+                        ramp_s=self.ramp_s)
 
 
 def shard(offsets: np.ndarray, index: int, count: int) -> np.ndarray:

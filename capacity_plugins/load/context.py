@@ -1,8 +1,8 @@
 """RunContext: everything a run's users and sinks share, attached as `environment.capacity`.
 
-One object, built once per process by plugin.register() from the options; users read it, sinks
-write through it. The seams below let later parts (scenarios, load shapes, open-loop arrivals,
-live exporter, web UI) change *who sends when* and *who sees records* without touching users.py:
+One object, built once per process by `plugin.register()` from the options; users read it, sinks
+write through it. The seams below let the rehearsal (shapes, open-loop arrivals), the live view and
+the telemetry change *who sends when* and *who sees records* without touching users.py:
 
 - `step_provider(now_unix) -> (step index | None, is_warmup)`: stamped on every record at send.
 - `pacer`: None = closed loop. Otherwise `pacer.wait_next() -> float | None` blocks (gevent) until
@@ -19,24 +19,31 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Literal
 
+from capacity_plugins.contracts.redaction import Secrets
 from capacity_plugins.dialects import Dialect, RequestParams, get_dialect
 from capacity_plugins.errors import UserError
-from capacity_plugins.options import LLMOptions
-from capacity_plugins.stats import LLMStats
+from capacity_plugins.load.options import LLMOptions
+from capacity_plugins.sinks.stats import LLMStats
 
 if TYPE_CHECKING:
-    from capacity_plugins.record import RequestRecord
+    from tokenizers import Tokenizer
+
+    from capacity_plugins.contracts.records import RequestRecord
+    from capacity_plugins.corpus import Corpus, Sampler
+    from capacity_plugins.load.arrivals import Pacer
+    from capacity_plugins.scenario import Scenario
+    from capacity_plugins.sinks.records import RecordsSink
+    from capacity_plugins.telemetry.collector import TelemetryCollector
 
 log = logging.getLogger(__name__)
 
 StepProvider = Callable[[float], tuple[int | None, bool]]
 RecordListener = Callable[["RequestRecord"], None]
-
-
-class Pacer(Protocol):
-    def wait_next(self) -> float | None: ...
+# The running step for live views: {"step", "of", "level", "unit", "target_rps", "phase"}.
+StepInfo = Callable[[], "dict[str, Any] | None"]
+Role = Literal["local", "master", "worker"]
 
 
 def no_step(now_unix: float) -> tuple[int | None, bool]:
@@ -49,43 +56,46 @@ class RunContext:
     dialect: Dialect
     params: RequestParams
     results_dir: Path
+    role: Role = "local"
+    # The rehearsal this run follows (`--scenario`); None for a plain -u/-r/-t run.
+    scenario: Scenario | None = None
     llm_stats: LLMStats = field(default_factory=LLMStats)
-    corpus: Any = None  # capacity_plugins.corpus.Corpus (None until loaded)
-    sampler: Any = None  # capacity_plugins.corpus.Sampler for this process's shard
-    sink: Any = None  # capacity_plugins.sinks.records.RecordsSink
+    corpus: Corpus | None = None  # None until loaded (a worker loads it at the master's setup)
+    sampler: Sampler | None = None  # this process's shard of the corpus
+    sink: RecordsSink | None = None
     worker_index: int = 0
     worker_count: int = 1
-    role: str = "local"  # local | master | worker
     step_provider: StepProvider = no_step
     pacer: Pacer | None = None
     record_listeners: list[RecordListener] = field(default_factory=list)
     extra_meta: dict[str, Any] = field(default_factory=dict)
-    # The telemetry collector of this run (master/local, when a scenario scrapes endpoints or NVML):
-    # its .latest() feeds the web UI tab and the live exporter. None when telemetry is off.
-    telemetry: Any = None
-    # The rehearsal's live step view (master/local with a scenario): a callable returning
-    # {"step": index, "level": x, "unit": "users"|"rps", "phase": ..., "of": n} or None.
-    step_info: Any = None
+    # The telemetry collector (master/local, when the scenario scrapes endpoints or NVML): its
+    # .latest() feeds the web UI tab and the live exporter. None when telemetry is off.
+    telemetry: TelemetryCollector | None = None
+    step_info: StepInfo | None = None
     request_name: str = ""
-    # The --tokenizer (tokenizers.Tokenizer), loaded once per process; None without one.
-    tokenizer: Any = None
+    # The --tokenizer, loaded once per process; None without one.
+    tokenizer: Tokenizer | None = None
     tokenizer_path: str | None = None
     # Built from --api-key-env at startup; kept out of repr so it never lands in a log line.
     auth_headers: dict[str, str] = field(default_factory=dict, repr=False)
+    # Every secret value of the run: scrubbed from whatever it writes (records, meta, reports).
+    secrets: Secrets = field(default_factory=Secrets, repr=False)
 
     @classmethod
-    def from_options(cls, options: LLMOptions, *, role: str = "local") -> RunContext:
+    def from_options(cls, options: LLMOptions, *, role: Role = "local", results_dir: Path | None = None,
+                     target_url: str | None = None) -> RunContext:
         ctx = cls(
             options=options,
             dialect=get_dialect(options.dialect),
             params=RequestParams(),
-            results_dir=options.results_dir,
+            results_dir=results_dir or options.results_dir or Path("results"),
             role=role,
         )
-        ctx.reconfigure(options)
+        ctx.reconfigure(options, target_url=target_url)
         return ctx
 
-    def reconfigure(self, options: LLMOptions) -> None:
+    def reconfigure(self, options: LLMOptions, *, target_url: str | None = None) -> None:
         """Apply (new) options in place: a worker learns the master's options only when the test
         starts, and users hold a reference to this object."""
         self.options = options
@@ -99,16 +109,17 @@ class RunContext:
             include_usage=options.include_usage,
             ignore_eos=options.ignore_eos,
         )
-        self.results_dir = options.results_dir
         self.request_name = options.dialect
         if options.tokenizer != self.tokenizer_path:  # a worker reconfigures with the same path: keep it
             self.tokenizer = load_tokenizer(options.tokenizer) if options.tokenizer else None
             self.tokenizer_path = options.tokenizer
         key = options.api_key()
         self.auth_headers = {"Authorization": f"Bearer {key}"} if key else {}
+        self.secrets = options.secrets(target_url)
 
     def count_tokens(self, text: str) -> int:
         """Tokens of generated text by the local tokenizer (no BOS/EOS added)."""
+        assert self.tokenizer is not None
         return len(self.tokenizer.encode(text, add_special_tokens=False).ids)
 
     def request_headers(self, call_headers: dict[str, str]) -> dict[str, str]:
@@ -120,7 +131,7 @@ class RunContext:
         headers["Accept-Encoding"] = "identity"
         return headers
 
-    def next_sample(self) -> Any:
+    def next_sample(self) -> Any:  # a corpus Sample, or None before this worker has its shard
         if self.sampler is None:
             return None
         return self.sampler.next()
@@ -134,7 +145,7 @@ class RunContext:
                 log.exception("record listener %r failed", listener)
 
 
-def load_tokenizer(path: str) -> Any:
+def load_tokenizer(path: str) -> Tokenizer:
     """A Hugging Face tokenizer.json; UserError naming the file when it is missing or unreadable."""
     p = Path(path).expanduser()
     if not p.is_file():
@@ -150,6 +161,6 @@ def load_tokenizer(path: str) -> Any:
 
 def get_context(environment: Any) -> RunContext:
     ctx = getattr(environment, "capacity", None)
-    if ctx is None:
-        raise RuntimeError("capacity plugin not registered on this environment (plugin.register)")
-    return ctx  # type: ignore[no-any-return, unused-ignore]
+    if not isinstance(ctx, RunContext):
+        raise RuntimeError("capacity plugin not registered on this environment (capacity_plugins.install)")
+    return ctx

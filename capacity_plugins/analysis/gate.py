@@ -1,0 +1,26 @@
+"""The CI gates: `--fail-on-slo` and `--fail-on-verdict`, one rule for `capacity run` and `capacity analyze`.
+
+Each failed gate is one line; a caller that asked for a gate exits 3 when any line comes back.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def gate(summary: dict[str, Any], fail_on_slo: bool, fail_on_verdict: str | None) -> list[str]:
+    """The gates that failed (empty: all passed or none asked for)."""
+    failed: list[str] = []
+    if fail_on_slo:
+        cap, plan = summary["capacity"], summary["plan"]
+        if plan.get("peak_qps") is not None:
+            fleet = (cap.get("per_node_rps") or 0.0) * (plan.get("current_nodes") or 1)
+            if fleet < plan["peak_qps"]:
+                failed.append(f"SLO gate: capacity {fleet:.3g} rps under the SLO < peak {plan['peak_qps']:g} qps")
+        else:
+            missed = [r["level"] for r in summary["steps"] if r["valid"] and not r["slo_pass"]]
+            if missed or not any(r["valid"] for r in summary["steps"]):
+                failed.append(f"SLO gate: SLO missed at level(s) {missed}" if missed else "SLO gate: no valid step")
+    if fail_on_verdict and summary["verdict"]["decision"] == fail_on_verdict:
+        failed.append(f"verdict gate: verdict is {fail_on_verdict}")
+    return failed

@@ -1,0 +1,334 @@
+"""The step authority: the local runner or the master walks the scenario's steps and keeps their books.
+
+It owns the shape (`RehearsalShape`, installed as `environment.shape_class` only when a scenario
+is given, so plain -u/-r/-t runs keep working), the step timeline every record is tagged with,
+and `StepAccounting`, fed by every finished record and by every generator process's self-watch.
+It announces each step to the workers (`StepStarted` before the users for it are dispatched —
+ZeroMQ keeps the order — and `StepUpdated` at the window's end and the drain's end), ends a drain
+only when every generator reported nothing in flight after the drain began, prints progress, and
+writes steps.json after every step and at the end, so an interrupted run still has one.
+
+A stop before the shape finished (Ctrl-C, SIGTERM, the web UI's stop) clips the running step to
+what was actually measured and marks it `interrupted`; meta.json then says `complete: false`.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import gevent
+
+from capacity_plugins.load import messages
+from capacity_plugins.load.arrivals import ArrivalPlan, offered_in_window
+from capacity_plugins.load.generator import HOST, GeneratorSide
+from capacity_plugins.load.results import ResultsFolder, analyse_in_background
+from capacity_plugins.load.shapes import RehearsalShape, StepPlan, plan_steps
+from capacity_plugins.load.steps import Step, StepAccounting, StepTimeline, write_steps_json
+from capacity_plugins.telemetry.wiring import RunTelemetry
+
+if TYPE_CHECKING:
+    from locust.env import Environment
+
+    from capacity_plugins.load.context import RunContext
+    from capacity_plugins.scenario import Scenario
+
+log = logging.getLogger(__name__)
+
+PROGRESS_INTERVAL_S = 5.0
+# The web UI analyses each test when it stops, after the workers' last record batches (≤ 1 s apart).
+UI_ANALYSIS_DELAY_S = 2.5
+
+
+class _QuietHighSpawnRate(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "spawn rate is very high" not in record.getMessage()
+
+
+class StepAuthority:
+    def __init__(self, environment: Environment, ctx: RunContext, scenario: Scenario, results: ResultsFolder,
+                 generator: GeneratorSide | None, ready: Callable[[], bool] = lambda: True) -> None:
+        self.env = environment
+        self.ctx = ctx
+        self.scenario = scenario
+        self.results = results
+        self.runner: Any = environment.runner
+        # The local runner generates load itself; a master hears from its workers instead.
+        self.generator = generator
+        self.master = generator is None
+        self.ready = ready  # every worker applied the test's setup (the master's handshake)
+        self.plans: list[StepPlan] = plan_steps(scenario)
+        self.timeline = generator.timeline if generator is not None else StepTimeline()
+        self.accounting = self._new_accounting()
+        self.watch_last: dict[int, tuple[float, int]] = {}  # worker → (unix, in flight) of its last Watch
+        self.pacer_by_worker: dict[tuple[int, int], dict[str, Any]] = {}  # (worker, step) → counters
+        self.telemetry = RunTelemetry(scenario, environment.host, lambda t: self.timeline.lookup(t)[0])
+        self.shape: RehearsalShape | None = None
+        self._progress: Any = None
+
+    def _new_accounting(self) -> StepAccounting:
+        load = self.scenario.load
+        return StepAccounting(self.timeline, load.max_schedule_lag_p99_ms, load.max_client_cpu_pct)
+
+    # -- wiring ------------------------------------------------------------------------------------------
+    def attach(self) -> None:
+        env, sc = self.env, self.scenario
+        drain = sc.drain_timeout_s
+        # Users finish their request when a step ramps down (--stop-timeout); the shape bounds the wait.
+        env.stop_timeout = max(float(env.stop_timeout or 0), drain + 1.0)
+        self.shape = RehearsalShape(
+            self.plans,
+            drain_timeout_s=drain,
+            in_flight=self._in_flight_since,
+            ready=self.ready,
+            users_running=lambda: int(self.runner.user_count),
+            settle_s=2.0 if self.master else 0.0,
+            on_step_start=self._on_step_start,
+            on_window_end=self._on_window_end,
+            on_drain_end=self._on_drain_end,
+            on_finished=self._on_finished,
+            on_reset=self._on_reset,
+        )
+        self.shape.runner = self.runner
+        env.shape_class = self.shape
+        # Drains stop every user at once on purpose (see shapes._drain_tuple); Locust's warning
+        # about spawn rates > 100 would print at every step and hide the progress lines.
+        logging.getLogger("locust.runners").addFilter(_QuietHighSpawnRate())
+        self.ctx.record_listeners.append(self.accounting_add)
+        self.ctx.step_info = self.step_info
+        self.ctx.extra_meta.update(
+            {"scenario": sc.name, "load_kind": sc.load.kind, "steps_planned": len(self.plans), "complete": False}
+        )
+        if self.master:
+            messages.on(self.runner, messages.Watch, self._on_watch)
+            env.events.test_stopping.add_listener(self._on_master_stopping)
+        env.events.test_stopping.add_listener(self._clip_interrupted)
+        env.events.quitting.add_listener(self._on_quitting)
+        if not getattr(env.parsed_options, "headless", False):
+            env.events.test_stop.add_listener(self._on_ui_test_stop)
+        self.results.on_switch.append(self._restart_telemetry)
+        self.results.write_scenario_copy()
+        self._restart_telemetry(self.results.path)
+
+    def _restart_telemetry(self, folder: Any) -> None:
+        self.telemetry.stop()
+        self.ctx.telemetry = self.telemetry.start(folder)
+
+    def step_info(self) -> dict[str, Any] | None:
+        """The running step for live views (web UI tab, exporter); None before the first step."""
+        shape = self.shape
+        if shape is None or shape.current is None:
+            return None
+        step = shape.current
+        return {
+            "step": step.index,
+            "of": len(self.plans),
+            "level": step.level,
+            "unit": "rps" if step.target_rps is not None else "users",
+            "target_rps": step.target_rps,
+            "phase": shape.phase,
+        }
+
+    # -- inputs ------------------------------------------------------------------------------------------
+    def accounting_add(self, record: Any) -> None:
+        self.accounting.add_record(record)
+
+    def _on_watch(self, w: messages.Watch) -> None:
+        self.watch_last[w.worker] = (w.unix, w.in_flight)
+        name = f"worker-{w.worker}"
+        for unix, cpu, _rss in w.cpu:
+            self.accounting.add_cpu(name, unix, cpu)
+        for unix, lag in w.loop_lag:
+            self.accounting.add_loop_lag(name, unix, lag)
+        self.telemetry.client_rows(name, w.host, w.cpu, w.loop_lag)
+        for step, counters in w.steps.items():
+            self.pacer_by_worker[(w.worker, step)] = counters
+
+    def _connected_workers(self) -> list[int]:
+        return sorted(
+            i for i in (self.runner.get_worker_index(c.id) for c in self.runner.clients.all if c.state != "missing")
+            if i is not None
+        )
+
+    def _in_flight_since(self, since: float) -> int | None:
+        if self.generator is not None:
+            self._collect_local()
+            return self.generator.in_flight()
+        total = 0
+        for w in self._connected_workers():
+            last = self.watch_last.get(w)
+            if last is None or last[0] <= since:
+                return None  # this worker has not reported since the drain began
+            total += last[1]
+        return total
+
+    def _collect_local(self) -> None:
+        if self.generator is None:
+            return
+        watch = self.generator.watch
+        cpu, lag = watch.new_cpu(), watch.new_lag()
+        for unix, pct, _rss in cpu:
+            self.accounting.add_cpu("local", unix, pct)
+        for unix, ms in lag:
+            self.accounting.add_loop_lag("local", unix, ms)
+        self.telemetry.client_rows("local", HOST, cpu, lag)
+
+    def _sync_pacer_counts(self) -> None:
+        self.accounting.clear_pacer()
+        if self.generator is not None:
+            counters = {(0, step): c for step, c in self.generator.pacer_counters().items()}
+        else:
+            counters = self.pacer_by_worker
+        for (_w, step), c in counters.items():
+            self.accounting.add_pacer(step, int(c.get("cap_hits", 0)), c.get("dispatch_lag_p99_ms"))
+
+    # -- shape callbacks -----------------------------------------------------------------------------------
+    def _plan(self, index: int) -> ArrivalPlan | None:
+        p = self.plans[index]
+        if not p.open_loop:
+            return None
+        load = self.scenario.load
+        return ArrivalPlan(
+            arrival=getattr(load, "arrival", "poisson"),
+            rate=float(p.target_rps or 0.0),
+            duration_s=p.duration_s,
+            cv=float(getattr(load, "cv", 1.0)),
+            seed=int(getattr(load, "seed", 0)),
+            ramp_s=p.ramp_s,
+        )
+
+    def _on_step_start(self, step: Step) -> None:
+        plan = self._plan(step.index)
+        p = self.plans[step.index]
+        if plan is not None:
+            step.offered = offered_in_window(plan.schedule(step.index), p.warmup_s, p.duration_s)
+        self.timeline.upsert(step)
+        unit = "rps" if p.open_loop else "users"
+        print(
+            f"[capacity] step {step.index + 1}/{len(self.plans)}: {step.kind} {step.level:g} {unit} "
+            f"for {p.duration_s:g} s (first {p.warmup_s:g} s warmup)",
+            flush=True,
+        )
+        if self.generator is not None:
+            self.generator.step_started(step, plan, 0, 1)
+        else:
+            workers = self._connected_workers()
+            if plan is not None and p.users < len(workers):
+                # Each worker gets 1/n of the arrivals but Locust gives some of them no user: those
+                # arrivals wait forever and the step is (rightly) flagged client_limited.
+                log.warning("load.max_concurrency %d < %d workers: raise it to at least one user per worker",
+                            p.users, len(workers))
+            messages.send(self.runner, messages.StepStarted(
+                step=step, plan=plan, shards={w: k for k, w in enumerate(workers)}, shard_count=len(workers) or 1,
+            ))
+        if self._progress is None:
+            self._progress = gevent.spawn(self._progress_loop)
+
+    def _announce(self, step: Step) -> None:
+        if self.generator is not None:
+            self.generator.step_updated(step)
+        else:
+            messages.send(self.runner, messages.StepUpdated(step=step))
+
+    def _on_window_end(self, step: Step) -> None:
+        self._announce(step)
+
+    def _on_drain_end(self, step: Step) -> None:
+        self._announce(step)
+        self.write_steps()
+
+    def _on_finished(self) -> None:
+        self.timeline.finished = True
+        self.ctx.extra_meta["complete"] = True
+        if self.generator is not None:
+            self.generator.finished()
+        else:
+            messages.send(self.runner, messages.StepsFinished())
+        print(f"[capacity] all {len(self.plans)} steps done", flush=True)
+
+    def _on_reset(self) -> None:
+        # A new test from the web UI: a fresh timeline, and a fresh results folder when the previous
+        # test used this one. Reset the timeline before switching: switching restarts telemetry,
+        # which yields to the hub, and the shape's first tick of the new test may run meanwhile;
+        # its step 0 must land on the fresh timeline, not be wiped by a late clear.
+        used = bool(self.timeline.steps)
+        self.timeline.steps.clear()
+        self.timeline.finished = False
+        self.accounting = self._new_accounting()
+        if used:
+            self.results.switch()
+        self.ctx.extra_meta["complete"] = False
+        if self.master:
+            messages.send(self.runner, messages.StepsReset())
+
+    def _on_master_stopping(self, **_: Any) -> None:
+        # The drains are over (or cut short): MasterRunner.stop() waits stop_timeout + 60 s for the
+        # workers, which must not inherit the long drain timeout the rehearsal raised it to.
+        if self.timeline.steps:
+            self.env.stop_timeout = 0
+
+    def _on_ui_test_stop(self, **_: Any) -> None:
+        """Web UI: a test ended (finished or stopped) — write its steps.json and analyse its folder."""
+        if not self.timeline.steps:
+            return
+        self._clip_interrupted()
+        self.write_steps()
+        gevent.spawn_later(UI_ANALYSIS_DELAY_S, analyse_in_background, self.results.path)
+
+    def _progress_loop(self) -> None:
+        try:
+            while self.shape is not None and not self.shape.finished:
+                gevent.sleep(PROGRESS_INTERVAL_S)
+                step = self.shape.current
+                if step is None or self.shape.finished or self.runner.state not in ("spawning", "running"):
+                    continue
+                n, ttft = self.accounting.progress(step.index)
+                ttft_s = f"{ttft:.0f} ms" if ttft is not None else "-"
+                print(
+                    f"[capacity] step {step.index + 1}/{len(self.plans)} ({step.level:g} "
+                    f"{'rps' if step.target_rps is not None else 'users'}, {self.shape.phase}): "
+                    f"{n} requests, TTFT p95 {ttft_s}",
+                    flush=True,
+                )
+        finally:
+            self._progress = None
+
+    # -- outputs ---------------------------------------------------------------------------------------------
+    def write_steps(self) -> None:
+        self._collect_local()
+        self._sync_pacer_counts()
+        try:
+            path = self.results.path / "steps.json"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            write_steps_json(path, self.accounting.document({"scenario": self.scenario.name}))
+        except Exception:
+            log.exception("writing steps.json failed")
+
+    def _clip_interrupted(self, **_: Any) -> None:
+        """A stop before the shape finished: the running step's window ends now, not when planned,
+        so its rates are per second actually measured."""
+        if self.timeline.finished or self.shape is None or self.shape.current is None:
+            return
+        step = self.shape.current
+        now = time.time()
+        if step.drain_end_unix is None:
+            step.end_unix = max(min(step.end_unix, now), step.warmup_end_unix)
+            step.drain_end_unix = now
+            step.interrupted = True
+            plan = self._plan(step.index)
+            if plan is not None:  # offered = arrivals scheduled in the window actually measured
+                p = self.plans[step.index]
+                step.offered = offered_in_window(plan.schedule(step.index), p.warmup_s, step.end_unix - step.start_unix)
+
+    def _on_quitting(self, **_: Any) -> None:
+        self._clip_interrupted()
+        self.ctx.extra_meta["complete"] = self.timeline.finished
+        self.ctx.extra_meta["steps_run"] = len(self.timeline.steps)
+        if not self.timeline.finished:
+            self.ctx.extra_meta["incomplete_reason"] = "stopped before the last step finished (interrupted)"
+        self.write_steps()
+        telemetry = self.telemetry.stop()
+        if telemetry is not None:
+            self.ctx.extra_meta["telemetry"] = telemetry

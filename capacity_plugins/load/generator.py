@@ -1,0 +1,142 @@
+"""What every load-generating process does during a rehearsal (the local runner, or each worker).
+
+- tags every record with its step through the `StepTimeline` (`ctx.step_provider`);
+- runs the pacer for open-loop steps: its shard k of n of the one global arrival schedule;
+- watches itself (`SelfWatch`: CPU, RSS, event-loop lag) and knows how many requests it has in
+  flight, so the authority can end a drain and judge whether the generator kept up;
+- a worker learns each step from the master's messages and reports `Watch` once a second.
+
+The authority (load/authority.py) decides the steps; this side only follows them.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import time
+from typing import TYPE_CHECKING, Any
+
+import gevent
+
+from capacity_plugins.load import messages
+from capacity_plugins.load.arrivals import ArrivalPlan, Pacer, shard
+from capacity_plugins.load.context import RunContext
+from capacity_plugins.load.steps import Step, StepTimeline
+from capacity_plugins.load.watch import WATCH_INTERVAL_S, SelfWatch
+
+if TYPE_CHECKING:
+    from locust.env import Environment
+
+log = logging.getLogger(__name__)
+
+HOST = socket.gethostname()
+
+
+class GeneratorSide:
+    def __init__(self, environment: Environment, ctx: RunContext, watch_name: str) -> None:
+        self.env = environment
+        self.ctx = ctx
+        self.runner: Any = environment.runner
+        self.timeline = StepTimeline()
+        self.watch = SelfWatch(watch_name)
+
+    @property
+    def pacer(self) -> Pacer | None:
+        # one pacer per process, on the context: users read ctx.pacer at every iteration
+        return self.ctx.pacer
+
+    def attach(self) -> None:
+        self.ctx.step_provider = self.timeline.lookup
+        self.env.events.test_stopping.add_listener(self._on_test_stopping)
+        self.env.events.quitting.add_listener(self._on_quitting)
+        self.watch.start()
+
+    def in_flight(self) -> int:
+        # Open loop: users holding an arrival. Closed loop: running users (they stop after their request).
+        if self.pacer is not None:
+            return self.pacer.in_flight
+        return int(self.runner.user_count)
+
+    def pacer_counters(self) -> dict[int, dict[str, Any]]:
+        """Cumulative pacer counters per step (cap hits, dispatch lag p99)."""
+        if self.pacer is None:
+            return {}
+        return {i: st.as_message() for i, st in self.pacer.stats.items()}
+
+    def step_started(self, step: Step, plan: ArrivalPlan | None, shard_index: int, shard_count: int) -> None:
+        self.timeline.upsert(step)
+        if plan is None:
+            return
+        if self.ctx.pacer is None:
+            self.ctx.pacer = Pacer()
+        offsets = shard(plan.schedule(step.index), shard_index, shard_count)
+        self.ctx.pacer.begin(step.index, step.start_unix, offsets, step.warmup_end_unix)
+
+    def step_updated(self, step: Step) -> None:
+        self.timeline.upsert(step)
+        if self.pacer is not None and self.pacer.step == step.index and (
+            step.drain_end_unix is not None or time.time() >= step.end_unix
+        ):
+            self.pacer.stop()  # no request starts once the step's window has closed
+
+    def finished(self) -> None:
+        self.timeline.finished = True
+        self.env.stop_timeout = 0  # drained; see _on_test_stopping
+
+    def reset(self) -> None:
+        self.timeline = StepTimeline()
+        self.ctx.step_provider = self.timeline.lookup
+
+    def _on_test_stopping(self, **_: Any) -> None:
+        if self.pacer is not None:
+            self.pacer.stop()
+        if self.timeline.steps:
+            # The rehearsal raised stop_timeout so that step drains let requests finish. At the stop
+            # itself: finished = already drained; interrupted = do not wait out the drain timeout,
+            # users are killed now and their in-flight requests recorded as cancelled (LLMUser
+            # catches GreenletExit). Either way 0 — a worker also sleeps stop_timeout after a
+            # "stop" before it answers the master again, and would miss the master's quit.
+            self.env.stop_timeout = 0
+
+    def _on_quitting(self, **_: Any) -> None:
+        self.watch.stop()
+
+
+class WorkerSide(GeneratorSide):
+    """A worker: steps arrive as messages; it reports Watch to the master every second."""
+
+    def __init__(self, environment: Environment, ctx: RunContext) -> None:
+        super().__init__(environment, ctx, f"worker-{ctx.worker_index}")
+        self._reporter: Any = None
+
+    def attach(self) -> None:
+        super().attach()
+        messages.on(self.runner, messages.StepStarted, self._on_started)
+        messages.on(self.runner, messages.StepUpdated, lambda m: self.step_updated(m.step))
+        messages.on(self.runner, messages.StepsFinished, lambda m: self.finished())
+        messages.on(self.runner, messages.StepsReset, lambda m: self.reset())
+        self._reporter = gevent.spawn(self._report_loop)
+
+    def _on_started(self, m: messages.StepStarted) -> None:
+        k = m.shards.get(self.ctx.worker_index)
+        if m.plan is not None and k is None:
+            log.warning("worker %s has no shard of step %s's arrivals", self.ctx.worker_index, m.step.index)
+            self.timeline.upsert(m.step)
+            return
+        self.step_started(m.step, m.plan, int(k or 0), m.shard_count)
+
+    def _report_loop(self) -> None:
+        while True:
+            gevent.sleep(WATCH_INTERVAL_S)
+            try:
+                messages.send(self.runner, messages.Watch(
+                    worker=self.ctx.worker_index, host=HOST, unix=time.time(), in_flight=self.in_flight(),
+                    cpu=self.watch.new_cpu(), loop_lag=self.watch.new_lag(), steps=self.pacer_counters(),
+                ))
+            except Exception:
+                log.exception("sending the self-watch report failed")
+
+    def _on_quitting(self, **_: Any) -> None:
+        if self._reporter is not None:
+            self._reporter.kill(block=False)
+        super()._on_quitting()

@@ -1,0 +1,115 @@
+"""The master tells its workers how to run; a worker that cannot, says so and the run stops.
+
+At every test start the master sends `Setup`: its resolved `LLMOptions`, the sha256 of its corpus
+and the shard count. A worker applies the options, loads its own copy of the corpus and refuses
+(`Refuse`, exit 2 for the whole swarm) when the hash differs — prompts must be the same
+everywhere, or the shards are not disjoint and the results mean nothing. Then it takes shard
+`worker_index` of `shard_count`. Workers need no scenario file of their own.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from typing import TYPE_CHECKING, Any
+
+import gevent
+
+from capacity_plugins.errors import UserError
+from capacity_plugins.load import messages
+from capacity_plugins.load.arrivals import Pacer
+from capacity_plugins.load.context import RunContext
+from capacity_plugins.load.options import LLMOptions
+
+if TYPE_CHECKING:
+    from locust.env import Environment
+
+    from capacity_plugins.corpus import Corpus
+
+log = logging.getLogger(__name__)
+
+
+def load_corpus(options: LLMOptions) -> Corpus:
+    from capacity_plugins.corpus import load_corpus as _load
+
+    return _load(options.corpus, min_distinct=options.min_distinct)
+
+
+class MasterHandshake:
+    def __init__(self, environment: Environment, ctx: RunContext) -> None:
+        self.env = environment
+        self.ctx = ctx
+        self.runner: Any = environment.runner
+        self.refusals: list[str] = []
+        self.workers_seen: set[int] = set()
+        self.ready_workers: set[int] = set()
+        # The rehearsal is open loop: workers create their pacer before any user starts.
+        self.open_loop = bool(ctx.scenario is not None and ctx.scenario.open_loop)
+
+    def attach(self) -> None:
+        messages.on(self.runner, messages.Refuse, self._on_refuse)
+        messages.on(self.runner, messages.Ready, lambda m: self.ready_workers.add(m.worker))
+
+    def all_ready(self) -> bool:
+        """Every connected worker applied this test's setup."""
+        connected = {self.runner.get_worker_index(c.id) for c in self.runner.clients.all if c.state != "missing"}
+        return bool(connected) and connected <= self.ready_workers
+
+    def send_setup(self) -> None:
+        """At test start: every connected worker gets the options, corpus hash and shard count."""
+        runner, ctx = self.runner, self.ctx
+        assert ctx.corpus is not None
+        indices = [runner.get_worker_index(c.id) for c in runner.clients.all]
+        shard_count = max([runner.worker_count, *[i + 1 for i in indices]])
+        ctx.worker_count = shard_count
+        self.workers_seen.update(indices)
+        self.ready_workers.clear()
+        messages.send(runner, messages.Setup(options=ctx.options.to_message(), sha256=ctx.corpus.sha256,
+                                             shard_count=shard_count, open_loop=self.open_loop))
+
+    def _on_refuse(self, m: messages.Refuse) -> None:
+        self.refusals.append(m.reason)
+        sys.stderr.write(f"capacity: a worker refused to run: {m.reason}\n")
+        self.env.process_exit_code = 2
+        gevent.spawn(self.runner.quit)
+
+
+class WorkerHandshake:
+    def __init__(self, environment: Environment, ctx: RunContext) -> None:
+        self.env = environment
+        self.ctx = ctx
+        self.runner: Any = environment.runner
+        # A worker started with the scenario (capacity run --worker, --processes) loads its corpus
+        # at start-up, so a test's setup only has to check it (a load can take seconds).
+        self._corpus_source: str | None = ctx.options.corpus if ctx.corpus is not None else None
+
+    def attach(self) -> None:
+        messages.on(self.runner, messages.Setup, self._on_setup)
+
+    def _on_setup(self, m: messages.Setup) -> None:
+        ctx = self.ctx
+        try:
+            options = LLMOptions.from_message(m.options)
+            ctx.reconfigure(options, target_url=self.env.host)
+            if ctx.corpus is None or self._corpus_source != options.corpus:
+                ctx.corpus = load_corpus(options)
+                self._corpus_source = options.corpus
+        except UserError as e:
+            self._refuse(f"worker {ctx.worker_index}: {e}")
+            return
+        if ctx.corpus.sha256 != m.sha256:
+            self._refuse(
+                f"worker {ctx.worker_index}: corpus {options.corpus!r} has sha256 {ctx.corpus.sha256[:12]}… "
+                f"but the master's has {m.sha256[:12]}…; copy the master's corpus file to this host"
+            )
+            return
+        ctx.worker_count = m.shard_count
+        ctx.sampler = ctx.corpus.sampler(options.sampling, options.seed, ctx.worker_index, ctx.worker_count)
+        if m.open_loop and ctx.pacer is None:
+            ctx.pacer = Pacer()  # users wait for arrivals from the first one they see
+        messages.send(self.runner, messages.Ready(worker=ctx.worker_index))
+
+    def _refuse(self, reason: str) -> None:
+        log.error("capacity: refusing to run: %s", reason)
+        self.ctx.sampler = None
+        messages.send(self.runner, messages.Refuse(reason=reason))

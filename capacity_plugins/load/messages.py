@@ -1,0 +1,205 @@
+"""The messages between the master and its workers: one dataclass per message, one type name each.
+
+Locust carries custom messages as `(type, data)` with msgpack-safe data. Each class here owns its
+type name (`TYPE`) and its conversion (`to_data` / `from_data`), so a listener receives a typed
+object, never a dict told apart by flag keys. `send()` / `on()` are the only two functions that
+touch the runner's message API.
+
+| message | direction | when |
+|---|---|---|
+| `Setup` | master → workers | test start: the master's options, corpus hash, shard count |
+| `Ready` | worker → master | the worker applied a `Setup` and can send |
+| `Refuse` | worker → master | the worker cannot run as told (corpus differs, bad options) |
+| `StepStarted` | master → workers | a step starts (with its open-loop arrival plan and shards) |
+| `StepUpdated` | master → workers | a step's window closed or its drain ended (new boundaries) |
+| `StepsFinished` | master → workers | the last step drained: the rehearsal is complete |
+| `StepsReset` | master → workers | a new test from the web UI: forget the old timeline |
+| `Watch` | worker → master | ≥ 1 Hz: CPU, loop lag, read backlog, requests in flight, pacer counters |
+| `RecordsBatch` | worker → master | ≥ 1 Hz and at stop: finished request records |
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any, ClassVar, TypeVar
+
+from capacity_plugins.load.arrivals import ArrivalPlan
+from capacity_plugins.load.steps import Step
+
+
+@dataclass
+class Setup:
+    TYPE: ClassVar[str] = "capacity_setup"
+    options: dict[str, Any]  # LLMOptions.to_message()
+    sha256: str  # the master's corpus hash: a worker with another corpus refuses
+    shard_count: int
+    open_loop: bool = False  # the rehearsal's users wait for scheduled arrivals (a pacer)
+
+    def to_data(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_data(cls, d: dict[str, Any]) -> Setup:
+        return cls(options=dict(d["options"]), sha256=str(d["sha256"]), shard_count=int(d["shard_count"]),
+                   open_loop=bool(d.get("open_loop")))
+
+
+@dataclass
+class Ready:
+    TYPE: ClassVar[str] = "capacity_ready"
+    worker: int
+
+    def to_data(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_data(cls, d: dict[str, Any]) -> Ready:
+        return cls(worker=int(d["worker"]))
+
+
+@dataclass
+class Refuse:
+    TYPE: ClassVar[str] = "capacity_refuse"
+    reason: str
+
+    def to_data(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_data(cls, d: dict[str, Any]) -> Refuse:
+        return cls(reason=str(d.get("reason")))
+
+
+@dataclass
+class StepStarted:
+    TYPE: ClassVar[str] = "capacity_step_started"
+    step: Step
+    plan: ArrivalPlan | None  # open loop: the global schedule's parameters
+    shards: dict[int, int]  # worker index → its shard of the schedule
+    shard_count: int
+
+    def to_data(self) -> dict[str, Any]:
+        return {
+            "step": self.step.to_message(),
+            "plan": asdict(self.plan) if self.plan is not None else None,
+            "shards": {str(w): k for w, k in self.shards.items()},  # msgpack map keys: strings
+            "shard_count": self.shard_count,
+        }
+
+    @classmethod
+    def from_data(cls, d: dict[str, Any]) -> StepStarted:
+        plan = d.get("plan")
+        return cls(
+            step=Step.from_message(d["step"]),
+            plan=ArrivalPlan(**plan) if plan else None,
+            shards={int(w): int(k) for w, k in (d.get("shards") or {}).items()},
+            shard_count=int(d.get("shard_count") or 1),
+        )
+
+
+@dataclass
+class StepUpdated:
+    TYPE: ClassVar[str] = "capacity_step_updated"
+    step: Step
+
+    def to_data(self) -> dict[str, Any]:
+        return {"step": self.step.to_message()}
+
+    @classmethod
+    def from_data(cls, d: dict[str, Any]) -> StepUpdated:
+        return cls(step=Step.from_message(d["step"]))
+
+
+@dataclass
+class StepsFinished:
+    TYPE: ClassVar[str] = "capacity_steps_finished"
+
+    def to_data(self) -> dict[str, Any]:
+        return {}
+
+    @classmethod
+    def from_data(cls, d: dict[str, Any]) -> StepsFinished:
+        return cls()
+
+
+@dataclass
+class StepsReset:
+    TYPE: ClassVar[str] = "capacity_steps_reset"
+
+    def to_data(self) -> dict[str, Any]:
+        return {}
+
+    @classmethod
+    def from_data(cls, d: dict[str, Any]) -> StepsReset:
+        return cls()
+
+
+@dataclass
+class Watch:
+    """What a generator process reports about itself (see load/watch.py)."""
+
+    TYPE: ClassVar[str] = "capacity_watch"
+    worker: int
+    host: str
+    unix: float
+    in_flight: int
+    # (unix, cpu %, RSS bytes or None) samples since the last report
+    cpu: list[tuple[float, float, float | None]] = field(default_factory=list)
+    # (unix, event-loop lag ms) samples since the last report
+    loop_lag: list[tuple[float, float]] = field(default_factory=list)
+    # step index → cumulative counters of that step so far (pacer, reads)
+    steps: dict[int, dict[str, Any]] = field(default_factory=dict)
+
+    def to_data(self) -> dict[str, Any]:
+        return {
+            "worker": self.worker, "host": self.host, "unix": self.unix, "in_flight": self.in_flight,
+            "cpu": [list(s) for s in self.cpu], "loop_lag": [list(s) for s in self.loop_lag],
+            "steps": {str(k): v for k, v in self.steps.items()},
+        }
+
+    @classmethod
+    def from_data(cls, d: dict[str, Any]) -> Watch:
+        return cls(
+            worker=int(d["worker"]),
+            host=str(d.get("host") or f"worker-{d['worker']}"),
+            unix=float(d["unix"]),
+            in_flight=int(d.get("in_flight") or 0),
+            cpu=[(float(u), float(c), None if r is None else float(r)) for u, c, r in d.get("cpu") or ()],
+            loop_lag=[(float(u), float(v)) for u, v in d.get("loop_lag") or ()],
+            steps={int(k): dict(v) for k, v in (d.get("steps") or {}).items()},
+        )
+
+
+@dataclass
+class RecordsBatch:
+    TYPE: ClassVar[str] = "capacity_records"
+    worker: int
+    records: list[dict[str, Any]]  # RequestRecord.to_dict() each
+    produced: int  # records this worker has made so far (what it owes the master)
+    final: bool  # the worker stopped: nothing more follows
+
+    def to_data(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_data(cls, d: dict[str, Any]) -> RecordsBatch:
+        return cls(worker=int(d.get("worker", -1)), records=list(d.get("records") or ()),
+                   produced=int(d.get("produced") or 0), final=bool(d.get("final")))
+
+
+M = TypeVar("M", Setup, Ready, Refuse, StepStarted, StepUpdated, StepsFinished, StepsReset, Watch, RecordsBatch)
+
+
+def send(runner: Any, message: Any, client_id: str | None = None) -> None:
+    """Send a typed message (master: to every worker, or one `client_id`; worker: to the master)."""
+    runner.send_message(message.TYPE, message.to_data(), client_id)
+
+
+def on(runner: Any, cls: type[M], handler: Callable[[M], None]) -> None:
+    """Register `handler` for messages of `cls` (it receives the decoded object)."""
+
+    def receive(environment: Any = None, msg: Any = None, **_: Any) -> None:
+        handler(cls.from_data(msg.data))
+
+    runner.register_message(cls.TYPE, receive)

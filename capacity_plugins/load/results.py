@@ -1,0 +1,107 @@
+"""The results folder of the running test: which one, switching it, and the files written beside the records.
+
+One owner per writing process (local runner or master). It names the folder by the one rule in
+`contracts.folders` (the scenario's `output/<name>-<stamp>`, or `results/run-<stamp>` without a
+scenario; an explicit `--results-dir` that already holds records is refused), switches to a fresh
+folder when the web UI starts another test (each UI test is its own run, analysed on its own),
+and writes what is not the records: `scenario.yaml` (the scenario as run, secrets scrubbed),
+`meta.json` and `llm_stats.csv`. Everything it writes goes through the run's `Secrets` scrub.
+"""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from capacity_plugins.contracts.folders import DEFAULT_NAME, DEFAULT_PARENT, check_unused, new_results_folder
+from capacity_plugins.load import meta as meta_mod
+
+if TYPE_CHECKING:
+    from capacity_plugins.load.context import RunContext
+    from capacity_plugins.scenario import Scenario
+
+log = logging.getLogger(__name__)
+
+ANALYSIS_TIMEOUT_S = 600
+
+
+def choose_folder(explicit: Path | None, scenario: Scenario | None) -> Path:
+    """The folder a new run writes to (UserError when an explicit one already holds records)."""
+    if explicit is not None:
+        check_unused(explicit)
+        return explicit
+    if scenario is not None:
+        return new_results_folder(scenario.output, scenario.name)
+    return new_results_folder(DEFAULT_PARENT, DEFAULT_NAME)
+
+
+class ResultsFolder:
+    def __init__(self, ctx: RunContext, parsed_options: Any) -> None:
+        self.ctx = ctx
+        self.parsed = parsed_options
+        # Called with the new folder after a switch (the authority restarts its telemetry there).
+        self.on_switch: list[Callable[[Path], None]] = []
+
+    @property
+    def path(self) -> Path:
+        return self.ctx.results_dir
+
+    def switch(self) -> Path:
+        """A fresh folder next to the current one, for the next test of a web UI session."""
+        scenario = self.ctx.scenario
+        parent, name = (Path(scenario.output), scenario.name) if scenario else (self.path.parent, DEFAULT_NAME)
+        folder = new_results_folder(parent, name)
+        folder.mkdir(parents=True, exist_ok=True)
+        if self.parsed is not None:
+            self.parsed.results_dir = str(folder)  # the web UI form's next test reads it back
+        if self.ctx.sink is not None:
+            self.ctx.sink.rotate(folder)
+        self.ctx.results_dir = folder
+        self.write_scenario_copy()
+        for listener in self.on_switch:
+            listener(folder)
+        print(f"[capacity] new test: results → {folder}", flush=True)
+        return folder
+
+    # -- the files beside the records ------------------------------------------------------------
+
+    def write_scenario_copy(self) -> None:
+        scenario = self.ctx.scenario
+        if scenario is None:
+            return
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+            text = self.ctx.secrets.scrub(scenario.resolved_yaml(redact=True))
+            (self.path / "scenario.yaml").write_text(text, encoding="utf-8")
+        except Exception:
+            log.exception("writing the scenario copy failed")
+
+    def write_meta(self, meta: dict[str, Any]) -> None:
+        try:
+            meta_mod.write_meta(self.path / "meta.json", self.ctx.secrets.scrub_obj(meta))
+        except Exception:
+            log.exception("writing meta.json failed")
+
+    def write_llm_stats(self) -> None:
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+            self.ctx.llm_stats.write_csv(self.path / "llm_stats.csv")
+        except Exception:
+            log.exception("writing llm_stats.csv failed")
+
+
+def analyse_in_background(folder: Path) -> None:
+    """`capacity analyze FOLDER` in a child process: pandas/matplotlib stay out of the Locust hub."""
+    try:
+        r = subprocess.run([sys.executable, "-m", "capacity_plugins", "analyze", str(folder)],
+                           capture_output=True, text=True, timeout=ANALYSIS_TIMEOUT_S)
+        if r.returncode == 0:
+            print(f"[capacity] analysed: {folder / 'report.html'}", flush=True)
+        else:
+            print(f"[capacity] analysis of {folder} failed: {r.stderr.strip()[-300:]}", flush=True)
+    except Exception as e:  # never let the analysis take the UI down
+        print(f"[capacity] analysis of {folder} failed: {e}", flush=True)

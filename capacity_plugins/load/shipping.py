@@ -1,0 +1,81 @@
+"""Moving finished records from the workers to the master, the one process that writes them.
+
+A worker ships its buffered records (`RecordsBatch`) at least every `SHIP_INTERVAL_S`, and once
+more with `final=True` when it stops (test_stop) and when it quits, so a clean stop loses nothing
+and a `kill -9` loses at most the last interval. The master hands each batch to its records sink
+and, before it quits, waits (bounded) until every worker that ran has sent its final batch.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+import gevent
+
+from capacity_plugins.load import messages
+from capacity_plugins.sinks.records import RecordsSink
+
+log = logging.getLogger(__name__)
+
+SHIP_INTERVAL_S = 1.0
+FINAL_WAIT_S = 10.0
+
+
+class WorkerShipping:
+    def __init__(self, runner: Any, sink: RecordsSink, worker_index: Callable[[], int]) -> None:
+        self.runner = runner
+        self.sink = sink
+        self.worker_index = worker_index
+        self._loop: Any = None
+
+    def start(self) -> None:
+        if self._loop is None:
+            self._loop = gevent.spawn(self._ship_loop)
+
+    def stop(self) -> None:
+        """Ship what is left (final) and end the loop; safe to call more than once."""
+        self.ship(final=True)
+        if self._loop is not None:
+            self._loop.kill(block=False)
+            self._loop = None
+
+    def _ship_loop(self) -> None:
+        while True:
+            gevent.sleep(SHIP_INTERVAL_S)
+            try:
+                self.ship(final=False)
+            except Exception:  # keep shipping; a transient send error must not end the loop
+                log.exception("shipping records to the master failed")
+
+    def ship(self, *, final: bool) -> None:
+        batch = self.sink.take_batch()
+        if not batch and not final:
+            return
+        messages.send(self.runner, messages.RecordsBatch(
+            worker=self.worker_index(), records=batch, produced=self.sink.produced, final=final,
+        ))
+
+
+class MasterReceiving:
+    def __init__(self, runner: Any, sink: RecordsSink) -> None:
+        self.runner = runner
+        self.sink = sink
+
+    def attach(self) -> None:
+        messages.on(self.runner, messages.RecordsBatch,
+                    lambda b: self.sink.receive(b.worker, b.records, b.produced, b.final))
+
+    def wait_for_finals(self, expected: Callable[[], set[int]], timeout_s: float = FINAL_WAIT_S) -> bool:
+        """Wait until every expected worker sent its final batch. `expected` is re-read while
+        waiting: a worker the master marks missing (killed) meanwhile is no longer waited for."""
+        deadline = time.monotonic() + timeout_s
+        while not (worker_indices := expected()) <= self.sink.final_from:
+            if time.monotonic() > deadline:
+                missing = sorted(worker_indices - self.sink.final_from)
+                log.warning("no final record batch from worker(s) %s; their last second may be lost", missing)
+                return False
+            gevent.sleep(0.05)
+        return True

@@ -1,0 +1,319 @@
+"""LLMUser: one streaming LLM call per task iteration, measured as docs/metrics.md defines.
+
+How one call is measured (the numbers users buy GPUs with):
+- The body is read from geventhttpclient's buffer as soon as a line is complete (Locust's
+  `iter_lines`/`iter_content` wait for 1 KiB and would shift TTFT/ITL). Each line is stamped with
+  `perf_counter_ns()` *before* parsing.
+- We drive geventhttpclient's HTTPClient from the user's own FastHttpSession pool (connection
+  reuse, TLS settings) instead of `self.client.post(...)`, so Locust fires no request event of its
+  own; we fire exactly one per LLM call: response_time = E2E ms, response_length = output tokens,
+  exception = the classified failure. No extra TTFT rows (they would double the RPS).
+- Nothing raises out of a call: every failure becomes a record with an `error_kind`. A user killed
+  at the end of the test mid-request records `cancelled`, then lets GreenletExit continue.
+- Retries (opt-in) record every attempt; the first failure is never hidden.
+"""
+
+from __future__ import annotations
+
+import logging
+import ssl
+import time
+import uuid
+from time import perf_counter_ns
+from typing import Any
+
+import gevent
+from gevent import GreenletExit
+from geventhttpclient.response import HTTPConnectionClosed, HTTPParseError
+from geventhttpclient.url import URL
+from locust import FastHttpUser, constant, task
+
+from capacity_plugins.contracts.records import RequestRecord, Timings
+from capacity_plugins.dialects import OUTPUT, VISIBLE, MalformedEvent
+from capacity_plugins.load.context import RunContext, get_context
+from capacity_plugins.sse import NDJSONDecoder, SSEDecoder
+
+log = logging.getLogger(__name__)
+
+RETRYABLE = frozenset({"http_429", "http_5xx", "connect"})
+_ERROR_BODY_LIMIT = 64 * 1024
+
+
+class _RequestTimeout(Exception):
+    """The whole-request deadline (--request-timeout) passed."""
+
+
+class LLMRequestError(Exception):
+    """The failure handed to Locust's request event. Its text is the error kind (plus HTTP status)
+    only, so Locust groups failures by class rather than by variable server messages."""
+
+    def __init__(self, kind: str, status: int = 0) -> None:
+        super().__init__(f"{kind} (HTTP {status})" if status else kind)
+        self.kind = kind
+        self.status = status
+
+
+def _status_kind(status: int) -> str:
+    if status == 429:
+        return "http_429"
+    return "http_5xx" if status >= 500 else "http_4xx"
+
+
+class LLMUser(FastHttpUser):
+    """Sends corpus prompts to an LLM server through the run's dialect.
+
+    Locust's `response_time` for these requests is the **end-to-end** time (send → last byte),
+    and `response_length` the output token count. TTFT/ITL/TPOT live in the per-request records
+    (requests.jsonl) and the LLM stats (llm_stats.csv / web UI tab).
+    """
+
+    abstract = True
+    wait_time = constant(0)  # closed loop; open loop goes through RunContext.pacer
+
+    def __init__(self, environment: Any) -> None:
+        ctx = get_context(environment)
+        # FastHttpUser builds its session from these attributes in __init__: set them first.
+        self.insecure = ctx.options.insecure  # verify TLS unless --insecure
+        self.network_timeout = ctx.options.request_timeout_s
+        self.connection_timeout = ctx.options.request_timeout_s
+        super().__init__(environment)
+        self.ctx: RunContext = ctx
+        self._pool = self.client.client.clientpool
+        self._base = (self.host or "").rstrip("/")
+
+    @task
+    def llm_request(self) -> None:
+        ctx = self.ctx
+        if ctx.sampler is None:  # a worker before the master's setup arrived: take no arrival yet
+            gevent.sleep(0.1)
+            return
+        scheduled_unix = None
+        if ctx.pacer is not None:
+            scheduled_unix = ctx.pacer.wait_next()
+            if scheduled_unix is None:
+                gevent.sleep(0.05)  # no arrival for us right now; ask again shortly
+                return
+        self.call(ctx.next_sample(), scheduled_unix)
+
+    def call(self, sample: Any, scheduled_unix: float | None = None) -> RequestRecord:
+        """Send one sample (with opt-in retries); every attempt is recorded. Returns the last."""
+        retries = self.ctx.options.retries
+        attempt = 1
+        while True:
+            record = self._attempt(sample, scheduled_unix, attempt)
+            if record.ok or record.error_kind not in RETRYABLE or attempt > retries:
+                return record
+            gevent.sleep(min(0.1 * 2 ** (attempt - 1), 2.0))
+            attempt += 1
+
+    # -- one attempt ------------------------------------------------------------------------
+
+    def _attempt(self, sample: Any, scheduled_unix: float | None, attempt: int) -> RequestRecord:
+        ctx = self.ctx
+        call = ctx.dialect.build(sample, ctx.params)
+        parser = ctx.dialect.parser(ctx.params.stream)
+        if ctx.tokenizer is not None:
+            parser.keep_text()
+        headers = ctx.request_headers(call.headers)
+        now_unix = time.time()
+        step, warmup = ctx.step_provider(now_unix)
+        t = Timings(sent_unix=now_unix, sent_ns=perf_counter_ns(), scheduled_unix=scheduled_unix)
+        status = 0
+        kind: str | None = None
+        error: str | None = None
+        resp = None
+        header_id: str | None = None
+        cancelled: BaseException | None = None
+        try:
+            with gevent.Timeout(ctx.options.request_timeout_s, _RequestTimeout):
+                url = URL(self._base + call.path)
+                client = self._pool.get_client(url)
+                resp = client.request(call.method, url.request_uri, body=call.body, headers=headers)
+                status = resp.status_code
+                rid = resp.get("x-request-id")
+                header_id = rid if isinstance(rid, str) else None
+                if status >= 400:
+                    kind = _status_kind(status)
+                    error = f"HTTP {status}: " + resp.read(_ERROR_BODY_LIMIT)[:300].decode("utf-8", "replace")
+                elif ctx.params.stream:
+                    self._read_stream(resp, parser, t)
+                else:
+                    body = resp.read()
+                    t.end_ns = perf_counter_ns()
+                    parser.full(body)
+                if kind is None:
+                    if parser.error is not None:
+                        kind, error = "server_error", parser.error
+                    elif ctx.params.stream and not parser.done:
+                        kind, error = "stream_cut", "stream ended before the server said it was done"
+        except _RequestTimeout:
+            kind, error = "timeout", f"no complete response within {ctx.options.request_timeout_s:g} s"
+        except MalformedEvent as e:
+            kind, error = "malformed", str(e)
+        except GreenletExit as e:  # the test is stopping: record, then let the kill proceed
+            kind, error, cancelled = "cancelled", "test stopped while the request was in flight", e
+        except TimeoutError:
+            kind, error = "timeout", f"socket read timed out after {ctx.options.request_timeout_s:g} s"
+        except ssl.SSLError as e:
+            kind, error = "connect", f"TLS: {e.__class__.__name__}: {e}"[:300]
+        except (HTTPParseError, HTTPConnectionClosed, OSError) as e:
+            if status:
+                kind, error = "stream_cut", f"{e.__class__.__name__}: {e}"[:300]
+            else:
+                kind, error = "connect", f"{e.__class__.__name__}: {e}"[:300]
+        except Exception as e:  # never let a surprise escape: the record would be lost
+            log.exception("unexpected error in LLM request")
+            kind = "stream_cut" if status else "connect"
+            error = f"unexpected {e.__class__.__name__}: {e}"[:300]
+        finally:
+            if t.end_ns is None:
+                t.end_ns = perf_counter_ns()
+            if resp is not None:
+                resp.release()  # returns a fully read socket to the pool, closes anything else
+        # Counted after the last stamp, and only when the server gave no count of its own. A
+        # non-streamed failure with no text keeps no count, as without a tokenizer.
+        tokenizer_tokens = None
+        text = parser.generated_text()
+        if (text is not None and (text or ctx.params.stream)
+                and parser.usage_output_tokens is None and parser.continuous_output_tokens is None):
+            tokenizer_tokens = ctx.count_tokens(text)
+        record = RequestRecord.build(
+            t,
+            request_id=uuid.uuid4().hex,
+            # TGI/Ollama bodies carry no id; servers that set x-request-id still let records join
+            response_id=parser.response_id or header_id,
+            prompt_id=getattr(sample, "id", None),
+            worker=ctx.worker_index,
+            step=step,
+            warmup=warmup,
+            attempt=attempt,
+            status=status,
+            error_kind=kind,
+            error=ctx.secrets.scrub(error) if error else error,  # a server may echo the key back
+            usage_output_tokens=parser.usage_output_tokens,
+            continuous_output_tokens=parser.continuous_output_tokens,
+            prompt_tokens=parser.prompt_tokens,
+            max_tokens=call.max_tokens,
+            stream=ctx.params.stream,
+            tokenizer_output_tokens=tokenizer_tokens,
+        )
+        self._finish(record)
+        if cancelled is not None:
+            raise cancelled
+        return record
+
+    def _read_stream(self, resp: Any, parser: Any, t: Timings) -> None:
+        """Read the body as it arrives; stamp each output event with the time its bytes arrived.
+
+        Every complete line already buffered is handled in one pass with one timestamp (the
+        moment the recv that brought them returned): lines that arrived together *are*
+        simultaneous, and this halves the per-event cost compared with one readline() per line
+        (bench_client.py). Works on geventhttpclient's response buffer; falls back to
+        readline(b"\\n") if that internal layout ever changes.
+        """
+        decoder = SSEDecoder() if parser.framing == "sse" else NDJSONDecoder()
+        buf = getattr(resp, "_body_buffer", None)
+        if not isinstance(buf, bytearray) or not hasattr(resp, "feed"):
+            self._read_stream_readline(resp, parser, t, decoder)
+            return
+        feed = decoder.feed
+        event = parser.event
+        token_ns = t.token_ns
+        chunk_tokens = t.chunk_tokens
+        block_size = getattr(resp, "block_size", 65536)
+        while True:
+            cut = buf.rfind(b"\n")
+            if cut >= 0:
+                block = bytes(buf[: cut + 1])
+                del buf[: cut + 1]
+                now = perf_counter_ns()
+                for line in block.split(b"\n")[:-1]:
+                    data = feed(line)
+                    if data is None:
+                        continue
+                    what = event(data)
+                    if what:
+                        if t.first_token_ns is None:
+                            t.first_token_ns = now
+                        if what == VISIBLE and t.first_visible_ns is None:
+                            t.first_visible_ns = now
+                        token_ns.append(now)
+                        chunk_tokens.append(parser.chunk_tokens)
+                    if parser.error is not None:
+                        t.end_ns = perf_counter_ns()
+                        return
+                continue
+            if resp.message_complete:
+                break
+            sock = resp._sock
+            if sock is None:
+                raise HTTPConnectionClosed("connection closed mid-body")
+            try:
+                data = sock.recv(block_size)
+                resp.feed(data)
+            except BaseException:
+                resp.release()
+                raise
+            if not data and not resp.message_complete:
+                raise HTTPConnectionClosed("connection closed mid-body")
+        if buf:  # a last line without "\n"
+            tail = bytes(buf)
+            del buf[:]
+            self._event_at(decoder.feed(tail), parser, t, perf_counter_ns())
+        self._event_at(decoder.flush(), parser, t, perf_counter_ns())
+        t.end_ns = perf_counter_ns()
+
+    def _read_stream_readline(self, resp: Any, parser: Any, t: Timings, decoder: Any) -> None:
+        while True:
+            line = resp.readline(b"\n")
+            if not line:
+                line = resp.read()  # the message is complete; a last line without "\n"
+                if not line:
+                    break
+            self._event_at(decoder.feed(line), parser, t, perf_counter_ns())
+            if parser.error is not None:
+                break
+        if parser.error is None:
+            self._event_at(decoder.flush(), parser, t, perf_counter_ns())
+        t.end_ns = perf_counter_ns()
+
+    @staticmethod
+    def _event_at(data: bytes | None, parser: Any, t: Timings, now: int) -> None:
+        if data is None or parser.error is not None:
+            return
+        what = parser.event(data)
+        if what >= OUTPUT:
+            if t.first_token_ns is None:
+                t.first_token_ns = now
+            if what == VISIBLE and t.first_visible_ns is None:
+                t.first_visible_ns = now
+            t.token_ns.append(now)
+            t.chunk_tokens.append(parser.chunk_tokens)
+
+    def _finish(self, record: RequestRecord) -> None:
+        ctx = self.ctx
+        output = record.output_tokens or 0
+        ctx.llm_stats.record(
+            ctx.request_name,
+            ok=record.ok,
+            error_kind=record.error_kind,
+            ttft_ms=record.ttft_ms,
+            itl_ms=record.itl_ms,
+            tpot_ms=record.tpot_ms,
+            e2e_ms=record.e2e_ms,
+            output_tokens=output,
+            prompt_tokens=record.prompt_tokens,
+            now_unix=time.time(),
+        )
+        self.environment.events.request.fire(
+            request_type="POST",
+            name=ctx.request_name,
+            response_time=record.e2e_ms,
+            response_length=output,
+            exception=None if record.ok else LLMRequestError(record.error_kind or "error", record.status),
+            context={"record": record},
+            url=None,
+            start_time=record.sent_unix,
+        )
+        if ctx.sink is not None:
+            ctx.sink.add(record)
