@@ -16,85 +16,21 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-import uuid
 from time import perf_counter
 from typing import Any
 
 import orjson
 
+from capacity_plugins.simulator import ollama_api, openai_api, tgi_api
 from capacity_plugins.simulator.config import SimConfig
 from capacity_plugins.simulator.engine import Engine, Sequence
 from capacity_plugins.simulator.http import Request, Responder
 from capacity_plugins.simulator.metrics import EngineMetrics
+
+# Re-exported: these lived here before `protocol` took them, and callers may still import them here.
+from capacity_plugins.simulator.protocol import BadRequest, Dialect, JobView, Params
 from capacity_plugins.simulator.tokens import block_hashes
 from capacity_plugins.simulator.truth import TruthLog
-
-
-class BadRequest(Exception):
-    def __init__(self, message: str, status: int = 400) -> None:
-        super().__init__(message)
-        self.status = status
-
-
-class Params:
-    """What a dialect extracted from a request body."""
-
-    __slots__ = ("kind", "stream", "units", "prompt_tokens", "max_tokens", "min_tokens", "ignore_eos",
-                 "include_usage", "continuous_usage", "details")
-
-    def __init__(self, kind: str, stream: bool, units: list[str], prompt_tokens: int, max_tokens: int,
-                 min_tokens: int = 0, ignore_eos: bool = False, include_usage: bool = False,
-                 continuous_usage: bool = False, details: bool = False) -> None:
-        self.kind = kind
-        self.stream = stream
-        self.units = units
-        self.prompt_tokens = prompt_tokens
-        self.max_tokens = max_tokens
-        self.min_tokens = min_tokens
-        self.ignore_eos = ignore_eos
-        self.include_usage = include_usage
-        self.continuous_usage = continuous_usage
-        self.details = details
-
-
-class Dialect:
-    """One API's wire format. Subclasses fill these in; `Job` calls them."""
-
-    name = "base"
-    content_type = "text/event-stream"
-    id_prefix = "req-"
-
-    def __init__(self, config: SimConfig) -> None:
-        self.config = config
-
-    def new_id(self, kind: str) -> str:
-        return self.id_prefix + uuid.uuid4().hex
-
-    def parse(self, kind: str, body: Any) -> Params:
-        raise NotImplementedError
-
-    def error_body(self, status: int, message: str) -> bytes:
-        raise NotImplementedError
-
-    def stream_head(self, job: Job) -> list[bytes]:
-        """Events written together with the first token (e.g. the chat role chunk)."""
-        return []
-
-    def token_event(self, job: Job, first: int, upto: int, reasoning: bool, last: bool) -> bytes:
-        """The event(s) of one write carrying output tokens first..upto (1-based, inclusive)."""
-        raise NotImplementedError
-
-    def stream_tail(self, job: Job) -> list[bytes]:
-        raise NotImplementedError
-
-    def stream_error(self, job: Job, message: str) -> list[bytes]:
-        raise NotImplementedError
-
-    def malformed(self, job: Job) -> bytes:
-        raise NotImplementedError
-
-    def full_body(self, job: Job) -> bytes:
-        raise NotImplementedError
 
 
 class Job:
@@ -258,10 +194,11 @@ class Job:
         self.app.log_truth(self, self.seq)
 
 
+__all__ = ["BadRequest", "Dialect", "Job", "JobView", "Params", "SimulatorApp"]
+
+
 class SimulatorApp:
     def __init__(self, config: SimConfig, truth: TruthLog | None = None) -> None:
-        from capacity_plugins.simulator import ollama_api, openai_api, tgi_api
-
         self.config = config
         self.rng = random.Random(config.seed)
         self.metrics = EngineMetrics(config)

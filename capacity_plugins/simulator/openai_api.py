@@ -20,7 +20,7 @@ from typing import Any
 
 import orjson
 
-from capacity_plugins.simulator.app import BadRequest, Dialect, Job, Params
+from capacity_plugins.simulator.protocol import BadRequest, Dialect, JobView, Params
 from capacity_plugins.simulator.tokens import (
     CHAT_TOKENS_PER_MESSAGE,
     CHAT_TOKENS_REPLY,
@@ -125,22 +125,22 @@ class OpenAIDialect(Dialect):
                              "param": None, "code": status})
 
     # -- streaming ------------------------------------------------------------------------------
-    def _prefix(self, job: Job) -> str:
+    def _prefix(self, job: JobView) -> str:
         obj = "chat.completion.chunk" if job.params.kind == "chat" else "text_completion"
         return f'{{"id":"{job.id}","object":"{obj}","created":{job.created},"model":{_json(self.config.model)}'
 
-    def _usage(self, job: Job, completion: int) -> str:
+    def _usage(self, job: JobView, completion: int) -> str:
         p = job.params.prompt_tokens
         return f'"usage":{{"prompt_tokens":{p},"total_tokens":{p + completion},"completion_tokens":{completion}}}'
 
-    def stream_head(self, job: Job) -> list[bytes]:
+    def stream_head(self, job: JobView) -> list[bytes]:
         if job.params.kind != "chat":
             return []
         usage = "," + self._usage(job, 0) if job.params.continuous_usage else ""
         return [(f'data: {self._prefix(job)},"choices":[{{"index":0,"delta":{{"role":"assistant","content":""}},'
                  f'"logprobs":null,"finish_reason":null}}]{usage}}}\n\n').encode()]
 
-    def token_event(self, job: Job, first: int, upto: int, reasoning: bool, last: bool) -> bytes:
+    def token_event(self, job: JobView, first: int, upto: int, reasoning: bool, last: bool) -> bytes:
         text = texts(first, upto)
         finish = f'"finish_reason":"{job.seq.finish_reason}","stop_reason":null' if last else '"finish_reason":null'
         if job.params.kind == "chat":
@@ -152,21 +152,21 @@ class OpenAIDialect(Dialect):
         usage = "," + self._usage(job, upto) if job.params.continuous_usage else ""
         return f"data: {self._prefix(job)},\"choices\":[{choice}]{usage}}}\n\n".encode()
 
-    def stream_tail(self, job: Job) -> list[bytes]:
+    def stream_tail(self, job: JobView) -> list[bytes]:
         events = []
         if job.params.include_usage:
             events.append(f'data: {self._prefix(job)},"choices":[],{self._usage(job, job.seq.generated)}}}\n\n'.encode())
         events.append(b"data: [DONE]\n\n")
         return events
 
-    def stream_error(self, job: Job, message: str) -> list[bytes]:
+    def stream_error(self, job: JobView, message: str) -> list[bytes]:
         return [b'data: {"error": %b}\n\n' % self.error_body(500, message), b"data: [DONE]\n\n"]
 
-    def malformed(self, job: Job) -> bytes:
+    def malformed(self, job: JobView) -> bytes:
         return f'data: {self._prefix(job)},"choices":[{{"index":0,"delta":{{"content":" the\n\n'.encode()
 
     # -- whole responses ------------------------------------------------------------------------
-    def full_body(self, job: Job) -> bytes:
+    def full_body(self, job: JobView) -> bytes:
         seq = job.seq
         reasoning = "".join(output_text(i) for i in range(min(job.reasoning, seq.generated))) or None
         content = "".join(output_text(i) for i in range(job.reasoning, seq.generated))
