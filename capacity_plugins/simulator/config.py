@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import re
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -37,6 +38,11 @@ class SimConfig:
     tokens_per_write: int = 1  # tokens coalesced into one stream write (a chunk of k tokens)
     reasoning_tokens: int = 0  # the first N output tokens are reasoning deltas
     seed: int = 0
+    # -- Triton generate extension (/v2/models/{model}/generate[_stream]) ----------------------
+    triton_input_field: str = "text_input"  # the prompt's key (an input tensor of the model)
+    triton_max_tokens_field: str = "max_tokens"  # output limit: an input tensor or a request parameter
+    triton_output_field: str = "text_output"  # the generated text's key in each response
+    triton_cumulative: bool = False  # streamed outputs carry the whole text so far, not the delta
     # -- faults ------------------------------------------------------------------------------
     error_rate: float = 0.0  # fraction of requests answered 500/503 at once
     queue_limit_429: int = 0  # 429 when this many already wait (0 = off)
@@ -95,6 +101,17 @@ class SimConfig:
                       "or a full-length request could never run")
         if not self.model.strip():
             raise bad("model", "must be a non-empty string")
+        names: dict[str, str] = {}
+        for field in ("triton_input_field", "triton_max_tokens_field", "triton_output_field"):
+            name = getattr(self, field)
+            if not _FIELD_NAME.fullmatch(name):
+                raise bad(field, f"must be a JSON key of letters, digits and _ (got {name!r})")
+            if name in _TRITON_RESERVED:
+                raise bad(field, f"{name!r} is a key Triton itself uses in requests or responses")
+            if field != "triton_output_field":
+                if name in names:
+                    raise bad(field, f"must differ from {names[name]} (both are {name!r})")
+                names[name] = field
 
     # -- command line -------------------------------------------------------------------------
     def to_argv(self) -> list[str]:
@@ -135,6 +152,11 @@ class SimConfig:
         return dataclasses.replace(self, **changes)
 
 
+# Keys of a generate request / response that are Triton's, not the model's.
+_TRITON_RESERVED = frozenset({"id", "parameters", "model_name", "model_version", "error", "stream"})
+_FIELD_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
 class _FieldError(UserError):
     def __init__(self, field: str, why: str) -> None:
         super().__init__(f"{field}: {why}")
@@ -156,6 +178,10 @@ _HELP = {
     "force_max_tokens": "every request runs to its max, as if ignore_eos were set",
     "tokens_per_write": "tokens coalesced into one stream write",
     "reasoning_tokens": "the first N output tokens are reasoning deltas",
+    "triton_input_field": "Triton generate: the key holding the prompt",
+    "triton_max_tokens_field": "Triton generate: the key (top level or in parameters) holding the output limit",
+    "triton_output_field": "Triton generate: the key holding the generated text in each response",
+    "triton_cumulative": "Triton generate_stream: each event carries the whole text so far, not the delta",
     "seed": "seed for output lengths and fault draws",
     "error_rate": "fraction of requests answered 500/503 at once",
     "queue_limit_429": "answer 429 when this many requests already wait (0 = off)",

@@ -91,8 +91,8 @@ class Engine:
         self.metrics.waiting = len(self.waiting)
         self._wake.set()
 
-    def abort(self, seq: Sequence) -> None:
-        """The client went away: drop the request at the next step boundary."""
+    def abort(self, seq: Sequence) -> bool:
+        """Drop a request (the client went away, or a fault ends it); False if it had already ended."""
         if seq.state == "waiting":
             self.waiting.remove(seq)
             self.metrics.waiting = len(self.waiting)
@@ -107,6 +107,8 @@ class Engine:
             seq.state = "aborted"
             seq.finish_reason = "abort"
             self.metrics.request_finished(seq, perf_counter())
+            return True
+        return False
 
     # -- the loop -------------------------------------------------------------------------------
     async def run(self) -> None:
@@ -152,10 +154,12 @@ class Engine:
             victim.prefill_tokens_next = victim.kv_tokens  # recompute prompt + generated
             self.waiting.appendleft(victim)
             self.metrics.preemptions += 1
+        joined = [s for s in joined if s.state == "running"]
         self.metrics.running = len(self.running)
         self.metrics.waiting = len(self.waiting)
         self.metrics.kv_used = self.kv_used
-        return sum(s.prefill_tokens_next for s in joined if s.state == "running")
+        self.metrics.context = len(joined)
+        return sum(s.prefill_tokens_next for s in joined)
 
     def _admit(self, seq: Sequence, now: float) -> None:
         cfg = self.config

@@ -1,6 +1,6 @@
 """What a wire dialect implements and what it may read: the contract between `app` and the API modules.
 
-The dependency runs one way: `openai_api` / `tgi_api` / `ollama_api` import this
+The dependency runs one way: `openai_api` / `tgi_api` / `ollama_api` / `triton_api` import this
 module, `app` imports them. A dialect parses a body into `Params` (or raises `BadRequest` with the
 status its server would send) and formats events for one request, reading the request through
 `JobView` — the few fields of `app.Job` a formatter needs, so nothing here depends on how the app
@@ -23,14 +23,20 @@ class BadRequest(Exception):
 
 
 class Params:
-    """What a dialect extracted from a request body."""
+    """What a dialect extracted from a request body.
+
+    `one_event`: a streamed response whose tokens are all written in one event at the end (Triton's
+    generate_stream when the request does not ask the backend to stream). `echo_id`: a request id
+    the client sent that every response event repeats (Triton's `id`).
+    """
 
     __slots__ = ("kind", "stream", "units", "prompt_tokens", "max_tokens", "min_tokens", "ignore_eos",
-                 "include_usage", "continuous_usage", "details")
+                 "include_usage", "continuous_usage", "details", "one_event", "echo_id")
 
     def __init__(self, kind: str, stream: bool, units: list[str], prompt_tokens: int, max_tokens: int,
                  min_tokens: int = 0, ignore_eos: bool = False, include_usage: bool = False,
-                 continuous_usage: bool = False, details: bool = False) -> None:
+                 continuous_usage: bool = False, details: bool = False, one_event: bool = False,
+                 echo_id: str | None = None) -> None:
         self.kind = kind
         self.stream = stream
         self.units = units
@@ -41,6 +47,8 @@ class Params:
         self.include_usage = include_usage
         self.continuous_usage = continuous_usage
         self.details = details
+        self.one_event = one_event
+        self.echo_id = echo_id
 
 
 class JobView(Protocol):
@@ -64,6 +72,7 @@ class Dialect:
     name = "base"
     content_type = "text/event-stream"
     id_prefix = "req-"
+    reasoning_channel = True  # False: reasoning tokens are plain output (no separate delta to split at)
 
     def __init__(self, config: SimConfig) -> None:
         self.config = config
