@@ -11,8 +11,9 @@ Public API (other areas rely on exactly these):
 
 Module map: `http` (asyncio HTTP/1.1), `engine` (scheduler loop), `app` (routing, faults, truth),
 `protocol` (what a dialect implements: `Dialect`, `Params`, `BadRequest`, `JobView`),
-`openai_api` / `tgi_api` / `ollama_api` (wire formats; they import `protocol`, never `app`),
-`metrics` (vLLM + simulated DCGM),
+`openai_api` / `tgi_api` / `ollama_api` / `triton_api` (wire formats; they import `protocol`,
+never `app`), `metrics` (vLLM + simulated DCGM), `triton_metrics` (the same state under Triton's
+names), `gpu_model` (the simulated card's readings),
 `tokens` (prompt-token rule, output words), `server` (the event loop), `launch` (subprocess).
 Imports nothing from the load side.
 """

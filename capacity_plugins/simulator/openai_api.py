@@ -6,7 +6,9 @@ Framing follows vLLM's serving_chat / serving_completion:
   `reasoning_tokens`); the last token's chunk carries `finish_reason` ("length" / "stop") and
   `stop_reason: null`; with `stream_options.include_usage` a final chunk with `"choices": []` and
   `usage`; then `data: [DONE]`. `stream_options.continuous_usage_stats` adds `usage` (tokens so
-  far) to every chunk. Every chunk, and the non-streamed body, carries the same `id`.
+  far) to every chunk. Every chunk, and the non-streamed body, carries the same `id`. With
+  `no_usage` both stream options are accepted and ignored (llama.cpp-like): a stream then never
+  reports usage, while a whole body still does.
 - completions: the same without the role chunk, `choices[0].text`, id `cmpl-…`; default
   max_tokens 16 (vLLM's and OpenAI's default for this endpoint).
 - errors: `{"object":"error","message":…,"type":"BadRequestError","param":null,"code":400}`;
@@ -116,9 +118,10 @@ class OpenAIDialect(Dialect):
         if min_tokens > limit:
             raise BadRequest(f"min_tokens ({min_tokens}) must be less than or equal to max_tokens ({limit})")
         limit = max(1, limit)
+        usage = not cfg.no_usage  # no_usage: like llama.cpp, stream_options are accepted and ignored
         return Params(kind, stream, units, prompt_tokens, limit, min_tokens, ignore_eos,
-                      include_usage=bool(opts.get("include_usage")),
-                      continuous_usage=bool(opts.get("continuous_usage_stats")))
+                      include_usage=usage and bool(opts.get("include_usage")),
+                      continuous_usage=usage and bool(opts.get("continuous_usage_stats")))
 
     def error_body(self, status: int, message: str) -> bytes:
         return orjson.dumps({"object": "error", "message": message, "type": ERROR_TYPES.get(status, "Error"),
