@@ -347,6 +347,11 @@ class SimulatorApp:
         if self.truth is None:
             return
         arrival = seq.arrival
+        # Engine-side phases of a request the engine finished, equal to what the vLLM histograms observed.
+        decode_s = e2e_s = None
+        last, first = seq.last_token_at, seq.first_token_at
+        if seq.finish_reason in ("stop", "length") and last is not None and first is not None:
+            decode_s, e2e_s = last - first, last - arrival
         self.truth.write({
             "id": job.id, "dialect": job.dialect.name, "arrival_unix": _unix(arrival),
             "queue_s": None if seq.admitted_at is None else seq.admitted_at - arrival,
@@ -357,6 +362,7 @@ class SimulatorApp:
             "prompt_tokens": seq.prompt_tokens, "output_tokens": sum(job.tokens_per_write),
             "generated_tokens": seq.generated, "finish_reason": seq.finish_reason, "stream": job.params.stream,
             "status": job.status, "error_kind": job.error_kind,
+            "decode_s": decode_s, "e2e_s": e2e_s, "cached_tokens": seq.cached_tokens, "service_factor": seq.factor,
         })
 
 

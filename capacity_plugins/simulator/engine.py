@@ -163,6 +163,8 @@ class Engine:
             # (epoll rounds to ms); a longer stall is a slow step, not something to catch up on
             # with implausibly short token gaps.
             start = now if due is None else max(due, now - 0.001)
+            if due is not None and start > due:
+                self.metrics.step_lag_s += start - due  # simulated time the host took away
             prefill_tokens = self._schedule(start)
             n = len(self.running)
             if self._jitter is not None and n:
@@ -219,29 +221,34 @@ class Engine:
     def _admit(self, seq: Sequence, now: float) -> None:
         cfg = self.config
         to_prefill = seq.prefill_tokens_next
-        if seq.admitted_at is None:
+        first = seq.admitted_at is None
+        if first:
             seq.admitted_at = now
-            if cfg.prefix_cache:
-                hit = 0
-                for h in seq.blocks:
-                    if h not in self._cache:
-                        break
-                    hit += 1
-                seq.cached_tokens = min(hit * cfg.block_size, seq.prompt_tokens - 1) if hit else 0
+        if cfg.prefix_cache:
+            # Like vLLM: the longest run of cached leading blocks, capped so the last token is
+            # always computed (its logits give the next token), i.e. at (tokens - 1) // block_size
+            # blocks. A preempted request looks up again when it recomputes; vLLM counts that
+            # lookup apart and does not export it, so only first lookups feed the counters.
+            hit = 0
+            for h in seq.blocks:
+                if h not in self._cache:
+                    break
+                hit += 1
+            cached = min(hit, (seq.kv_tokens - 1) // cfg.block_size) * cfg.block_size
+            if first:
+                seq.cached_tokens = cached
                 self.metrics.prefix_queries += seq.prompt_tokens
-                self.metrics.prefix_hits += seq.cached_tokens
-                for h in seq.blocks:
-                    self._cache[h] = None
-                    self._cache.move_to_end(h)
-                while len(self._cache) > self._cache_blocks:
-                    self._cache.popitem(last=False)
-                to_prefill -= seq.cached_tokens
+                self.metrics.prefix_hits += cached
+            for h in seq.blocks:
+                self._cache[h] = None
+                self._cache.move_to_end(h)
+            while len(self._cache) > self._cache_blocks:
+                self._cache.popitem(last=False)
+            to_prefill -= cached
         seq.prefill_tokens_next = to_prefill
         seq.state = "running"
         self.running.append(seq)
         self.kv_used += seq.kv_tokens
-        if seq.generated == 0:
-            self.metrics.prompt_tokens += seq.prompt_tokens
 
     def _emit(self, now: float) -> None:
         finished = []
@@ -251,6 +258,8 @@ class Engine:
             self.kv_used += 1
             if seq.first_token_at is None:
                 seq.first_token_at = now
+                # Counted when the prefill completes, once, even if a preemption made it recompute.
+                self.metrics.prompt_tokens += seq.prompt_tokens
                 self.metrics.first_token(seq, now)
             else:
                 itl.observe(now - seq.last_token_at)  # type: ignore[operator]

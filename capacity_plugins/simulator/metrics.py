@@ -75,6 +75,7 @@ class EngineMetrics:
         self.preemptions = 0
         self.prefix_queries = 0
         self.prefix_hits = 0
+        self.step_lag_s = 0.0  # steps started late beyond the 1 ms the engine makes up
         self.success: dict[str, int] = {"stop": 0, "length": 0, "abort": 0}
         self.ttft = Histogram("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.",
                               TTFT_BUCKETS)
@@ -84,6 +85,8 @@ class EngineMetrics:
                                  "Histogram of time spent in PREFILL phase for request.", LATENCY_BUCKETS)
         self.decode = Histogram("vllm:request_decode_time_seconds",
                                 "Histogram of time spent in DECODE phase for request.", LATENCY_BUCKETS)
+        self.inference = Histogram("vllm:request_inference_time_seconds",
+                                   "Histogram of time spent in RUNNING phase for request.", LATENCY_BUCKETS)
         self.e2e = Histogram("vllm:e2e_request_latency_seconds",
                              "Histogram of e2e request latency in seconds.", LATENCY_BUCKETS)
         self.itl = Histogram("vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.",
@@ -116,20 +119,22 @@ class EngineMetrics:
     def first_token(self, seq: Sequence, now: float) -> None:
         self.ttft.observe(now - seq.arrival)
         self.nv_first_response.observe((now - seq.arrival) * 1000.0)
-        if seq.admitted_at is not None:
-            self.queue.observe(seq.admitted_at - seq.arrival)
-            self.prefill.observe(now - seq.admitted_at)
 
     def request_finished(self, seq: Sequence, now: float) -> None:
         reason = seq.finish_reason or "abort"
         self.success[reason] = self.success.get(reason, 0) + 1
         if reason != "abort":
+            # As vLLM does, the per-phase times of a request are observed together when it
+            # finishes (TTFT when its first token comes); a finished request has all its stamps.
+            admitted = seq.admitted_at if seq.admitted_at is not None else seq.arrival
+            first = seq.first_token_at if seq.first_token_at is not None else now
             self.e2e.observe(now - seq.arrival)
+            self.queue.observe(admitted - seq.arrival)
+            self.prefill.observe(first - admitted)
+            self.inference.observe(now - admitted)
+            self.decode.observe(now - first)
             self.req_prompt.observe(seq.prompt_tokens)
             self.req_generation.observe(seq.generated)
-            if seq.first_token_at is not None:
-                self.decode.observe(now - seq.first_token_at)
-            admitted = seq.admitted_at if seq.admitted_at is not None else seq.arrival
             self.nv_success += 1
             self.nv_request_us += round((now - seq.arrival) * 1e6)
             self.nv_queue_us += round((admitted - seq.arrival) * 1e6)
@@ -188,8 +193,10 @@ class EngineMetrics:
                 [(lab, self.prefix_hits)])
         counter("vllm:request_success", "Count of successfully processed requests.",
                 [(f'{lab},finished_reason="{k}"', v) for k, v in sorted(self.success.items())])
-        for h in (self.ttft, self.itl, self.queue, self.prefill, self.decode, self.e2e, self.req_prompt,
-                  self.req_generation):
+        counter("simulator_step_lag_seconds", "Time the simulated GPU ran late because the host woke the "
+                "engine more than 1 ms after a step was due (0 on an idle machine).", [(lab, self.step_lag_s)])
+        for h in (self.ttft, self.itl, self.queue, self.prefill, self.decode, self.inference, self.e2e,
+                  self.req_prompt, self.req_generation):
             h.render(lab, out)
         info = (f'block_size="{cfg.block_size}",enable_prefix_caching="{cfg.prefix_cache}",'
                 f'engine="0",gpu_memory_utilization="0.9",model_name="{cfg.model}",'
