@@ -234,3 +234,20 @@ def test_triton_field_settings_are_checked():
         SimConfig.from_mapping({"triton_input_field": "text input"})
     cfg = SimConfig.from_mapping({"triton_cumulative": True, "triton_output_field": "generated_text"})
     assert cfg.to_argv() == ["--triton-output-field", "generated_text", "--triton-cumulative"]
+
+
+def test_single_event_streams_under_faults(start_simulator, tmp_path):
+    # Without `stream`, nothing is written before the end: a cut leaves no event, a stall delays
+    # the one event, an in-stream error replaces it.
+    truth = tmp_path / "cut.jsonl"
+    cut = start_simulator(truth_log=truth, disconnect_prob=1.0)
+    resp = request(cut.port, "POST", STREAM, {"text_input": "x", "max_tokens": 10})
+    assert resp.status == 200 and not resp.complete and resp.body == b""
+    assert read_truth(truth, 1)[0]["error_kind"] == "stream_cut"
+    stalled = start_simulator(stall_prob=1.0, stall_s=0.2, decode_base_ms=1.0)
+    resp = request(stalled.port, "POST", STREAM, {"text_input": "x", "max_tokens": 10, "ignore_eos": True})
+    assert resp.complete and len(resp.chunks) == 1 and len(sse(resp)[0]["text_output"].split()) == 10
+    assert resp.chunks[0][0] - resp.sent >= 0.19
+    failing = start_simulator(stream_error_prob=1.0)
+    resp = request(failing.port, "POST", STREAM, {"text_input": "x", "max_tokens": 10})
+    assert resp.complete and sse(resp) == [{"error": "simulated engine failure"}]
