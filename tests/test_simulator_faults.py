@@ -283,6 +283,9 @@ def test_all_faults_at_once_every_request_ends_and_the_engine_drains(start_simul
                                     "stream": s, "options": {"num_predict": n}}),
         ("/api/generate", lambda s, n: {"model": "sim-model", "prompt": "y", "stream": s,
                                         "options": {"num_predict": n}}),
+        # Triton: streamed token by token, or (no stream flag) one event at the end; and whole.
+        ("/v2/models/sim-model/generate_stream", lambda s, n: {"text_input": "z", "max_tokens": n, "stream": s}),
+        ("/v2/models/sim-model/generate", lambda s, n: {"text_input": "z", "parameters": {"max_tokens": n}}),
     ]
     sent = []
 

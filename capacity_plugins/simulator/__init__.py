@@ -10,7 +10,10 @@ Public API (other areas rely on exactly these):
 - `capacity simulate` (`capacity_plugins.simulator.cli.main`).
 
 Module map: `http` (asyncio HTTP/1.1), `engine` (scheduler loop), `app` (routing, faults, truth),
-`openai_api` / `tgi_api` / `ollama_api` (wire formats), `metrics` (vLLM + simulated DCGM),
+`protocol` (what a dialect implements: `Dialect`, `Params`, `BadRequest`, `JobView`),
+`openai_api` / `tgi_api` / `ollama_api` / `triton_api` (wire formats; they import `protocol`,
+never `app`), `metrics` (vLLM + simulated DCGM), `triton_metrics` (the same state under Triton's
+names), `gpu_model` (the simulated card's readings),
 `tokens` (prompt-token rule, output words), `server` (the event loop), `launch` (subprocess).
 Imports nothing from the load side.
 """

@@ -16,85 +16,21 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-import uuid
 from time import perf_counter
 from typing import Any
 
 import orjson
 
+from capacity_plugins.simulator import ollama_api, openai_api, tgi_api, triton_api
 from capacity_plugins.simulator.config import SimConfig
 from capacity_plugins.simulator.engine import Engine, Sequence
 from capacity_plugins.simulator.http import Request, Responder
 from capacity_plugins.simulator.metrics import EngineMetrics
+
+# Re-exported: these lived here before `protocol` took them, and callers may still import them here.
+from capacity_plugins.simulator.protocol import BadRequest, Dialect, JobView, Params
 from capacity_plugins.simulator.tokens import block_hashes
 from capacity_plugins.simulator.truth import TruthLog
-
-
-class BadRequest(Exception):
-    def __init__(self, message: str, status: int = 400) -> None:
-        super().__init__(message)
-        self.status = status
-
-
-class Params:
-    """What a dialect extracted from a request body."""
-
-    __slots__ = ("kind", "stream", "units", "prompt_tokens", "max_tokens", "min_tokens", "ignore_eos",
-                 "include_usage", "continuous_usage", "details")
-
-    def __init__(self, kind: str, stream: bool, units: list[str], prompt_tokens: int, max_tokens: int,
-                 min_tokens: int = 0, ignore_eos: bool = False, include_usage: bool = False,
-                 continuous_usage: bool = False, details: bool = False) -> None:
-        self.kind = kind
-        self.stream = stream
-        self.units = units
-        self.prompt_tokens = prompt_tokens
-        self.max_tokens = max_tokens
-        self.min_tokens = min_tokens
-        self.ignore_eos = ignore_eos
-        self.include_usage = include_usage
-        self.continuous_usage = continuous_usage
-        self.details = details
-
-
-class Dialect:
-    """One API's wire format. Subclasses fill these in; `Job` calls them."""
-
-    name = "base"
-    content_type = "text/event-stream"
-    id_prefix = "req-"
-
-    def __init__(self, config: SimConfig) -> None:
-        self.config = config
-
-    def new_id(self, kind: str) -> str:
-        return self.id_prefix + uuid.uuid4().hex
-
-    def parse(self, kind: str, body: Any) -> Params:
-        raise NotImplementedError
-
-    def error_body(self, status: int, message: str) -> bytes:
-        raise NotImplementedError
-
-    def stream_head(self, job: Job) -> list[bytes]:
-        """Events written together with the first token (e.g. the chat role chunk)."""
-        return []
-
-    def token_event(self, job: Job, first: int, upto: int, reasoning: bool, last: bool) -> bytes:
-        """The event(s) of one write carrying output tokens first..upto (1-based, inclusive)."""
-        raise NotImplementedError
-
-    def stream_tail(self, job: Job) -> list[bytes]:
-        raise NotImplementedError
-
-    def stream_error(self, job: Job, message: str) -> list[bytes]:
-        raise NotImplementedError
-
-    def malformed(self, job: Job) -> bytes:
-        raise NotImplementedError
-
-    def full_body(self, job: Job) -> bytes:
-        raise NotImplementedError
 
 
 class Job:
@@ -156,6 +92,10 @@ class Job:
             self.stall_until = now + self.app.config.stall_s
             asyncio.get_running_loop().call_later(self.app.config.stall_s, self._stall_over)
             return
+        if self.params.one_event:
+            if seq.state == "done":
+                self._flush(i)
+            return
         k = self.app.config.tokens_per_write
         if self.pending >= k or seq.state == "done" or i == self.reasoning:
             self._flush(i)
@@ -205,7 +145,8 @@ class Job:
     def _flush_pending_if_streaming(self, upto: int) -> None:
         # Tokens generated before a fault index are written first, so the cut lands mid-stream.
         self.pending -= 1
-        if self.params.stream and self.pending > 0 and perf_counter() >= self.stall_until:
+        if self.params.stream and not self.params.one_event and self.pending > 0 \
+                and perf_counter() >= self.stall_until:
             self._flush(upto - 1)
         self.pending = 0
 
@@ -244,7 +185,8 @@ class Job:
             return
         self.stall_until = 0.0
         if self.params.stream:
-            self._flush(self.seq.generated)
+            if not self.params.one_event or self.finish_waiting:
+                self._flush(self.seq.generated)
             if self.finish_waiting:
                 self._end_stream()
         elif self.finish_waiting:
@@ -253,15 +195,16 @@ class Job:
 
     def _close(self, abort: bool = False) -> None:
         self.closed = True
-        if abort:
-            self.app.engine.abort(self.seq)
+        if abort and self.app.engine.abort(self.seq):
+            self.app.metrics.request_failed("CANCELED" if self.error_kind == "cancelled" else "BACKEND")
         self.app.log_truth(self, self.seq)
+
+
+__all__ = ["BadRequest", "Dialect", "Job", "JobView", "Params", "SimulatorApp"]
 
 
 class SimulatorApp:
     def __init__(self, config: SimConfig, truth: TruthLog | None = None) -> None:
-        from capacity_plugins.simulator import ollama_api, openai_api, tgi_api
-
         self.config = config
         self.rng = random.Random(config.seed)
         self.metrics = EngineMetrics(config)
@@ -270,6 +213,7 @@ class SimulatorApp:
         openai = openai_api.OpenAIDialect(config)
         tgi = tgi_api.TGIDialect(config)
         ollama = ollama_api.OllamaDialect(config)
+        self.triton = triton_api.TritonDialect(config)
         self.posts: dict[str, tuple[Dialect, str]] = {
             "/v1/chat/completions": (openai, "chat"),
             "/v1/completions": (openai, "completion"),
@@ -290,6 +234,9 @@ class SimulatorApp:
 
     # -- HTTP entry -----------------------------------------------------------------------------
     def handle(self, req: Request, resp: Responder) -> None:
+        if req.path.startswith("/v2"):
+            self._handle_v2(req, resp)
+            return
         route = self.posts.get(req.path)
         if route is not None:
             if req.method != "POST":
@@ -304,6 +251,36 @@ class SimulatorApp:
             return
         body = b'{"object":"error","message":"Not Found: %s","type":"NotFoundError","param":null,"code":404}'
         resp.send(404, body % req.path.encode("ascii", "replace").replace(b'"', b"'"))
+
+    def _handle_v2(self, req: Request, resp: Responder) -> None:
+        """Triton's KServe-v2 paths: health, metadata and the generate extension."""
+        triton = self.triton
+        get = req.method == "GET"
+        if req.path in ("/v2/health/ready", "/v2/health/live") and get:
+            resp.send(200, b"", "application/json")
+            return
+        if req.path == "/v2" and get:
+            resp.send(200, triton.server_metadata_body())
+            return
+        m = triton_api.MODEL_PATH.match(req.path)
+        if m is None or m.group(3) not in (None, "ready", "generate", "generate_stream"):
+            resp.send(404, triton.error_body(404, "Not Found"))
+            return
+        name, version, action = m.groups()
+        if name != self.config.model or version not in (None, triton_api.MODEL_VERSION):
+            resp.send(404, triton.error_body(404, triton_api.unknown_model(name, version)))
+            return
+        if action in ("generate", "generate_stream"):
+            if req.method != "POST":
+                resp.send(405, triton.error_body(405, "Method Not Allowed"))
+                return
+            self._generate(triton, action, req, resp)
+        elif not get:
+            resp.send(405, triton.error_body(405, "Method Not Allowed"))
+        elif action == "ready":
+            resp.send(200, b"", "application/json")
+        else:
+            resp.send(200, triton.model_metadata_body())
 
     def _generate(self, dialect: Dialect, kind: str, req: Request, resp: Responder) -> None:
         cfg = self.config
@@ -326,14 +303,16 @@ class SimulatorApp:
         if cfg.error_rate and rng.random() < cfg.error_rate:
             status = 500 if rng.random() < 0.5 else 503
             resp.send(status, dialect.error_body(status, "simulated server error"))
+            self.metrics.request_failed("BACKEND")
             self._log_rejected(dialect, rid, req, status, "http_5xx", params.prompt_tokens)
             return
         if cfg.queue_limit_429 and len(self.engine.waiting) >= cfg.queue_limit_429:
             resp.send(429, dialect.error_body(429, "simulated overload: the waiting queue is full"))
+            self.metrics.request_failed("REJECTED")
             self._log_rejected(dialect, rid, req, 429, "http_429", params.prompt_tokens)
             return
         target = self.engine.output_length(params.max_tokens, params.min_tokens, params.ignore_eos)
-        job.reasoning = min(cfg.reasoning_tokens, target)
+        job.reasoning = min(cfg.reasoning_tokens, target) if dialect.reasoning_channel else 0
         # Fault positions are token indices in 1..target-1, so every fault lands mid-stream.
         if target >= 2:
             if cfg.disconnect_prob and rng.random() < cfg.disconnect_prob:
@@ -368,6 +347,11 @@ class SimulatorApp:
         if self.truth is None:
             return
         arrival = seq.arrival
+        # Engine-side phases of a request the engine finished, equal to what the vLLM histograms observed.
+        decode_s = e2e_s = None
+        last, first = seq.last_token_at, seq.first_token_at
+        if seq.finish_reason in ("stop", "length") and last is not None and first is not None:
+            decode_s, e2e_s = last - first, last - arrival
         self.truth.write({
             "id": job.id, "dialect": job.dialect.name, "arrival_unix": _unix(arrival),
             "queue_s": None if seq.admitted_at is None else seq.admitted_at - arrival,
@@ -378,6 +362,7 @@ class SimulatorApp:
             "prompt_tokens": seq.prompt_tokens, "output_tokens": sum(job.tokens_per_write),
             "generated_tokens": seq.generated, "finish_reason": seq.finish_reason, "stream": job.params.stream,
             "status": job.status, "error_kind": job.error_kind,
+            "decode_s": decode_s, "e2e_s": e2e_s, "cached_tokens": seq.cached_tokens, "service_factor": seq.factor,
         })
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import re
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -36,7 +37,15 @@ class SimConfig:
     force_max_tokens: bool = False  # every request runs to its max, as if ignore_eos were set
     tokens_per_write: int = 1  # tokens coalesced into one stream write (a chunk of k tokens)
     reasoning_tokens: int = 0  # the first N output tokens are reasoning deltas
+    service_jitter_cv: float = 0.0  # per-request lognormal factor (mean 1) on prefill and decode time
+    batch_delay_ms: float = 0.0  # hold waiting requests this long for enough to fill the free slots
+    no_usage: bool = False  # OpenAI streams never carry usage, even when asked (llama.cpp-like)
     seed: int = 0
+    # -- Triton generate extension (/v2/models/{model}/generate[_stream]) ----------------------
+    triton_input_field: str = "text_input"  # the prompt's key (an input tensor of the model)
+    triton_max_tokens_field: str = "max_tokens"  # output limit: an input tensor or a request parameter
+    triton_output_field: str = "text_output"  # the generated text's key in each response
+    triton_cumulative: bool = False  # streamed outputs carry the whole text so far, not the delta
     # -- faults ------------------------------------------------------------------------------
     error_rate: float = 0.0  # fraction of requests answered 500/503 at once
     queue_limit_429: int = 0  # 429 when this many already wait (0 = off)
@@ -84,9 +93,9 @@ class SimConfig:
                 raise bad(field, "must be a non-negative integer")
         if self.prefill_tokens_per_s <= 0:
             raise bad("prefill_tokens_per_s", "must be a positive number")
-        for field in ("decode_base_ms", "decode_per_seq_ms", "stall_s"):
-            if getattr(self, field) < 0:
-                raise bad(field, "must be a non-negative number")
+        for field in ("decode_base_ms", "decode_per_seq_ms", "stall_s", "service_jitter_cv", "batch_delay_ms"):
+            if not getattr(self, field) >= 0 or getattr(self, field) == float("inf"):
+                raise bad(field, "must be a finite non-negative number")
         for field in ("error_rate", "disconnect_prob", "stall_prob", "malformed_prob", "stream_error_prob"):
             if not 0.0 <= getattr(self, field) <= 1.0:
                 raise bad(field, "must be a probability between 0 and 1")
@@ -95,6 +104,17 @@ class SimConfig:
                       "or a full-length request could never run")
         if not self.model.strip():
             raise bad("model", "must be a non-empty string")
+        names: dict[str, str] = {}
+        for field in ("triton_input_field", "triton_max_tokens_field", "triton_output_field"):
+            name = getattr(self, field)
+            if not _FIELD_NAME.fullmatch(name):
+                raise bad(field, f"must be a JSON key of letters, digits and _ (got {name!r})")
+            if name in _TRITON_RESERVED:
+                raise bad(field, f"{name!r} is a key Triton itself uses in requests or responses")
+            if field != "triton_output_field":
+                if name in names:
+                    raise bad(field, f"must differ from {names[name]} (both are {name!r})")
+                names[name] = field
 
     # -- command line -------------------------------------------------------------------------
     def to_argv(self) -> list[str]:
@@ -117,7 +137,7 @@ class SimConfig:
             flag = "--" + f.name.replace("_", "-")
             kind = _type_of(f.type)
             if kind is bool:
-                parser.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction,
+                parser.add_argument(flag, "--no-" + flag[2:], dest=f.name, action=_OnOff, nargs=0,
                                     default=f.default, help=_HELP.get(f.name))
             else:
                 parser.add_argument(flag, dest=f.name, type=_flag_type(kind, flag), default=f.default,
@@ -133,6 +153,11 @@ class SimConfig:
 
     def replace(self, **changes: Any) -> SimConfig:
         return dataclasses.replace(self, **changes)
+
+
+# Keys of a generate request / response that are Triton's, not the model's.
+_TRITON_RESERVED = frozenset({"id", "parameters", "model_name", "model_version", "error", "stream"})
+_FIELD_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 class _FieldError(UserError):
@@ -156,6 +181,13 @@ _HELP = {
     "force_max_tokens": "every request runs to its max, as if ignore_eos were set",
     "tokens_per_write": "tokens coalesced into one stream write",
     "reasoning_tokens": "the first N output tokens are reasoning deltas",
+    "triton_input_field": "Triton generate: the key holding the prompt",
+    "triton_max_tokens_field": "Triton generate: the key (top level or in parameters) holding the output limit",
+    "triton_output_field": "Triton generate: the key holding the generated text in each response",
+    "triton_cumulative": "Triton generate_stream: each event carries the whole text so far, not the delta",
+    "service_jitter_cv": "coefficient of variation of a per-request factor (mean 1) on prefill and decode time",
+    "batch_delay_ms": "hold waiting requests up to this long for enough to fill the free slots",
+    "no_usage": "OpenAI streams never carry usage, even with stream_options.include_usage (llama.cpp-like)",
     "seed": "seed for output lengths and fault draws",
     "error_rate": "fraction of requests answered 500/503 at once",
     "queue_limit_429": "answer 429 when this many requests already wait (0 = off)",
@@ -166,6 +198,15 @@ _HELP = {
     "stream_error_prob": "probability of an error event inside a 200 stream",
     "gpu_memory_mib": "simulated GPU memory (DCGM_FI_DEV_FB_*)",
 }
+
+
+class _OnOff(argparse.Action):
+    """`--x` sets True, `--no-x` False. argparse's BooleanOptionalAction decides by the `--no-`
+    prefix, which reads `--no-usage` (the flag of the `no_usage` field) as False."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        setattr(namespace, self.dest, option_string == self.option_strings[0])
 
 
 def _type_of(annotation: Any) -> type:

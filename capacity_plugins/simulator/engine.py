@@ -11,6 +11,16 @@ Like vLLM's scheduler, in a loop of steps:
 - when the KV budget would overflow, the most recently joined request is preempted back to the
   head of the queue and later recomputes its prompt + generated tokens (vLLM's recompute mode).
 
+Two knobs shape this for later analyses, both off by default:
+- `service_jitter_cv`: each request draws a factor f (lognormal, mean 1, this CV; seeded) that
+  multiplies its prefill (prompt tokens × f / rate) and its share of every decode step (the step
+  is `decode_base_ms × mean(f) + decode_per_seq_ms × sum(f)` over the running requests). With one
+  slot a request's whole service time is f × the noiseless one: noisy, but the saturated mean is
+  unchanged because E[f] = 1.
+- `batch_delay_ms`: waiting requests join only when they can fill every free slot, or once the
+  oldest has waited this long (a batching server's "max batch delay"). An idle engine sleeps
+  until then; a busy one keeps stepping and admits at the first step boundary after it.
+
 Step deadlines are chained (a step starts when the previous one was due, not when the event
 loop woke up, up to 1 ms late), so the event loop's timer slack does not slow the simulated GPU
 down.
@@ -22,9 +32,11 @@ Output length: `max_tokens` with ignore_eos / force_max_tokens, else a seeded un
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import math
 import random
 from collections import OrderedDict, deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from time import perf_counter
 
 from capacity_plugins.simulator.config import SimConfig
@@ -37,7 +49,7 @@ class Sequence:
     __slots__ = (
         "id", "prompt_tokens", "blocks", "max_tokens", "target_tokens", "generated", "arrival",
         "admitted_at", "first_token_at", "last_token_at", "state", "finish_reason", "on_token",
-        "on_finish", "prefill_tokens_next", "cached_tokens",
+        "on_finish", "prefill_tokens_next", "cached_tokens", "factor",
     )
 
     def __init__(self, id: str, prompt_tokens: int, blocks: list[bytes], max_tokens: int, target_tokens: int,
@@ -59,10 +71,23 @@ class Sequence:
         self.on_finish = on_finish
         self.prefill_tokens_next = 0
         self.cached_tokens = 0
+        self.factor = 1.0  # service-time multiplier (service_jitter_cv), drawn once at submit
 
     @property
     def kv_tokens(self) -> int:
         return self.prompt_tokens + self.generated
+
+
+def jitter_factors(cv: float, seed: int) -> Iterator[float]:
+    """The service-time factors requests draw in submission order: lognormal, mean 1, CV `cv`.
+
+    Their own seeded stream, so turning jitter on leaves a seed's output-length and fault draws
+    unchanged (and a test can replay the factors a run used).
+    """
+    sigma = math.sqrt(math.log1p(cv * cv))
+    rng = random.Random(f"service-jitter:{seed}")
+    while True:
+        yield rng.lognormvariate(-sigma * sigma / 2, sigma)
 
 
 class Engine:
@@ -76,6 +101,8 @@ class Engine:
         self._wake = asyncio.Event()
         self._cache: OrderedDict[bytes, None] = OrderedDict()
         self._cache_blocks = max(1, config.kv_cache_tokens // config.block_size)
+        self._jitter = jitter_factors(config.service_jitter_cv, config.seed) if config.service_jitter_cv else None
+        self._batch_delay_s = config.batch_delay_ms / 1000.0
 
     # -- called by dialect handlers -----------------------------------------------------------
     def output_length(self, max_tokens: int, min_tokens: int, ignore_eos: bool) -> int:
@@ -85,14 +112,16 @@ class Engine:
         return self.rng.randint(low, max_tokens)
 
     def submit(self, seq: Sequence) -> None:
+        if self._jitter is not None:
+            seq.factor = next(self._jitter)
         seq.state = "waiting"
         seq.prefill_tokens_next = seq.prompt_tokens
         self.waiting.append(seq)
         self.metrics.waiting = len(self.waiting)
         self._wake.set()
 
-    def abort(self, seq: Sequence) -> None:
-        """The client went away: drop the request at the next step boundary."""
+    def abort(self, seq: Sequence) -> bool:
+        """Drop a request (the client went away, or a fault ends it); False if it had already ended."""
         if seq.state == "waiting":
             self.waiting.remove(seq)
             self.metrics.waiting = len(self.waiting)
@@ -107,6 +136,8 @@ class Engine:
             seq.state = "aborted"
             seq.finish_reason = "abort"
             self.metrics.request_finished(seq, perf_counter())
+            return True
+        return False
 
     # -- the loop -------------------------------------------------------------------------------
     async def run(self) -> None:
@@ -119,13 +150,29 @@ class Engine:
                 await self._wake.wait()
                 due = None
             now = perf_counter()
+            if not self.running and not self._may_admit(now):
+                # Nothing runs and the batch delay holds the queue: sleep until the oldest request
+                # has waited it out, or until an arrival may fill every free slot.
+                self._wake.clear()
+                self.metrics.mark_idle(now)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), self.waiting[0].arrival + self._batch_delay_s - now)
+                due = None
+                continue
             # A step starts when the previous one was due, making up at most 1 ms of timer slack
             # (epoll rounds to ms); a longer stall is a slow step, not something to catch up on
             # with implausibly short token gaps.
             start = now if due is None else max(due, now - 0.001)
+            if due is not None and start > due:
+                self.metrics.step_lag_s += start - due  # simulated time the host took away
             prefill_tokens = self._schedule(start)
             n = len(self.running)
-            step_s = (cfg.decode_base_ms + cfg.decode_per_seq_ms * n) / 1000.0
+            if self._jitter is not None and n:
+                # Each request's decode share scales with its own factor: base × mean + per_seq × sum.
+                total = sum(seq.factor for seq in self.running)
+                step_s = (cfg.decode_base_ms * total / n + cfg.decode_per_seq_ms * total) / 1000.0
+            else:
+                step_s = (cfg.decode_base_ms + cfg.decode_per_seq_ms * n) / 1000.0
             step_s += prefill_tokens / cfg.prefill_tokens_per_s
             due = start + step_s
             self.metrics.mark_busy(start, n)
@@ -134,10 +181,20 @@ class Engine:
             await asyncio.sleep(delay if delay > 0 else 0)
             self._emit(perf_counter())
 
-    def _schedule(self, now: float) -> int:
+    def _may_admit(self, now: float) -> bool:
+        """Batch delay: waiting requests join only once they can fill every free slot, or once the
+        oldest has waited `batch_delay_ms` (0: always)."""
+        if not self._batch_delay_s or not self.waiting:
+            return True
+        free = self.config.max_num_seqs - len(self.running)
+        return len(self.waiting) >= free or now - self.waiting[0].arrival >= self._batch_delay_s
+
+    def _schedule(self, now: float) -> float:
+        """Admit, preempt; returns the prefill work of the requests that joined (tokens × factor)."""
         cfg = self.config
         joined = []
-        while self.waiting and len(self.running) < cfg.max_num_seqs:
+        admit = self._may_admit(now)
+        while admit and self.waiting and len(self.running) < cfg.max_num_seqs:
             seq = self.waiting[0]
             if self.kv_used + seq.kv_tokens + 1 > cfg.kv_cache_tokens:
                 break  # FIFO: the head waits for room, nobody overtakes it
@@ -152,37 +209,46 @@ class Engine:
             victim.prefill_tokens_next = victim.kv_tokens  # recompute prompt + generated
             self.waiting.appendleft(victim)
             self.metrics.preemptions += 1
+        joined = [s for s in joined if s.state == "running"]
         self.metrics.running = len(self.running)
         self.metrics.waiting = len(self.waiting)
         self.metrics.kv_used = self.kv_used
-        return sum(s.prefill_tokens_next for s in joined if s.state == "running")
+        self.metrics.context = len(joined)
+        if self._jitter is not None:
+            return sum(s.prefill_tokens_next * s.factor for s in joined)
+        return sum(s.prefill_tokens_next for s in joined)
 
     def _admit(self, seq: Sequence, now: float) -> None:
         cfg = self.config
         to_prefill = seq.prefill_tokens_next
-        if seq.admitted_at is None:
+        first = seq.admitted_at is None
+        if first:
             seq.admitted_at = now
-            if cfg.prefix_cache:
-                hit = 0
-                for h in seq.blocks:
-                    if h not in self._cache:
-                        break
-                    hit += 1
-                seq.cached_tokens = min(hit * cfg.block_size, seq.prompt_tokens - 1) if hit else 0
+        if cfg.prefix_cache:
+            # Like vLLM: the longest run of cached leading blocks, capped so the last token is
+            # always computed (its logits give the next token), i.e. at (tokens - 1) // block_size
+            # blocks. A preempted request looks up again when it recomputes; vLLM counts that
+            # lookup apart and does not export it, so only first lookups feed the counters.
+            hit = 0
+            for h in seq.blocks:
+                if h not in self._cache:
+                    break
+                hit += 1
+            cached = min(hit, (seq.kv_tokens - 1) // cfg.block_size) * cfg.block_size
+            if first:
+                seq.cached_tokens = cached
                 self.metrics.prefix_queries += seq.prompt_tokens
-                self.metrics.prefix_hits += seq.cached_tokens
-                for h in seq.blocks:
-                    self._cache[h] = None
-                    self._cache.move_to_end(h)
-                while len(self._cache) > self._cache_blocks:
-                    self._cache.popitem(last=False)
-                to_prefill -= seq.cached_tokens
+                self.metrics.prefix_hits += cached
+            for h in seq.blocks:
+                self._cache[h] = None
+                self._cache.move_to_end(h)
+            while len(self._cache) > self._cache_blocks:
+                self._cache.popitem(last=False)
+            to_prefill -= cached
         seq.prefill_tokens_next = to_prefill
         seq.state = "running"
         self.running.append(seq)
         self.kv_used += seq.kv_tokens
-        if seq.generated == 0:
-            self.metrics.prompt_tokens += seq.prompt_tokens
 
     def _emit(self, now: float) -> None:
         finished = []
@@ -192,6 +258,8 @@ class Engine:
             self.kv_used += 1
             if seq.first_token_at is None:
                 seq.first_token_at = now
+                # Counted when the prefill completes, once, even if a preemption made it recompute.
+                self.metrics.prompt_tokens += seq.prompt_tokens
                 self.metrics.first_token(seq, now)
             else:
                 itl.observe(now - seq.last_token_at)  # type: ignore[operator]

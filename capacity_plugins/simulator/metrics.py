@@ -9,7 +9,8 @@ GPU model: utilisation is the time-weighted batch occupancy (running / max_num_s
 engine is stepping, 0 while idle) smoothed over ~1 s; SM-active follows it at 0.9×; power is
 60 W + 240 W × util; temperature drifts towards 35 °C + 45 °C × util with a 20 s time constant;
 framebuffer use is constant at 90 % because vLLM preallocates its KV cache (raw VRAM is no load
-signal — use `vllm:kv_cache_usage_perc`).
+signal — use `vllm:kv_cache_usage_perc`). The same engine state is also served under Triton's
+names (`triton_metrics`), so a scrape of kind `triton` finds its series on the same endpoint.
 """
 
 from __future__ import annotations
@@ -20,6 +21,9 @@ from bisect import bisect_left
 from time import perf_counter
 from typing import TYPE_CHECKING
 
+from capacity_plugins.simulator.gpu_model import GPU_UUID, gpu_power_w, gpu_used_mib
+from capacity_plugins.simulator.triton_metrics import render_triton
+
 if TYPE_CHECKING:
     from capacity_plugins.simulator.config import SimConfig
     from capacity_plugins.simulator.engine import Sequence
@@ -29,6 +33,7 @@ TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75
 ITL_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0,
                80.0)
 TOKEN_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000)
+NV_FIRST_RESPONSE_BUCKETS_MS = (100, 500, 2000, 5000)  # Triton's defaults
 LATENCY_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0,
                    240.0, 480.0, 960.0, 1920.0, 7680.0)
 
@@ -70,6 +75,7 @@ class EngineMetrics:
         self.preemptions = 0
         self.prefix_queries = 0
         self.prefix_hits = 0
+        self.step_lag_s = 0.0  # steps started late beyond the 1 ms the engine makes up
         self.success: dict[str, int] = {"stop": 0, "length": 0, "abort": 0}
         self.ttft = Histogram("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.",
                               TTFT_BUCKETS)
@@ -79,6 +85,8 @@ class EngineMetrics:
                                  "Histogram of time spent in PREFILL phase for request.", LATENCY_BUCKETS)
         self.decode = Histogram("vllm:request_decode_time_seconds",
                                 "Histogram of time spent in DECODE phase for request.", LATENCY_BUCKETS)
+        self.inference = Histogram("vllm:request_inference_time_seconds",
+                                   "Histogram of time spent in RUNNING phase for request.", LATENCY_BUCKETS)
         self.e2e = Histogram("vllm:e2e_request_latency_seconds",
                              "Histogram of e2e request latency in seconds.", LATENCY_BUCKETS)
         self.itl = Histogram("vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.",
@@ -87,6 +95,18 @@ class EngineMetrics:
                                     TOKEN_BUCKETS)
         self.req_generation = Histogram("vllm:request_generation_tokens", "Number of generation tokens processed.",
                                         TOKEN_BUCKETS)
+        # Triton's per-model statistics (nv_inference_*, rendered by triton_metrics): like Triton's
+        # InferenceStatsAggregator, a success adds its durations (whole microseconds), a failure
+        # only counts under its reason.
+        self.nv_success = 0
+        self.nv_failure: dict[str, int] = {"REJECTED": 0, "CANCELED": 0, "BACKEND": 0, "OTHER": 0}
+        self.nv_request_us = 0
+        self.nv_queue_us = 0
+        self.nv_compute_us = 0
+        self.nv_first_response = Histogram("nv_inference_first_response_histogram_ms",
+                                           "Duration from request to first response in milliseconds",
+                                           NV_FIRST_RESPONSE_BUCKETS_MS)
+        self.context = 0  # requests that joined the batch (prefilled) in the current step
         # GPU simulation state
         self._occ_ewma = 0.0
         self._occ_at = perf_counter()
@@ -98,19 +118,31 @@ class EngineMetrics:
     # -- engine hooks ---------------------------------------------------------------------------
     def first_token(self, seq: Sequence, now: float) -> None:
         self.ttft.observe(now - seq.arrival)
-        if seq.admitted_at is not None:
-            self.queue.observe(seq.admitted_at - seq.arrival)
-            self.prefill.observe(now - seq.admitted_at)
+        self.nv_first_response.observe((now - seq.arrival) * 1000.0)
 
     def request_finished(self, seq: Sequence, now: float) -> None:
         reason = seq.finish_reason or "abort"
         self.success[reason] = self.success.get(reason, 0) + 1
         if reason != "abort":
+            # As vLLM does, the per-phase times of a request are observed together when it
+            # finishes (TTFT when its first token comes); a finished request has all its stamps.
+            admitted = seq.admitted_at if seq.admitted_at is not None else seq.arrival
+            first = seq.first_token_at if seq.first_token_at is not None else now
             self.e2e.observe(now - seq.arrival)
+            self.queue.observe(admitted - seq.arrival)
+            self.prefill.observe(first - admitted)
+            self.inference.observe(now - admitted)
+            self.decode.observe(now - first)
             self.req_prompt.observe(seq.prompt_tokens)
             self.req_generation.observe(seq.generated)
-            if seq.first_token_at is not None:
-                self.decode.observe(now - seq.first_token_at)
+            self.nv_success += 1
+            self.nv_request_us += round((now - seq.arrival) * 1e6)
+            self.nv_queue_us += round((admitted - seq.arrival) * 1e6)
+            self.nv_compute_us += round((now - admitted) * 1e6)
+
+    def request_failed(self, reason: str) -> None:
+        """A request ended without success: Triton's failure count, by reason."""
+        self.nv_failure[reason] += 1
 
     def mark_busy(self, now: float, running: int) -> None:
         self._advance(now)
@@ -161,33 +193,36 @@ class EngineMetrics:
                 [(lab, self.prefix_hits)])
         counter("vllm:request_success", "Count of successfully processed requests.",
                 [(f'{lab},finished_reason="{k}"', v) for k, v in sorted(self.success.items())])
-        for h in (self.ttft, self.itl, self.queue, self.prefill, self.decode, self.e2e, self.req_prompt,
-                  self.req_generation):
+        counter("simulator_step_lag_seconds", "Time the simulated GPU ran late because the host woke the "
+                "engine more than 1 ms after a step was due (0 on an idle machine).", [(lab, self.step_lag_s)])
+        for h in (self.ttft, self.itl, self.queue, self.prefill, self.decode, self.inference, self.e2e,
+                  self.req_prompt, self.req_generation):
             h.render(lab, out)
         info = (f'block_size="{cfg.block_size}",enable_prefix_caching="{cfg.prefix_cache}",'
                 f'engine="0",gpu_memory_utilization="0.9",model_name="{cfg.model}",'
                 f'num_gpu_blocks="{cfg.kv_cache_tokens // cfg.block_size}",max_num_seqs="{cfg.max_num_seqs}"')
         gauge("vllm:cache_config_info", "Information of the LLMEngine CacheConfig", 1.0, info)
-        self._render_gpu(out)
+        util = self.gpu_util()
+        self._render_gpu(out, util)
+        render_triton(self, util, out)
         out.append("")
         return "\n".join(out).encode()
 
-    def _render_gpu(self, out: list[str]) -> None:
+    def _render_gpu(self, out: list[str], util: float) -> None:
         cfg = self.config
-        util = self.gpu_util()
         now = perf_counter()
         target = 35.0 + 45.0 * util
         self._temp_c += (target - self._temp_c) * (1 - math.exp(-(now - self._temp_at) / 20.0))
         self._temp_at = now
-        used_mib = int(cfg.gpu_memory_mib * 0.9)
-        labels = (f'gpu="0",UUID="GPU-00000000-0000-0000-0000-5133554c4154",pci_bus_id="00000000:00:00.0",'
+        used_mib = gpu_used_mib(cfg)
+        labels = (f'gpu="0",UUID="{GPU_UUID}",pci_bus_id="00000000:00:00.0",'
                   f'device="nvidia0",modelName="SIMULATED-GPU",Hostname="{self.hostname}",simulated="true"')
         for name, help, value in (
             ("DCGM_FI_DEV_GPU_UTIL", "GPU utilization (in %).", round(100 * util)),
             ("DCGM_FI_DEV_FB_USED", "Framebuffer memory used (in MiB).", used_mib),
             ("DCGM_FI_DEV_FB_FREE", "Framebuffer memory free (in MiB).", cfg.gpu_memory_mib - used_mib),
             ("DCGM_FI_DEV_GPU_TEMP", "GPU temperature (in C).", round(self._temp_c)),
-            ("DCGM_FI_DEV_POWER_USAGE", "Power draw (in W).", round(60.0 + 240.0 * util, 3)),
+            ("DCGM_FI_DEV_POWER_USAGE", "Power draw (in W).", gpu_power_w(util)),
             ("DCGM_FI_PROF_SM_ACTIVE", "The ratio of cycles an SM has at least 1 warp assigned.",
              round(0.9 * util, 6)),
         ):

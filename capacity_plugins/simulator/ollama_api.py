@@ -18,7 +18,7 @@ from typing import Any
 
 import orjson
 
-from capacity_plugins.simulator.app import BadRequest, Dialect, Job, Params
+from capacity_plugins.simulator.protocol import BadRequest, Dialect, JobView, Params
 from capacity_plugins.simulator.tokens import (
     CHAT_TOKENS_PER_MESSAGE,
     CHAT_TOKENS_REPLY,
@@ -84,7 +84,7 @@ class OllamaDialect(Dialect):
     def _prefix(self) -> str:
         return f'{{"model":{orjson.dumps(self.config.model).decode()},"created_at":"{_created_at()}"'
 
-    def token_event(self, job: Job, first: int, upto: int, reasoning: bool, last: bool) -> bytes:
+    def token_event(self, job: JobView, first: int, upto: int, reasoning: bool, last: bool) -> bytes:
         text = orjson.dumps(texts(first, upto)).decode()
         if job.params.kind == "chat":
             body = (f'"message":{{"role":"assistant","content":"","thinking":{text}}}' if reasoning
@@ -93,7 +93,7 @@ class OllamaDialect(Dialect):
             body = f'"response":"","thinking":{text}' if reasoning else f'"response":{text}'
         return f'{self._prefix()},{body},"done":false}}\n'.encode()
 
-    def _final(self, job: Job, whole: bool) -> dict[str, Any]:
+    def _final(self, job: JobView, whole: bool) -> dict[str, Any]:
         seq = job.seq
         now = perf_counter()
         out: dict[str, Any] = {"model": self.config.model, "created_at": _created_at()}
@@ -119,16 +119,16 @@ class OllamaDialect(Dialect):
             out["context"] = [1, 2, 3]
         return out
 
-    def stream_tail(self, job: Job) -> list[bytes]:
+    def stream_tail(self, job: JobView) -> list[bytes]:
         return [orjson.dumps(self._final(job, whole=False)) + b"\n"]
 
-    def stream_error(self, job: Job, message: str) -> list[bytes]:
+    def stream_error(self, job: JobView, message: str) -> list[bytes]:
         return [orjson.dumps({"error": message}) + b"\n"]
 
-    def malformed(self, job: Job) -> bytes:
+    def malformed(self, job: JobView) -> bytes:
         return f'{self._prefix()},"message":{{"role":"assistant","content":" the\n'.encode()
 
-    def full_body(self, job: Job) -> bytes:
+    def full_body(self, job: JobView) -> bytes:
         return orjson.dumps(self._final(job, whole=True))
 
     def tags_body(self) -> bytes:

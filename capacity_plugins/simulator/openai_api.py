@@ -6,7 +6,9 @@ Framing follows vLLM's serving_chat / serving_completion:
   `reasoning_tokens`); the last token's chunk carries `finish_reason` ("length" / "stop") and
   `stop_reason: null`; with `stream_options.include_usage` a final chunk with `"choices": []` and
   `usage`; then `data: [DONE]`. `stream_options.continuous_usage_stats` adds `usage` (tokens so
-  far) to every chunk. Every chunk, and the non-streamed body, carries the same `id`.
+  far) to every chunk. Every chunk, and the non-streamed body, carries the same `id`. With
+  `no_usage` both stream options are accepted and ignored (llama.cpp-like): a stream then never
+  reports usage, while a whole body still does.
 - completions: the same without the role chunk, `choices[0].text`, id `cmpl-…`; default
   max_tokens 16 (vLLM's and OpenAI's default for this endpoint).
 - errors: `{"object":"error","message":…,"type":"BadRequestError","param":null,"code":400}`;
@@ -20,7 +22,7 @@ from typing import Any
 
 import orjson
 
-from capacity_plugins.simulator.app import BadRequest, Dialect, Job, Params
+from capacity_plugins.simulator.protocol import BadRequest, Dialect, JobView, Params
 from capacity_plugins.simulator.tokens import (
     CHAT_TOKENS_PER_MESSAGE,
     CHAT_TOKENS_REPLY,
@@ -116,31 +118,32 @@ class OpenAIDialect(Dialect):
         if min_tokens > limit:
             raise BadRequest(f"min_tokens ({min_tokens}) must be less than or equal to max_tokens ({limit})")
         limit = max(1, limit)
+        usage = not cfg.no_usage  # no_usage: like llama.cpp, stream_options are accepted and ignored
         return Params(kind, stream, units, prompt_tokens, limit, min_tokens, ignore_eos,
-                      include_usage=bool(opts.get("include_usage")),
-                      continuous_usage=bool(opts.get("continuous_usage_stats")))
+                      include_usage=usage and bool(opts.get("include_usage")),
+                      continuous_usage=usage and bool(opts.get("continuous_usage_stats")))
 
     def error_body(self, status: int, message: str) -> bytes:
         return orjson.dumps({"object": "error", "message": message, "type": ERROR_TYPES.get(status, "Error"),
                              "param": None, "code": status})
 
     # -- streaming ------------------------------------------------------------------------------
-    def _prefix(self, job: Job) -> str:
+    def _prefix(self, job: JobView) -> str:
         obj = "chat.completion.chunk" if job.params.kind == "chat" else "text_completion"
         return f'{{"id":"{job.id}","object":"{obj}","created":{job.created},"model":{_json(self.config.model)}'
 
-    def _usage(self, job: Job, completion: int) -> str:
+    def _usage(self, job: JobView, completion: int) -> str:
         p = job.params.prompt_tokens
         return f'"usage":{{"prompt_tokens":{p},"total_tokens":{p + completion},"completion_tokens":{completion}}}'
 
-    def stream_head(self, job: Job) -> list[bytes]:
+    def stream_head(self, job: JobView) -> list[bytes]:
         if job.params.kind != "chat":
             return []
         usage = "," + self._usage(job, 0) if job.params.continuous_usage else ""
         return [(f'data: {self._prefix(job)},"choices":[{{"index":0,"delta":{{"role":"assistant","content":""}},'
                  f'"logprobs":null,"finish_reason":null}}]{usage}}}\n\n').encode()]
 
-    def token_event(self, job: Job, first: int, upto: int, reasoning: bool, last: bool) -> bytes:
+    def token_event(self, job: JobView, first: int, upto: int, reasoning: bool, last: bool) -> bytes:
         text = texts(first, upto)
         finish = f'"finish_reason":"{job.seq.finish_reason}","stop_reason":null' if last else '"finish_reason":null'
         if job.params.kind == "chat":
@@ -152,21 +155,21 @@ class OpenAIDialect(Dialect):
         usage = "," + self._usage(job, upto) if job.params.continuous_usage else ""
         return f"data: {self._prefix(job)},\"choices\":[{choice}]{usage}}}\n\n".encode()
 
-    def stream_tail(self, job: Job) -> list[bytes]:
+    def stream_tail(self, job: JobView) -> list[bytes]:
         events = []
         if job.params.include_usage:
             events.append(f'data: {self._prefix(job)},"choices":[],{self._usage(job, job.seq.generated)}}}\n\n'.encode())
         events.append(b"data: [DONE]\n\n")
         return events
 
-    def stream_error(self, job: Job, message: str) -> list[bytes]:
+    def stream_error(self, job: JobView, message: str) -> list[bytes]:
         return [b'data: {"error": %b}\n\n' % self.error_body(500, message), b"data: [DONE]\n\n"]
 
-    def malformed(self, job: Job) -> bytes:
+    def malformed(self, job: JobView) -> bytes:
         return f'data: {self._prefix(job)},"choices":[{{"index":0,"delta":{{"content":" the\n\n'.encode()
 
     # -- whole responses ------------------------------------------------------------------------
-    def full_body(self, job: Job) -> bytes:
+    def full_body(self, job: JobView) -> bytes:
         seq = job.seq
         reasoning = "".join(output_text(i) for i in range(min(job.reasoning, seq.generated))) or None
         content = "".join(output_text(i) for i in range(job.reasoning, seq.generated))

@@ -18,7 +18,7 @@ from typing import Any
 
 import orjson
 
-from capacity_plugins.simulator.app import BadRequest, Dialect, Job, Params
+from capacity_plugins.simulator.protocol import BadRequest, Dialect, JobView, Params
 from capacity_plugins.simulator.tokens import TOKEN_TEXTS, output_text, prompt_units, texts
 
 ERROR_TYPES = {400: "validation", 404: "not_found", 405: "validation", 422: "validation", 429: "overloaded",
@@ -70,7 +70,7 @@ class TGIDialect(Dialect):
     def error_body(self, status: int, message: str) -> bytes:
         return orjson.dumps({"error": message, "error_type": ERROR_TYPES.get(status, "generation")})
 
-    def _event(self, job: Job, i: int, final: bool) -> bytes:
+    def _event(self, job: JobView, i: int, final: bool) -> bytes:
         token = (f'{{"id":{_token_id(i)},"text":{orjson.dumps(output_text(i - 1)).decode()},'
                  f'"logprob":-{0.05 + (i % 7) * 0.1:.2f},"special":false}}')
         if final:
@@ -82,21 +82,21 @@ class TGIDialect(Dialect):
                     f'"details":{details}}}\n\n').encode()
         return f'data:{{"index":{i},"token":{token},"generated_text":null,"details":null}}\n\n'.encode()
 
-    def token_event(self, job: Job, first: int, upto: int, reasoning: bool, last: bool) -> bytes:
+    def token_event(self, job: JobView, first: int, upto: int, reasoning: bool, last: bool) -> bytes:
         if first == upto:
             return self._event(job, upto, last)
         return b"".join(self._event(job, i, last and i == upto) for i in range(first, upto + 1))
 
-    def stream_tail(self, job: Job) -> list[bytes]:
+    def stream_tail(self, job: JobView) -> list[bytes]:
         return []
 
-    def stream_error(self, job: Job, message: str) -> list[bytes]:
+    def stream_error(self, job: JobView, message: str) -> list[bytes]:
         return [b"data:" + orjson.dumps({"error": message, "error_type": "generation"}) + b"\n\n"]
 
-    def malformed(self, job: Job) -> bytes:
+    def malformed(self, job: JobView) -> bytes:
         return b'data:{"index":1,"token":{"id":\n\n'
 
-    def full_body(self, job: Job) -> bytes:
+    def full_body(self, job: JobView) -> bytes:
         seq = job.seq
         out: dict[str, Any] = {"generated_text": texts(1, seq.generated)}
         if job.params.details:

@@ -6,7 +6,9 @@ fully read; token times are when the write call was issued): `id` (the response 
 first token generated), `first_token_s`, `token_times_s`, `tokens_per_write`, `prompt_tokens`,
 `output_tokens` (tokens written to the client), `generated_tokens`, `finish_reason`, `stream`,
 `status`, `error_kind` (`http_4xx`, `http_429`, `http_5xx`, `stream_cut`, `server_error`,
-`malformed`, `cancelled` or null). Flushed per line so a killed simulator loses nothing finished. A streamed request's line is
+`malformed`, `cancelled` or null), and for requests that reached the engine `decode_s` (first →
+last token generated) and `e2e_s` (arrival → last token; both null unless the engine finished
+it), `cached_tokens` (prefix-cache hits) and `service_factor` (the jitter factor, 1.0 without). Flushed per line so a killed simulator loses nothing finished. A streamed request's line is
 written before the stream's last bytes; a non-streamed one's just after its body (it holds the
 write time), so a reader racing the server should use `read_truth(path, min_rows)`.
 """
