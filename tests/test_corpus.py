@@ -358,6 +358,13 @@ def test_cli_stats_exit_codes(tmp_path: Path) -> None:
     assert r.returncode == 2
 
 
+def test_cli_usage_errors_are_one_line() -> None:
+    for args in (["stats"], ["stats", "builtin", "--min-distinct", "many"], ["shuffle"]):
+        r = _cli(*args)
+        assert r.returncode == 2 and "Traceback" not in r.stderr, args
+        assert r.stderr.startswith("capacity corpus: error: ") and len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
 def test_cli_build_writes_the_same_corpus(tmp_path: Path, builtin) -> None:
     r = _cli("build", "--out", str(tmp_path))
     assert r.returncode == 0, r.stderr

@@ -10,7 +10,6 @@ the same hash `load_corpus("builtin").sha256` reports).
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
@@ -18,11 +17,11 @@ from typing import Any
 
 from capacity_plugins.corpus.builtin import DATA_DIR, build_builtin
 from capacity_plugins.corpus.loader import DEFAULT_MIN_DISTINCT, load_corpus
-from capacity_plugins.errors import EXIT_BAD_INPUT, UserError
+from capacity_plugins.errors import EXIT_BAD_INPUT, CommandParser, UserError
 
 
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="capacity corpus", description="corpus tools")
+def _parser() -> CommandParser:
+    p = CommandParser(prog="capacity corpus", description="corpus tools")
     sub = p.add_subparsers(dest="cmd", required=True)
     st = sub.add_parser("stats", help="describe a corpus and check it has enough distinct prompts")
     st.add_argument("source", help="PATH (.jsonl/.jsonl.gz/.csv/.json/.parquet), builtin, builtin:long or synthetic:...")
