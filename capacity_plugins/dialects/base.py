@@ -1,4 +1,5 @@
-"""What every dialect provides: build one HTTP call from a sample, parse what comes back.
+"""What every dialect provides: build one HTTP call from a sample, parse what comes back, and
+say where the server lists its models (`models_path`, `parse_models`).
 
 No Locust import here: the user (users.py) does the I/O and stamps the time of each line with
 `perf_counter_ns()` *before* handing the payload to a parser, so parsing cost never shifts a
@@ -104,9 +105,19 @@ class Parser:
 class Dialect(Protocol):
     name: str
 
+    @property
+    def models_path(self) -> str | None:
+        """Where the server lists the models it serves (GET); None when this API has no listing."""
+        ...
+
     def build(self, sample: SampleLike, params: RequestParams) -> HttpCall: ...
 
     def parser(self, stream: bool) -> Parser: ...
+
+    def parse_models(self, body: bytes) -> list[str] | None:
+        """The model names in the answer at `models_path`; None when the body is not such a
+        listing (not JSON, an error page, another API's answer). Never raises."""
+        ...
 
 
 def effective_max_tokens(sample: SampleLike, params: RequestParams) -> int | None:
@@ -148,3 +159,26 @@ def keep_message_text(texts: list[str], msg: Any, content_key: str = "content") 
                 texts.append(args)
             elif args is not None:
                 texts.append(orjson.dumps(args).decode())
+
+
+def json_object(body: bytes) -> dict[str, Any] | None:
+    """`body` as a JSON object, or None when it is not one (not JSON, not UTF-8, a list...)."""
+    try:
+        doc = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
+def listed_names(body: bytes, list_key: str, name_key: str) -> list[str] | None:
+    """The names in a listing shaped `{list_key: [{name_key: "name", ...}, ...]}`, in order.
+
+    None when the body is not such an object; entries that are not objects or have no non-empty
+    string name are skipped (a listing with one odd entry still names the others).
+    """
+    doc = json_object(body)
+    items = doc.get(list_key) if doc is not None else None
+    if not isinstance(items, list):
+        return None
+    return [item[name_key] for item in items
+            if isinstance(item, dict) and isinstance(item.get(name_key), str) and item[name_key]]

@@ -23,6 +23,7 @@ from capacity_plugins.dialects.base import (
     effective_max_tokens,
     error_text,
     keep_message_text,
+    listed_names,
 )
 
 
@@ -90,8 +91,16 @@ def _options(params: RequestParams, max_tokens: int | None) -> dict[str, Any]:
     return options
 
 
+def _parse_models(body: bytes) -> list[str] | None:
+    """`GET /api/tags`: `{"models": [{"name": "llama3:latest", "model": ..., ...}]}` → the names
+    (with their tag: matching `llama3` against `llama3:latest` is the caller's choice)."""
+    return listed_names(body, "models", "name")
+
+
 class OllamaChat:
     name = "ollama"
+    models_path = "/api/tags"
+    parse_models = staticmethod(_parse_models)
 
     def build(self, sample: SampleLike, params: RequestParams) -> HttpCall:
         max_tokens = effective_max_tokens(sample, params)
@@ -109,6 +118,8 @@ class OllamaChat:
 
 class OllamaGenerate:
     name = "ollama-generate"
+    models_path = "/api/tags"
+    parse_models = staticmethod(_parse_models)
 
     def build(self, sample: SampleLike, params: RequestParams) -> HttpCall:
         max_tokens = effective_max_tokens(sample, params)

@@ -24,6 +24,7 @@ from capacity_plugins.dialects.base import (
     effective_max_tokens,
     error_text,
     keep_message_text,
+    listed_names,
 )
 
 _HEADERS = {"Content-Type": "application/json"}
@@ -150,9 +151,15 @@ class _CompletionsParser(_OpenAIParser):
     _chat = False
 
 
+def _parse_models(body: bytes) -> list[str] | None:
+    """`GET /v1/models`: `{"object": "list", "data": [{"id": "name", ...}, ...]}` → the ids."""
+    return listed_names(body, "data", "id")
+
+
 class OpenAIChat:
     name = "openai-chat"
     path = "/v1/chat/completions"
+    models_path = "/v1/models"
 
     def build(self, sample: SampleLike, params: RequestParams) -> HttpCall:
         max_tokens = effective_max_tokens(sample, params)
@@ -165,10 +172,13 @@ class OpenAIChat:
     def parser(self, stream: bool) -> Parser:
         return _ChatParser()
 
+    parse_models = staticmethod(_parse_models)
+
 
 class OpenAICompletions:
     name = "openai-completions"
     path = "/v1/completions"
+    models_path = "/v1/models"
 
     def build(self, sample: SampleLike, params: RequestParams) -> HttpCall:
         max_tokens = effective_max_tokens(sample, params)
@@ -180,3 +190,5 @@ class OpenAICompletions:
 
     def parser(self, stream: bool) -> Parser:
         return _CompletionsParser()
+
+    parse_models = staticmethod(_parse_models)

@@ -22,6 +22,7 @@ from capacity_plugins.dialects.base import (
     SampleLike,
     effective_max_tokens,
     error_text,
+    json_object,
 )
 
 
@@ -82,6 +83,14 @@ class _TGIParser(Parser):
 
 class TGI:
     name = "tgi"
+    models_path = "/info"  # TGI serves one model; /info names it
+
+    @staticmethod
+    def parse_models(body: bytes) -> list[str] | None:
+        """`GET /info`: `{"model_id": "org/name", "version": ..., ...}` → [model_id]."""
+        doc = json_object(body)
+        model_id = doc.get("model_id") if doc is not None else None
+        return [model_id] if isinstance(model_id, str) and model_id else None
 
     def build(self, sample: SampleLike, params: RequestParams) -> HttpCall:
         max_tokens = effective_max_tokens(sample, params)
