@@ -20,8 +20,10 @@ from capacity_plugins.dialects.base import (
     Parser,
     RequestParams,
     SampleLike,
+    count,
     effective_max_tokens,
     error_text,
+    is_error_payload,
     keep_message_text,
     listed_names,
 )
@@ -42,15 +44,17 @@ class _OllamaParser(Parser):
         return doc
 
     def _classify(self, doc: dict[str, Any]) -> int:
-        if "error" in doc:
+        if is_error_payload(doc):
             self.error = error_text(doc)
             return NO_OUTPUT
         if doc.get("done"):
             self.done = True
-            if doc.get("eval_count") is not None:
-                self.usage_output_tokens = doc["eval_count"]
-            if doc.get("prompt_eval_count") is not None:
-                self.prompt_tokens = doc["prompt_eval_count"]
+            evaluated = count(doc.get("eval_count"))
+            if evaluated is not None:
+                self.usage_output_tokens = evaluated
+            prompt = count(doc.get("prompt_eval_count"))
+            if prompt is not None:
+                self.prompt_tokens = prompt
         part = (doc.get("message") or {}) if self._chat else doc
         if not isinstance(part, dict):
             raise MalformedEvent("message is not an object")
