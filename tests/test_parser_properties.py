@@ -377,3 +377,22 @@ def test_a_stream_split_anywhere_parses_the_same(name: str) -> None:
         assert run_stream(name, readline_lines(raw)) == whole
 
     run()
+
+
+# -- model listings ----------------------------------------------------------------------------------
+
+LISTINGS = obj(object=st.just("list"), data=st.lists(obj(id=texts, object=st.just("model")), max_size=3),
+               models=st.lists(obj(name=texts, model=texts), max_size=3), model_id=texts) | any_json
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_model_listings_never_raise(name: str) -> None:
+    parse_models = get_dialect(name).parse_models
+
+    @given(body=st.binary(max_size=120) | LISTINGS.map(dumps))
+    @example(body=b'{"data": [' + b"[" * 1000 + b"]" * 1000 + b"]}")
+    def run(body: bytes) -> None:
+        names = parse_models(body)
+        assert names is None or all(type(n) is str and n for n in names), names
+
+    run()
