@@ -17,7 +17,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "analyze": ("capacity_plugins.analysis.cli", "analyse a results folder: knee, capacity, plan, verdict"),
     "compare": ("capacity_plugins.analysis.compare", "compare two analysed runs (before / after)"),
     "simulate": ("capacity_plugins.simulator.cli", "start the embedded inference simulator"),
-    "corpus": ("capacity_plugins.corpus_cli", "corpus tools: stats, build"),
+    "corpus": ("capacity_plugins.corpus.cli", "corpus tools: stats, build"),
     "gpu-agent": ("capacity_plugins.telemetry.agent", "Prometheus exporter of NVML GPU readings"),
 }
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import gzip
 import hashlib
 import json
@@ -13,8 +14,10 @@ from typing import Any
 
 import pytest
 
+from capacity_plugins.contracts.percentiles import quantile
 from capacity_plugins.corpus import Sample, estimate_tokens, load_corpus
-from capacity_plugins.corpus_build import BUILTIN_FILE, DATA_DIR, builtin_records, gzip_bytes, to_jsonl
+from capacity_plugins.corpus.builtin import BUILTIN_FILE, DATA_DIR, builtin_records, gzip_bytes
+from capacity_plugins.corpus.readers import to_jsonl
 from capacity_plugins.errors import UserError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -176,6 +179,15 @@ def test_stats_report_shared_long_prefixes_and_languages(tmp_path: Path) -> None
     assert st["shared_long_prefix"]["groups"] == 1 and st["shared_long_prefix"]["prompts"] == 10
     assert st["languages"] == {"zh": 0.5, "en": 0.5}
     assert st["prompt_tokens_est"]["max"] >= 220
+
+
+def test_stats_percentiles_are_the_contracts_nearest_rank() -> None:
+    c = load_corpus("synthetic:prompt_tokens=uniform(1,400),output_tokens=uniform(1,50),n=997,seed=2", min_distinct=1)
+    st = c.stats()
+    chars = [s.prompt_chars for s in c.samples]
+    for key, q in (("p10", 0.10), ("p50", 0.50), ("p90", 0.90), ("p99", 0.99)):
+        assert st["prompt_chars"][key] == quantile(chars, q)
+    assert st["max_tokens"]["p50"] == quantile([s.max_tokens for s in c.samples if s.max_tokens], 0.50)
 
 
 # -- synthetic ---------------------------------------------------------------------------
@@ -346,6 +358,13 @@ def test_cli_stats_exit_codes(tmp_path: Path) -> None:
     assert r.returncode == 2
 
 
+def test_cli_usage_errors_are_one_line() -> None:
+    for args in (["stats"], ["stats", "builtin", "--min-distinct", "many"], ["shuffle"]):
+        r = _cli(*args)
+        assert r.returncode == 2 and "Traceback" not in r.stderr, args
+        assert r.stderr.startswith("capacity corpus: error: ") and len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
 def test_cli_build_writes_the_same_corpus(tmp_path: Path, builtin) -> None:
     r = _cli("build", "--out", str(tmp_path))
     assert r.returncode == 0, r.stderr
@@ -353,3 +372,57 @@ def test_cli_build_writes_the_same_corpus(tmp_path: Path, builtin) -> None:
     # Compare content, not gzip bytes: another zlib version may compress the same data differently.
     rebuilt = gzip.decompress((tmp_path / BUILTIN_FILE).read_bytes())
     assert rebuilt == gzip.decompress((DATA_DIR / BUILTIN_FILE).read_bytes())
+
+
+# -- package layout ----------------------------------------------------------------------
+
+CORPUS_PKG = ROOT / "capacity_plugins" / "corpus"
+
+
+def _corpus_imports(path: Path) -> set[str]:
+    """Corpus modules `path` imports, at module level or inside a function ("__init__" = the package)."""
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            names = [node.module]
+        elif isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        else:
+            continue
+        for name in names:
+            if name == "capacity_plugins.corpus":
+                out.add("__init__")
+            elif name.startswith("capacity_plugins.corpus."):
+                out.add(name.split(".")[2])
+    return out
+
+
+def test_corpus_modules_depend_one_way() -> None:
+    graph = {p.stem: _corpus_imports(p) for p in CORPUS_PKG.glob("*.py")}
+    assert {"readers", "synthetic", "sampler", "builtin", "stats", "cli", "loader"} <= set(graph)
+    for name, deps in graph.items():
+        if name != "__init__":  # the package imports its modules, so a module importing it closes a circle
+            assert "__init__" not in deps, f"corpus/{name}.py imports the package; import the module instead"
+    done: set[str] = set()
+
+    def visit(name: str, path: list[str]) -> None:
+        assert name not in path, "import circle: " + " -> ".join([*path, name])
+        if name in done:
+            return
+        for dep in graph[name]:
+            visit(dep, [*path, name])
+        done.add(name)
+
+    for name in graph:
+        visit(name, [])
+
+
+def test_old_module_names_still_import_in_a_fresh_interpreter() -> None:
+    code = (
+        "import capacity_plugins.corpus_build as old, capacity_plugins.corpus_cli as old_cli\n"
+        "from capacity_plugins.corpus import builtin, cli, readers, synthetic\n"
+        "assert old.build_builtin is builtin.build_builtin and old.to_jsonl is readers.to_jsonl\n"
+        "assert old.synthetic_text is synthetic.synthetic_text and old_cli.main is cli.main\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert r.returncode == 0, r.stderr

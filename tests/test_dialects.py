@@ -1,3 +1,6 @@
+import subprocess
+import sys
+
 import orjson
 import pytest
 
@@ -124,3 +127,87 @@ def test_ollama_ndjson_thinking_content_done():
     assert g.event(b'{"response":"x","done":false}') == VISIBLE
     g.event(b'{"error":"model not found"}')
     assert g.error == "model not found"
+
+
+# -- model listing -------------------------------------------------------------------------
+
+# Answers as the servers send them (vLLM 0.x /v1/models, TGI 3.x /info, Ollama 0.x /api/tags).
+VLLM_MODELS = (b'{"object":"list","data":[{"id":"meta-llama/Llama-3.1-8B-Instruct","object":"model",'
+               b'"created":1730000000,"owned_by":"vllm","root":"meta-llama/Llama-3.1-8B-Instruct","parent":null,'
+               b'"max_model_len":131072,"permission":[{"id":"modelperm-1","allow_sampling":true}]},'
+               b'{"id":"my-lora","object":"model","owned_by":"vllm","root":"/adapters/my-lora",'
+               b'"parent":"meta-llama/Llama-3.1-8B-Instruct"}]}')
+TGI_INFO = (b'{"model_id":"bigscience/bloom-560m","model_sha":"ac2ae5fab2ce3f9f40dc79b5ca9f637430d24971",'
+            b'"model_dtype":"torch.float16","model_device_type":"cuda","model_pipeline_tag":"text-generation",'
+            b'"max_concurrent_requests":128,"max_input_tokens":1024,"max_total_tokens":2048,'
+            b'"router":"text-generation-router","version":"3.0.1","sha":null,"docker_label":null}')
+OLLAMA_TAGS = (b'{"models":[{"name":"llama3.2:latest","model":"llama3.2:latest","modified_at":'
+               b'"2025-01-10T09:12:00.1+01:00","size":2019393189,"digest":"a80c4f17acd5","details":'
+               b'{"format":"gguf","family":"llama","parameter_size":"3.2B","quantization_level":"Q4_K_M"}},'
+               b'{"name":"qwen2.5:7b","model":"qwen2.5:7b","size":4683087332}]}')
+
+
+@pytest.mark.parametrize(
+    ("dialect", "path", "body", "models"),
+    [
+        ("openai-chat", "/v1/models", VLLM_MODELS, ["meta-llama/Llama-3.1-8B-Instruct", "my-lora"]),
+        ("openai-completions", "/v1/models", VLLM_MODELS, ["meta-llama/Llama-3.1-8B-Instruct", "my-lora"]),
+        ("tgi", "/info", TGI_INFO, ["bigscience/bloom-560m"]),
+        ("ollama", "/api/tags", OLLAMA_TAGS, ["llama3.2:latest", "qwen2.5:7b"]),
+        ("ollama-generate", "/api/tags", OLLAMA_TAGS, ["llama3.2:latest", "qwen2.5:7b"]),
+    ],
+)
+def test_each_dialect_says_where_models_are_listed_and_reads_the_listing(dialect, path, body, models):
+    d = get_dialect(dialect)
+    assert d.models_path == path
+    assert d.parse_models(body) == models
+    assert type(d).parse_models(body) == models  # usable without an instance (the registry holds classes)
+
+
+def test_every_registered_dialect_lists_models():
+    from capacity_plugins.dialects import DIALECTS
+
+    for name in DIALECTS:
+        d = get_dialect(name)
+        assert d.models_path is None or d.models_path.startswith("/"), name
+        assert d.parse_models(b"") is None, name
+
+
+@pytest.mark.parametrize("dialect", ["openai-chat", "tgi", "ollama"])
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"<html><body>404 Not Found</body></html>",
+        b'{"detail":"Not Found"}',
+        b'{"error":{"message":"Invalid API key","type":"invalid_request_error"}}',
+        b"[]",
+        b'"models"',
+        b"\xff\xfe{",
+        b'{"data": {"id": "x"}, "models": "x", "model_id": 7}',  # right keys, wrong types
+    ],
+)
+def test_a_body_that_is_not_a_listing_is_none(dialect, body):
+    assert get_dialect(dialect).parse_models(body) is None
+
+
+def test_listings_of_another_api_are_not_read_as_this_one():
+    assert get_dialect("openai-chat").parse_models(OLLAMA_TAGS) is None
+    assert get_dialect("ollama").parse_models(VLLM_MODELS) is None
+    assert get_dialect("tgi").parse_models(VLLM_MODELS) is None
+
+
+def test_empty_listing_and_odd_entries():
+    assert get_dialect("openai-chat").parse_models(b'{"object":"list","data":[]}') == []
+    assert get_dialect("ollama").parse_models(b'{"models":[]}') == []
+    odd = b'{"data":[{"id":"good"},{"id":null},{"id":""},{"id":42},"bare",null,{"name":"x"},{"id":"also"}]}'
+    assert get_dialect("openai-chat").parse_models(odd) == ["good", "also"]
+    assert get_dialect("tgi").parse_models(b'{"model_id":""}') is None
+
+
+def test_dialects_import_neither_locust_nor_gevent():
+    # A fresh interpreter: this test process has Locust loaded already.
+    code = ("import sys, capacity_plugins.dialects\n"
+            "loaded = [m for m in ('locust', 'gevent') if m in sys.modules]\n"
+            "assert not loaded, loaded\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr

@@ -17,7 +17,7 @@ from capacity_plugins.dialects.openai import OpenAIChat, OpenAICompletions
 from capacity_plugins.dialects.tgi import TGI
 from capacity_plugins.errors import UserError
 
-DIALECTS: dict[str, type] = {
+DIALECTS: dict[str, type[Dialect]] = {
     "openai-chat": OpenAIChat,
     "openai-completions": OpenAICompletions,
     "tgi": TGI,
@@ -29,7 +29,7 @@ DIALECTS: dict[str, type] = {
 def get_dialect(name: str) -> Dialect:
     """The dialect registered under `name`; UserError naming the known ones otherwise."""
     try:
-        return DIALECTS[name]()  # type: ignore[no-any-return, unused-ignore]
+        return DIALECTS[name]()
     except KeyError:
         known = ", ".join(sorted(DIALECTS))
         raise UserError(f"--dialect: unknown dialect {name!r} (known: {known})") from None

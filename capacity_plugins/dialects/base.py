@@ -1,4 +1,5 @@
-"""What every dialect provides: build one HTTP call from a sample, parse what comes back.
+"""What every dialect provides: build one HTTP call from a sample, parse what comes back, and
+say where the server lists its models (`models_path`, `parse_models`).
 
 No Locust import here: the user (users.py) does the I/O and stamps the time of each line with
 `perf_counter_ns()` *before* handing the payload to a parser, so parsing cost never shifts a
@@ -57,7 +58,10 @@ class SampleLike(Protocol):
 class Parser:
     """Per-request parse state. Subclasses fill the counters as events arrive.
 
-    `framing` says how the body is split into events ("sse" or "ndjson").
+    `framing` says how the body is split into events ("sse" or "ndjson"). Whatever the payload,
+    `event` / `full` return a kind or raise MalformedEvent, never another exception (the user
+    would misfile the request); counters stay None or non-negative ints, `response_id` None or a
+    string, `error` None or a non-empty string. tests/test_parser_properties.py checks all of it.
     """
 
     framing = "sse"
@@ -104,9 +108,19 @@ class Parser:
 class Dialect(Protocol):
     name: str
 
+    @property
+    def models_path(self) -> str | None:
+        """Where the server lists the models it serves (GET); None when this API has no listing."""
+        ...
+
     def build(self, sample: SampleLike, params: RequestParams) -> HttpCall: ...
 
     def parser(self, stream: bool) -> Parser: ...
+
+    def parse_models(self, body: bytes) -> list[str] | None:
+        """The model names in the answer at `models_path`; None when the body is not such a
+        listing (not JSON, an error page, another API's answer). Never raises."""
+        ...
 
 
 def effective_max_tokens(sample: SampleLike, params: RequestParams) -> int | None:
@@ -115,13 +129,47 @@ def effective_max_tokens(sample: SampleLike, params: RequestParams) -> int | Non
     return per_sample if per_sample is not None else params.max_tokens
 
 
+# Counts the analysis stores as int64; anything else a server sends in a count field is no count.
+_MAX_COUNT = 2**63
+
+
+def count(value: Any) -> int | None:
+    """A token count from a server's JSON: a non-negative integer, else None (not a count).
+
+    Servers and proxies have been seen sending strings, floats and nulls here; a wrong type must
+    not become a record's token count, so it reads as "not said" and other sources count.
+    """
+    if type(value) is int and 0 <= value < _MAX_COUNT:  # type(), not isinstance: true is not 1 token
+        return value
+    return None
+
+
+def is_error_payload(doc: dict[str, Any]) -> bool:
+    """An `"error"` member that is not null: `{"error": {...}}` (OpenAI, vLLM), `{"error": "..."}`
+    (TGI, Ollama). `"error": null` is the absence of an error, as JSON APIs use it."""
+    return doc.get("error") is not None
+
+
 def error_text(obj: Any) -> str:
-    """A short message from the many shapes of in-stream error objects."""
-    if isinstance(obj, dict):
-        for key in ("message", "error", "detail"):
-            if isinstance(obj.get(key), str):
-                return obj[key][:300]
-    return str(obj)[:300]
+    """A short, never empty message from the many shapes of in-stream error objects."""
+    node = obj
+    for _ in range(4):  # {"error": {"message": ...}} a few levels down; never unbounded
+        if isinstance(node, str) and node.strip():
+            return node[:300]
+        if not isinstance(node, dict):
+            break
+        node = next((node[k] for k in ("message", "error", "detail") if isinstance(node.get(k), (str, dict))), None)
+    text = compact_json(obj)
+    return text[:300] if text not in ("", '""', "{}", "[]", "null") else "error payload without a message"
+
+
+def compact_json(obj: Any) -> str:
+    """`obj` (parsed JSON) as compact JSON; "" when it is nested deeper than orjson writes (255).
+    str() is no fallback: the repr of a 1000-deep list raises RecursionError."""
+    try:
+        return orjson.dumps(obj).decode()
+    except orjson.JSONEncodeError:
+        return ""
 
 
 def keep_message_text(texts: list[str], msg: Any, content_key: str = "content") -> None:
@@ -147,4 +195,28 @@ def keep_message_text(texts: list[str], msg: Any, content_key: str = "content") 
             if isinstance(args, str):
                 texts.append(args)
             elif args is not None:
-                texts.append(orjson.dumps(args).decode())
+                # An object is counted as its compact JSON (nothing for one too deep to write).
+                texts.append(compact_json(args))
+
+
+def json_object(body: bytes) -> dict[str, Any] | None:
+    """`body` as a JSON object, or None when it is not one (not JSON, not UTF-8, a list...)."""
+    try:
+        doc = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
+def listed_names(body: bytes, list_key: str, name_key: str) -> list[str] | None:
+    """The names in a listing shaped `{list_key: [{name_key: "name", ...}, ...]}`, in order.
+
+    None when the body is not such an object; entries that are not objects or have no non-empty
+    string name are skipped (a listing with one odd entry still names the others).
+    """
+    doc = json_object(body)
+    items = doc.get(list_key) if doc is not None else None
+    if not isinstance(items, list):
+        return None
+    return [item[name_key] for item in items
+            if isinstance(item, dict) and isinstance(item.get(name_key), str) and item[name_key]]

@@ -20,9 +20,12 @@ from capacity_plugins.dialects.base import (
     Parser,
     RequestParams,
     SampleLike,
+    count,
     effective_max_tokens,
     error_text,
+    is_error_payload,
     keep_message_text,
+    listed_names,
 )
 
 
@@ -41,15 +44,17 @@ class _OllamaParser(Parser):
         return doc
 
     def _classify(self, doc: dict[str, Any]) -> int:
-        if "error" in doc:
+        if is_error_payload(doc):
             self.error = error_text(doc)
             return NO_OUTPUT
         if doc.get("done"):
             self.done = True
-            if doc.get("eval_count") is not None:
-                self.usage_output_tokens = doc["eval_count"]
-            if doc.get("prompt_eval_count") is not None:
-                self.prompt_tokens = doc["prompt_eval_count"]
+            evaluated = count(doc.get("eval_count"))
+            if evaluated is not None:
+                self.usage_output_tokens = evaluated
+            prompt = count(doc.get("prompt_eval_count"))
+            if prompt is not None:
+                self.prompt_tokens = prompt
         part = (doc.get("message") or {}) if self._chat else doc
         if not isinstance(part, dict):
             raise MalformedEvent("message is not an object")
@@ -90,8 +95,16 @@ def _options(params: RequestParams, max_tokens: int | None) -> dict[str, Any]:
     return options
 
 
+def _parse_models(body: bytes) -> list[str] | None:
+    """`GET /api/tags`: `{"models": [{"name": "llama3:latest", "model": ..., ...}]}` → the names
+    (with their tag: matching `llama3` against `llama3:latest` is the caller's choice)."""
+    return listed_names(body, "models", "name")
+
+
 class OllamaChat:
     name = "ollama"
+    models_path = "/api/tags"
+    parse_models = staticmethod(_parse_models)
 
     def build(self, sample: SampleLike, params: RequestParams) -> HttpCall:
         max_tokens = effective_max_tokens(sample, params)
@@ -109,6 +122,8 @@ class OllamaChat:
 
 class OllamaGenerate:
     name = "ollama-generate"
+    models_path = "/api/tags"
+    parse_models = staticmethod(_parse_models)
 
     def build(self, sample: SampleLike, params: RequestParams) -> HttpCall:
         max_tokens = effective_max_tokens(sample, params)

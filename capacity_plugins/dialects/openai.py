@@ -21,9 +21,12 @@ from capacity_plugins.dialects.base import (
     Parser,
     RequestParams,
     SampleLike,
+    count,
     effective_max_tokens,
     error_text,
+    is_error_payload,
     keep_message_text,
+    listed_names,
 )
 
 _HEADERS = {"Content-Type": "application/json"}
@@ -51,27 +54,54 @@ class _OpenAIParser(Parser):
     __slots__ = ()
     _chat = True
 
-    def _usage(self, usage: dict[str, Any], final: bool) -> None:
-        completion = usage.get("completion_tokens")
-        if usage.get("prompt_tokens") is not None:
-            self.prompt_tokens = usage["prompt_tokens"]
+    def _usage(self, usage: Any, final: bool) -> None:
+        if not isinstance(usage, dict):
+            return  # not a usage object: the server said no count
+        prompt = count(usage.get("prompt_tokens"))
+        if prompt is not None:
+            self.prompt_tokens = prompt
+        completion = count(usage.get("completion_tokens"))
         if completion is None:
             return
         if final:
             self.usage_output_tokens = completion
         else:
             prev = self.continuous_output_tokens or 0
-            self.chunk_tokens = completion - prev
+            # A running count that goes back says nothing about this chunk's tokens.
+            self.chunk_tokens = completion - prev if completion >= prev else None
             self.continuous_output_tokens = completion
 
-    def _keep(self, choice: Any, key: str) -> None:
+    def _error(self, doc: dict[str, Any]) -> bool:
+        """Record an error payload: `{"error": {...}}`, or vLLM's older unwrapped ErrorResponse
+        `{"object": "error", "message": ..., "type": ..., "code": ...}`."""
+        if is_error_payload(doc):
+            self.error = error_text(doc["error"])
+        elif doc.get("object") == "error":
+            self.error = error_text(doc)
+        else:
+            return False
+        return True
+
+    def _id(self, doc: dict[str, Any]) -> None:
+        rid = doc.get("id")
+        if isinstance(rid, str):
+            self.response_id = rid
+
+    def _keep(self, choice: dict[str, Any], key: str) -> None:
         assert self.texts is not None
-        if not isinstance(choice, dict):
-            return
         if self._chat:
             keep_message_text(self.texts, choice.get(key))
         elif isinstance(choice.get("text"), str):
             self.texts.append(choice["text"])
+
+    @staticmethod
+    def _first_choice(choices: Any) -> dict[str, Any]:
+        if not isinstance(choices, list):
+            raise MalformedEvent("choices is not a list")
+        choice = choices[0]
+        if not isinstance(choice, dict):
+            raise MalformedEvent("choices[0] is not an object")
+        return choice
 
     def event(self, data: bytes) -> int:
         if data == b"[DONE]":
@@ -83,11 +113,10 @@ class _OpenAIParser(Parser):
             raise MalformedEvent(f"invalid JSON in stream event: {e}") from None
         if not isinstance(chunk, dict):
             raise MalformedEvent("stream event is not a JSON object")
-        if "error" in chunk:
-            self.error = error_text(chunk["error"])
+        if self._error(chunk):
             return NO_OUTPUT
         if self.response_id is None:
-            self.response_id = chunk.get("id")
+            self._id(chunk)
         choices = chunk.get("choices")
         usage = chunk.get("usage")
         self.chunk_tokens = None
@@ -95,11 +124,9 @@ class _OpenAIParser(Parser):
             if usage:
                 self._usage(usage, final=True)
             return NO_OUTPUT
+        choice = self._first_choice(choices)
         if usage:
             self._usage(usage, final=False)
-        choice = choices[0]
-        if not isinstance(choice, dict):
-            raise MalformedEvent("choices[0] is not an object")
         if choice.get("finish_reason"):
             self.done = True
         if self.texts is not None:
@@ -113,17 +140,15 @@ class _OpenAIParser(Parser):
             raise MalformedEvent(f"invalid JSON body: {e}") from None
         if not isinstance(doc, dict):
             raise MalformedEvent("response body is not a JSON object")
-        if "error" in doc:
-            self.error = error_text(doc["error"])
+        if self._error(doc):
             return NO_OUTPUT
-        self.response_id = doc.get("id")
+        self._id(doc)
         self.done = True
-        if isinstance(doc.get("usage"), dict):
-            self._usage(doc["usage"], final=True)
-        choices = doc.get("choices") or []
+        self._usage(doc.get("usage"), final=True)
+        choices = doc.get("choices")
         if not choices:
             return NO_OUTPUT
-        choice = choices[0]
+        choice = self._first_choice(choices)
         if self.texts is not None:
             self._keep(choice, "message")
         return self._what(choice, "message")
@@ -131,7 +156,11 @@ class _OpenAIParser(Parser):
     def _what(self, choice: dict[str, Any], key: str) -> int:
         """What a choice carried: a streamed `delta` and a whole `message` have the same channels."""
         if self._chat:
-            part = choice.get(key) or {}
+            part = choice.get(key)
+            if not part:
+                return NO_OUTPUT
+            if not isinstance(part, dict):
+                raise MalformedEvent(f"choices[0].{key} is not an object")
             if part.get("content"):
                 return VISIBLE
             if part.get("reasoning_content") or part.get("reasoning") or part.get("tool_calls"):
@@ -150,9 +179,15 @@ class _CompletionsParser(_OpenAIParser):
     _chat = False
 
 
+def _parse_models(body: bytes) -> list[str] | None:
+    """`GET /v1/models`: `{"object": "list", "data": [{"id": "name", ...}, ...]}` → the ids."""
+    return listed_names(body, "data", "id")
+
+
 class OpenAIChat:
     name = "openai-chat"
     path = "/v1/chat/completions"
+    models_path = "/v1/models"
 
     def build(self, sample: SampleLike, params: RequestParams) -> HttpCall:
         max_tokens = effective_max_tokens(sample, params)
@@ -165,10 +200,13 @@ class OpenAIChat:
     def parser(self, stream: bool) -> Parser:
         return _ChatParser()
 
+    parse_models = staticmethod(_parse_models)
+
 
 class OpenAICompletions:
     name = "openai-completions"
     path = "/v1/completions"
+    models_path = "/v1/models"
 
     def build(self, sample: SampleLike, params: RequestParams) -> HttpCall:
         max_tokens = effective_max_tokens(sample, params)
@@ -180,3 +218,5 @@ class OpenAICompletions:
 
     def parser(self, stream: bool) -> Parser:
         return _CompletionsParser()
+
+    parse_models = staticmethod(_parse_models)

@@ -20,8 +20,11 @@ from capacity_plugins.dialects.base import (
     Parser,
     RequestParams,
     SampleLike,
+    count,
     effective_max_tokens,
     error_text,
+    is_error_payload,
+    json_object,
 )
 
 
@@ -32,8 +35,9 @@ class _TGIParser(Parser):
         details = doc.get("details")
         if isinstance(details, dict):
             self.done = True
-            if details.get("generated_tokens") is not None:
-                self.usage_output_tokens = details["generated_tokens"]
+            generated = count(details.get("generated_tokens"))
+            if generated is not None:
+                self.usage_output_tokens = generated
             prefill = details.get("prefill")
             if isinstance(prefill, list) and prefill:
                 self.prompt_tokens = len(prefill)
@@ -47,7 +51,7 @@ class _TGIParser(Parser):
             raise MalformedEvent(f"invalid JSON in stream event: {e}") from None
         if not isinstance(doc, dict):
             raise MalformedEvent("stream event is not a JSON object")
-        if "error" in doc:
+        if is_error_payload(doc):
             self.error = error_text(doc)
             return NO_OUTPUT
         self._details(doc)
@@ -55,9 +59,11 @@ class _TGIParser(Parser):
         if not isinstance(token, dict):
             return NO_OUTPUT
         self.chunk_tokens = 1
-        if token.get("text") and not token.get("special"):
-            if self.texts is not None:  # special tokens (EOS) are not text: generated_text omits them
-                self.texts.append(token["text"])
+        text = token.get("text")
+        if text and not token.get("special"):
+            # special tokens (EOS) are not text: generated_text omits them
+            if self.texts is not None and isinstance(text, str):
+                self.texts.append(text)
             return VISIBLE
         return OUTPUT
 
@@ -70,7 +76,7 @@ class _TGIParser(Parser):
             doc = doc[0]
         if not isinstance(doc, dict):
             raise MalformedEvent("response body is not a JSON object")
-        if "error" in doc:
+        if is_error_payload(doc):
             self.error = error_text(doc)
             return NO_OUTPUT
         self._details(doc)
@@ -82,6 +88,14 @@ class _TGIParser(Parser):
 
 class TGI:
     name = "tgi"
+    models_path = "/info"  # TGI serves one model; /info names it
+
+    @staticmethod
+    def parse_models(body: bytes) -> list[str] | None:
+        """`GET /info`: `{"model_id": "org/name", "version": ..., ...}` → [model_id]."""
+        doc = json_object(body)
+        model_id = doc.get("model_id") if doc is not None else None
+        return [model_id] if isinstance(model_id, str) and model_id else None
 
     def build(self, sample: SampleLike, params: RequestParams) -> HttpCall:
         max_tokens = effective_max_tokens(sample, params)
