@@ -154,6 +154,7 @@ def compose_run(tmp_path_factory):
 
 @pytest.mark.slow
 @pytest.mark.prometheus
+@pytest.mark.timeout(600)  # the module fixture runs the whole demo sweep
 def test_compose_services_run_a_distributed_rehearsal(compose_run):
     procs = compose_run["procs"]
     assert compose_run["master_rc"] == 0, procs.all_logs()

@@ -120,7 +120,10 @@ def _scenario(tmp_path: Path) -> Path:
     return path
 
 
+# The first test builds the venv (fixture setup counts against pytest-timeout): a cold pip cache
+# downloads ~200 MB.
 @pytest.mark.slow
+@pytest.mark.timeout(900)
 def test_worker_venv_has_the_load_side_only(worker_venv):
     probe = ("import importlib.util, sys\n"
              "import capacity_plugins.rehearsal_locustfile\n"
