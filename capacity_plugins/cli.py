@@ -8,6 +8,7 @@ lazy: `capacity analyze` must not pay for (or be broken by) gevent/Locust import
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import sys
 
 from capacity_plugins.errors import EXIT_BAD_INPUT, EXIT_RUN_FAILED, RunError, UserError
@@ -20,6 +21,20 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "corpus": ("capacity_plugins.corpus.cli", "corpus tools: stats, build"),
     "gpu-agent": ("capacity_plugins.telemetry.agent", "Prometheus exporter of NVML GPU readings"),
 }
+
+
+# The `analysis` extra (pyproject.toml): a worker-only install (the container image's `worker`
+# target) lacks these, and a command that needs them says so in one line instead of a traceback.
+ANALYSIS_LIBS = ("pandas", "scipy", "kneed", "matplotlib", "pyarrow")
+ANALYSIS_INSTALL = "pip install 'capacity-plugins[analysis]'"
+# Commands that always analyse. `compare` analyses only a folder without summary.json, and
+# `corpus stats` needs pandas/pyarrow only for .parquet: those are caught when they import one.
+NEEDS_ANALYSIS = ("analyze",)
+
+
+def missing_analysis_libs() -> list[str]:
+    """The analysis extra's libraries that are not installed (find_spec imports nothing)."""
+    return [name for name in ANALYSIS_LIBS if importlib.util.find_spec(name) is None]
 
 
 def _usage() -> str:
@@ -43,9 +58,17 @@ def main(argv: list[str] | None = None) -> int:
     if name not in COMMANDS:
         print(f"capacity: unknown command {name!r} (known: {', '.join(COMMANDS)})", file=sys.stderr)
         return EXIT_BAD_INPUT
+    if name in NEEDS_ANALYSIS and missing_analysis_libs() and not {"-h", "--help"} & set(rest):
+        print(f"capacity {name}: the analysis needs: {ANALYSIS_INSTALL}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     module = importlib.import_module(COMMANDS[name][0])
     try:
         return int(module.main(rest) or 0)
+    except ModuleNotFoundError as e:
+        if (e.name or "").partition(".")[0] not in ANALYSIS_LIBS:
+            raise
+        print(f"capacity {name}: needs {e.name}, part of the analysis: {ANALYSIS_INSTALL}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     except UserError as e:
         print(f"capacity {name}: error: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT

@@ -26,6 +26,7 @@ import subprocess
 import sys
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -357,10 +358,21 @@ def main(argv: list[str]) -> int:
 
     code = EXIT_OK
     if not args.no_analyze and (folder / "steps.json").exists():
-        try:
-            from capacity_plugins.analysis import analyze
-        except ImportError:
-            analyze = None  # type: ignore[assignment]
+        from capacity_plugins.cli import ANALYSIS_INSTALL, missing_analysis_libs
+
+        analyze: Callable[..., dict[str, Any]] | None = None
+        if missing_analysis_libs():
+            # A worker-only install: the run is done and its folder complete; analyse it elsewhere.
+            print(f"[capacity] not analysed here: the analysis needs: {ANALYSIS_INSTALL}; "
+                  f"then: capacity analyze {folder}", flush=True)
+            if args.fail_on_slo or args.fail_on_verdict:
+                print("[capacity] --fail-on-slo / --fail-on-verdict: no gate without the analysis",
+                      file=sys.stderr, flush=True)
+                code = EXIT_BAD_INPUT
+        else:
+            from capacity_plugins.analysis import analyze as analyze_folder
+
+            analyze = analyze_folder
         if analyze is not None:
             try:
                 summary = analyze(folder, progress=lambda m: print(f"[capacity] {m}", flush=True))
