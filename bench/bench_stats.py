@@ -1,8 +1,8 @@
 """Cost of `LLMStats.record()` on the hot path, next to Locust's own `RequestStats.log_request`.
 
 Prints µs per recorded request (one TTFT, TPOT, E2E and a 64-gap ITL list) for LLMStats, and
-for the Locust route that records the same values in a private `RequestStats` (reference/
-locust.md §1.6 option B: one log_request per ITL gap plus TTFT/TPOT/E2E), as a ratio measured in
+for the Locust route that records the same values in a private `RequestStats` (the usual way to
+get ITL into Locust: one log_request per ITL gap plus TTFT/TPOT/E2E), as a ratio measured in
 one run. Also prints the worst relative p99 error of each against the exact nearest-rank p99.
 """
 

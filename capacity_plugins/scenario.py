@@ -146,7 +146,7 @@ class _LoadBase(_Strict):
     warmup_s: float = Field(default=10.0, ge=0)
     # Longest wait for in-flight requests between steps; None = request.timeout_s.
     drain_timeout_s: float | None = Field(default=None, ge=0)
-    # client_limited thresholds (DESIGN.md): sends behind schedule, or a generator process CPU-bound.
+    # client_limited thresholds (docs/capacity.md): sends behind schedule, or a generator process CPU-bound.
     max_schedule_lag_p99_ms: float = Field(default=100.0, gt=0)
     max_client_cpu_pct: float = Field(default=90.0, gt=0)
 

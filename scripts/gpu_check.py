@@ -5,7 +5,7 @@
 
 Always uses the real `pynvml` module from the nvidia-ml-py distribution (never the tests' fake,
 whatever CAPACITY_FAKE_NVML says), and reports which file and version it loaded, because the
-deprecated `pynvml` PyPI project can shadow it (reference/capacity.md §4.1). Exit 0 when every
+deprecated `pynvml` PyPI project can shadow it (both install a module named `pynvml`). Exit 0 when every
 GPU answered with utilisation and memory readings, 1 otherwise (no driver, no GPU, or missing
 essential fields) — the JSON says which.
 """

@@ -1,5 +1,5 @@
 # Locust monkey-patches the stdlib on import; importing requests/urllib3 before it crashes
-# (reference/locust.md §7.2). This line must stay first.
+# (gevent must patch ssl before they import it). This line must stay first.
 import locust  # noqa: F401, I001
 
 import os
@@ -15,7 +15,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 # Each area keeps its fixtures in its own module so that parallel work never edits this file.
-# (No option here may be named --host: Locust's pytest plugin registers it, §7.5.)
+# (No option here may be named --host: Locust's pytest plugin registers it.)
 pytest_plugins = [
     "fixtures_simulator",
     "fixtures_telemetry",

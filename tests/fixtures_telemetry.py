@@ -1,6 +1,6 @@
 """Telemetry test helpers: a real HTTP server on loopback serving canned exposition text.
 
-The texts follow the formats the servers really emit (reference/capacity.md §4.3, §5): vLLM with
+The texts follow the formats the servers really emit (as scraped from vLLM, TGI, SGLang, Triton and dcgm-exporter): vLLM with
 two data-parallel engines and the `engine` label, DCGM exporter with `Hostname` (and the newer
 `hostname`) and a NOT_SUPPORTED sentinel, TGI, SGLang, Triton with counters lacking `_total`.
 Counters and histograms advance by a fixed amount on every request to a path, so a scraper's

@@ -1,4 +1,4 @@
-"""`capacity compare`: the seed's before/after table with a verdict per row."""
+"""`capacity compare`: the before/after table of docs/capacity.md with a verdict per row."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def _pair(tmp_path):
-    # seed 001 §5.1: QPS 9 → 18, P99 2600 → 1400 ms, P50 1200 → 680 ms, GPU 91 → 74 %
+    # a worked before/after example: QPS 9 → 18, P99 2600 → 1400 ms, P50 1200 → 680 ms, GPU 91 → 74 %
     before = make_results(tmp_path / "before", levels=[4, 8, 16], rps=[7, 9, 9], e2e_p50_ms=[620, 850, 1200],
                           e2e_p99_ms=[800, 1500, 2600], gpu_util=[72, 89, 91],
                           capacity={"gpu_hour_usd": 2.0})

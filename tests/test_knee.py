@@ -21,7 +21,7 @@ def test_sharp_knee_found_at_the_right_step_with_high_confidence():
 
 
 def test_seed_001_load_table_reads_as_knee_8_low_confidence(tmp_path):
-    # seed 001 §2.3: concurrency 1/4/8/16, QPS 2/7/9/9, P99 0.49/0.8/1.5/2.6 s, GPU 35/72/89/91 %
+    # a worked example of the method: concurrency 1/4/8/16, QPS 2/7/9/9, P99 0.49/0.8/1.5/2.6 s, GPU 35/72/89/91 %
     p = make_results(tmp_path, levels=[1, 4, 8, 16], rps=[2, 7, 9, 9], e2e_p50_ms=[480, 620, 850, 1200],
                      e2e_p99_ms=[490, 800, 1500, 2600], gpu_util=[35, 72, 89, 91], window_s=600)
     s = summarise(load_run(p))

@@ -1,4 +1,4 @@
-"""Plan, cost and every verdict branch; the seeds' own numbers reproduced."""
+"""Plan, cost and every verdict branch; worked examples' numbers reproduced."""
 
 from __future__ import annotations
 
@@ -42,7 +42,7 @@ def test_70pct_trigger_and_cost_per_request_token_and_effective_output():
     # node = 2 GPUs × 3.6 USD/h = 0.002 USD/s; 10 rps → 0.0002 USD per request
     assert cost["per_1k_requests_usd"] == pytest.approx(0.2)
     assert cost["per_1m_output_tokens_usd"] == pytest.approx(2.0)
-    # seed 002: only the outputs that succeeded and met the SLO carry the cost (8 of 10 per second)
+    # only the outputs that succeeded and met the SLO carry the cost (8 of 10 per second)
     assert cost["per_effective_output_usd"] == pytest.approx(0.002 / 8)
 
 

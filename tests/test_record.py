@@ -2,8 +2,8 @@ import orjson
 
 from capacity_plugins.record import RECORD_FIELDS, RequestRecord, Timings
 
-# DESIGN.md "Interfaces": requests.jsonl fields, in one place so a drift fails here.
-DESIGN_FIELDS = {
+# requests.jsonl fields (docs/results.md), in one place so a drift fails here.
+DOCUMENTED_FIELDS = {
     "request_id", "response_id", "prompt_id", "worker", "step", "warmup", "attempt", "ok", "status",
     "error_kind", "error", "scheduled_unix", "sent_unix", "ttft_ms", "first_visible_ms", "e2e_ms",
     "ttft_from_schedule_ms", "e2e_from_schedule_ms", "tpot_ms", "itl_ms", "itl_tokens",
@@ -35,7 +35,7 @@ def stream_timings():
 def test_fields_are_exactly_design_md():
     rec = build(stream_timings())
     d = orjson.loads(rec.to_json_bytes())
-    assert set(d) == DESIGN_FIELDS == set(RECORD_FIELDS)
+    assert set(d) == DOCUMENTED_FIELDS == set(RECORD_FIELDS)
     assert rec.to_json_bytes().endswith(b"\n")
     assert RequestRecord.from_dict(d) == rec
 

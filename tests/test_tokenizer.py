@@ -1,5 +1,5 @@
 """--tokenizer / request.tokenizer: output tokens counted by a local tokenizer.json when the server
-reports no usage (DESIGN.md: usage > continuous usage > tokenizer > chunks).
+reports no usage (docs/metrics.md: usage > continuous usage > tokenizer > chunks).
 
 The tokenizer is a tiny byte-level BPE trained here, offline, on a few sentences: it splits most
 simulator words into several tokens, so its count differs from the chunk count and a test can

@@ -58,7 +58,7 @@ def capacity_under_slo(rows: list[dict[str, Any]], slo: SLOConfig, cap: Capacity
     no_limits = slo.ttft_p95_ms is None and slo.tpot_p95_ms is None and slo.e2e_p95_ms is None and slo.itl_p95_ms is None
     if no_limits:
         # Without an SLO the only defensible figure is a utilisation cap on the best sustained
-        # throughput; with an SLO this cap would be double headroom (DESIGN.md).
+        # throughput; with an SLO this cap would be double headroom (docs/capacity.md).
         best = max(valid, key=lambda r: r["rps"] or 0.0)
         out.update(method="utilisation_cap", last_pass_level=best["level"],
                    per_node_rps=(best["rps"] or 0.0) * cap.utilisation_cap / replicas)

@@ -1,6 +1,6 @@
-"""`capacity compare RUN_A RUN_B`: the seed's before/after table, with a verdict per row.
+"""`capacity compare RUN_A RUN_B`: the before/after table of docs/capacity.md, with a verdict per row.
 
-Seed 001 §5.1: average QPS, P99, P50, GPU util, cost per 1k requests, cache hit rate — "if QPS
+The before/after review (docs/capacity.md): average QPS, P99, P50, GPU util, cost per 1k requests, cache hit rate — "if QPS
 rose and cost fell, resources are used better; if QPS did not rise and GPU util fell, the
 bottleneck is elsewhere: roll back". Each run is read from its summary.json (analysed first when
 missing). Latencies are compared at the highest load level both runs measured validly, so a run

@@ -1,6 +1,6 @@
 """The saturation knee (informational): where throughput stops growing while latency climbs.
 
-Primary rules (DESIGN.md "Capacity method"):
+Primary rules (docs/capacity.md, "The knee"):
 - rate sweeps: the last level before achieved/offered falls under 0.95 (offered = arrivals
   actually scheduled, so Poisson noise cannot fake a knee);
 - concurrency sweeps: the last level whose throughput still rose >= 10 % over the previous
@@ -8,7 +8,7 @@ Primary rules (DESIGN.md "Capacity method"):
   confidence high when two further levels confirm, low when only one does.
 Cross-checks, never the answer on their own: a bounded USL fit (N* trusted only when beta's 95 %
 CI excludes 0 and N* lies in the tested range; otherwise the Amdahl reading) and Kneedle on
-(log2 N, X) with >= 7 points (reference/capacity.md §1.2–1.5 for why).
+(log2 N, X) with >= 7 points (fewer points make its curvature noise).
 """
 
 from __future__ import annotations

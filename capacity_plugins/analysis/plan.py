@@ -1,10 +1,10 @@
 """Plan (nodes, GPUs) and cost from the capacity per node.
 
-nodes = ceil(peak_qps × safety_factor / capacity_per_node) + redundancy (seed 000: 300 × 1.5 / 50
-= 9); GPUs = nodes × gpus_per_node. The concurrency view follows the seed too: peak concurrency /
-concurrency one GPU carries under the SLO (200 / 20 = 10), without extra factors, as the seed
-writes it. No 70 % cap on top of an SLO-measured capacity (double headroom): the 70 % figure here
-is only the seed's trigger "traffic above 70 % of current capacity".
+nodes = ceil(peak_qps × safety_factor / capacity_per_node) + redundancy (e.g. 300 × 1.5 / 50
+= 9); GPUs = nodes × gpus_per_node. The concurrency view: peak concurrency / concurrency one GPU
+carries under the SLO (200 / 20 = 10), without extra factors. No 70 % cap on top of an
+SLO-measured capacity (double headroom): the 70 % figure here is only the trigger "traffic above
+70 % of current capacity" (docs/capacity.md).
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ def make_plan(capacity: dict[str, Any], cap: CapacityConfig) -> dict[str, Any]:
         plan["trigger_70pct"] = share >= TRIGGER_SHARE
         who = f"{cap.current_nodes} current node(s)" if cap.current_nodes else "one node (current_nodes unknown)"
         plan["notes"].append(f"forecast peak = {share:.0%} of the capacity of {who}"
-                             + (" — above the seed's 70 % trigger" if share >= TRIGGER_SHARE else ""))
+                             + (" — above the 70 % trigger" if share >= TRIGGER_SHARE else ""))
     return plan
 
 
@@ -65,7 +65,7 @@ def make_cost(rows: list[dict[str, Any]], capacity: dict[str, Any], cap: Capacit
             cost["per_1m_output_tokens_usd"] = node_usd_per_s / (per_node * toks) * 1e6
         cost["basis"] = f"one node at its capacity under the SLO ({per_node:.3g} rps)"
     if ref is not None and ref.get("goodput_rps"):
-        # Seed 002: cost divided over the outputs that succeeded *and* met the SLO only.
+        # Cost divided over the outputs that succeeded *and* met the SLO only (docs/capacity.md).
         node_rps = ref["goodput_rps"] / cap.replicas_behind_url
         cost["per_effective_output_usd"] = node_usd_per_s / node_rps
         cost["effective_share"] = ref["good_requests"] / ref["requests"] if ref["requests"] else None

@@ -1,6 +1,6 @@
 """Stability over a long (soak) run: memory / VRAM growth, latency and error drift.
 
-Seed 000 §5.4: "runs an hour or more without memory leak or VRAM growth". Trends are least-squares
+The stability rule (docs/capacity.md): "runs an hour or more without memory leak or VRAM growth". Trends are least-squares
 slopes over time; drift compares the first and last thirds of the measured requests.
 """
 

@@ -1,4 +1,4 @@
-"""The per-step table: one row per load step, like the seed's load table, keys named with units.
+"""The per-step table: one row per load step, like the load table in docs/capacity.md, keys named with units.
 
 Latency percentiles come from the raw per-request records (exact, not bucketed). Open-loop steps
 judge the SLO from the *scheduled* time (what users feel); the row keeps both views.
@@ -213,7 +213,7 @@ def _split_itl(run: RunData) -> dict[int, np.ndarray]:
 
 
 def _conclude(rows: list[dict[str, Any]]) -> None:
-    """A one-line reading per step, in the seed's words (GPU not saturated, queueing starts, …)."""
+    """A one-line reading per step, in the method's words (GPU not saturated, queueing starts, …)."""
     prev: dict[str, Any] | None = None
     base_p95 = next((r["e2e_p95_ms"] for r in rows if r["valid"] and r["e2e_p95_ms"]), None)
     for r in rows:

@@ -1,6 +1,6 @@
-"""Verdict (scale / dont_scale_yet / observe), bottleneck hints and the seeds' checklists.
+"""Verdict (scale / dont_scale_yet / observe), bottleneck hints and the checklists of docs/capacity.md.
 
-Rules (DESIGN.md, from the seeds), each reported with its evidence:
+Rules (docs/capacity.md), each reported with its evidence:
 - nodes needed <= current_nodes → dont_scale_yet (the fleet carries the peak);
 - forecast peak between 70 % and 100 % of current capacity → observe;
 - GPU util < 30 % and server queue < 5 while latency is over the SLO → dont_scale_yet: the
@@ -36,7 +36,7 @@ def _at_peak(rows: list[dict[str, Any]], plan: dict[str, Any], capacity: dict[st
 
 
 def bottleneck(row: dict[str, Any] | None) -> dict[str, Any]:
-    """Which resource the telemetry of a loaded step points at (seed 000 §7, seed 001 §2)."""
+    """Which resource the telemetry of a loaded step points at (the bottleneck hints in docs/capacity.md)."""
     if row is None:
         return {"kind": "unknown", "hints": ["no valid step"]}
     gu, kv, temp = row.get("gpu_util_pct"), row.get("kv_cache_usage_max"), row.get("gpu_temp_max_c")
@@ -89,7 +89,7 @@ def decide(rows, knee, capacity, plan, telemetry_present: bool, slo) -> dict[str
         next_steps.append("re-run with more load levels (e.g. 1, 2, 4, 8, 16, 32) and a load generator that is not the limit")
         return result("observe")
 
-    # Latency over the SLO while the GPU idles: more GPUs would idle too (seed 001 §2.2).
+    # Latency over the SLO while the GPU idles: more GPUs would idle too (docs/capacity.md, "The verdict").
     if ff is not None and ff.get("gpu_util_pct") is not None and ff["gpu_util_pct"] < 30 and (ff.get("server_waiting") or 0) < 5:
         reasons.append(f"latency misses the SLO at level {ff['level']:g} while GPU util is {ff['gpu_util_pct']:.0f} % "
                        f"and the server queue {_fmt(ff.get('server_waiting'), '', 1)} < 5: the GPU is not the bottleneck")
@@ -138,7 +138,7 @@ def decide(rows, knee, capacity, plan, telemetry_present: bool, slo) -> dict[str
 
 
 def checklists(summary: dict[str, Any], run_meta: dict[str, Any], telemetry_series: set[str], slo) -> list[dict[str, Any]]:
-    """Seed 000's 7-item scale review and seed 002's 6 preconditions, filled from the data."""
+    """The 7-item scale review and the 6 preconditions (docs/capacity.md), filled from the data."""
     rows = summary["steps"]
     valid = [r for r in rows if r["valid"]]
     cap, cost, plan = summary["capacity"], summary["cost"], summary["plan"]
@@ -150,7 +150,7 @@ def checklists(summary: dict[str, Any], run_meta: dict[str, Any], telemetry_seri
     def add(id_: str, text: str, status: str, evidence: str) -> None:
         items.append({"id": id_, "text": text, "status": status, "evidence": evidence})
 
-    # --- seed 000 §10.6: the scale review (all seven must hold before scaling)
+    # --- the scale review (docs/capacity.md, "Checklists") (all seven must hold before scaling)
     add("review.1_quality_baseline", "Model quality baseline is quantified and meets the business threshold",
         "needs_human", "load tests do not measure answer quality; attach the evaluation-set result")
     lat_ok = bool(valid) and all(r.get("ttft_p95_ms") is not None for r in valid)
@@ -175,7 +175,7 @@ def checklists(summary: dict[str, Any], run_meta: dict[str, Any], telemetry_seri
     add("review.7_compliance", "Data compliance and authorisation checks are done",
         "needs_human", "not observable from a load test")
 
-    # --- seed 002 §6.1: the six preconditions
+    # --- the six preconditions (docs/capacity.md, "Checklists")
     low = min(valid, key=lambda r: r["level"]) if valid else None
     stable = low is not None and (low["error_rate"] or 0) <= slo.error_rate
     add("pre.1_single_flow_stable", "The single-request flow is stable (same input → acceptable output)",

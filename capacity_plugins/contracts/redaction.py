@@ -10,8 +10,9 @@ count as secrets; they never stand in for the value scrub.
 
 from __future__ import annotations
 
+import os
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any, Final
 from urllib.parse import urlsplit, urlunsplit
 
@@ -113,3 +114,29 @@ class Secrets:
         if isinstance(obj, (list, tuple)):
             return type(obj)(self.scrub_obj(v) for v in obj)
         return obj
+
+
+def run_secrets(api_key: str | None, headers: Mapping[str, str], url: str | None = None, *,
+                api_key_what: str = "the API key") -> Secrets:
+    """Every secret value a run's settings carry: the API key, header values that are credentials
+    (by name) or came from a secret-named environment variable (equal to its value), the password
+    of the target URL. UserError when one is too short to redact safely."""
+    found = Secrets()
+    found.add(api_key, what=api_key_what)
+    env_values = {v for k, v in os.environ.items() if v and is_secret_name(k)}
+    for name, value in headers.items():
+        if is_secret_name(name) or value in env_values:
+            for part in _credential_parts(value):
+                found.add(part, what=f"header {name}")
+    if url:
+        found.add(url_password(url), what="the target URL's password")
+    return found
+
+
+def _credential_parts(value: str) -> list[str]:
+    """The value, and the credential after a scheme word ("Bearer sk-…" → also "sk-…")."""
+    parts = [value]
+    scheme, sep, rest = value.partition(" ")
+    if sep and rest.strip() and scheme.isalpha():
+        parts.append(rest.strip())
+    return [p for p in parts if p]

@@ -11,7 +11,7 @@ Sources (`load_corpus(source)`):
 - ``synthetic:prompt_tokens=512,output_tokens=128,n=2000,seed=1[,lang=en|zh|mix]`` — random text
   of a given estimated length (`synthetic`).
 
-Validation: at least `min_distinct` distinct prompts (default 1000, the seeds' minimum: repeated
+Validation: at least `min_distinct` distinct prompts (default 1000, the method's minimum: repeated
 prompts hit the server's prefix cache and flatter every latency). Errors raise `UserError` with
 the file and line (``corpus.jsonl:17: missing "prompt" or "messages"``).
 

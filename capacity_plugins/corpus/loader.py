@@ -2,7 +2,7 @@
 
 Sources: ``builtin`` (the shipped file), ``builtin:long`` (generated on demand, exempt from
 `min_distinct`), ``synthetic:...`` (`synthetic`), or a file (`readers`). Validation: at least
-`min_distinct` distinct prompts (default 1000, the seeds' minimum: repeated prompts hit the
+`min_distinct` distinct prompts (default 1000, the method's minimum: repeated prompts hit the
 server's prefix cache and flatter every latency). Errors raise one-line `UserError`s.
 """
 

@@ -25,7 +25,7 @@ from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 from capacity_plugins.contracts.dialects import DIALECTS
-from capacity_plugins.contracts.redaction import REDACTED, Secrets, is_secret_name, url_password
+from capacity_plugins.contracts.redaction import REDACTED, Secrets, is_secret_name, run_secrets
 from capacity_plugins.errors import UserError
 
 if TYPE_CHECKING:
@@ -216,27 +216,9 @@ class LLMOptions:
         return value
 
     def secrets(self, target_url: str | None = None) -> Secrets:
-        """Every secret value these options carry: the API key, header values that are credentials
-        (by name) or came from a secret-named environment variable (equal to its value), URL userinfo."""
-        found = Secrets()
-        found.add(self.api_key(), what=f"--api-key-env {self.api_key_env}")
-        env_values = {v for k, v in os.environ.items() if v and is_secret_name(k)}
-        for name, value in self.headers.items():
-            if is_secret_name(name) or value in env_values:
-                for part in _credential_parts(value):
-                    found.add(part, what=f"header {name}")
-        if target_url:
-            found.add(url_password(target_url), what="the target URL's password")
-        return found
-
-
-def _credential_parts(value: str) -> list[str]:
-    """The value, and the credential after a scheme word ("Bearer sk-…" → also "sk-…")."""
-    parts = [value]
-    scheme, sep, rest = value.partition(" ")
-    if sep and rest.strip() and scheme.isalpha():
-        parts.append(rest.strip())
-    return [p for p in parts if p]
+        """Every secret value these options carry (contracts.redaction.run_secrets)."""
+        return run_secrets(self.api_key(), self.headers, target_url,
+                           api_key_what=f"--api-key-env {self.api_key_env}")
 
 
 def parse_headers(items: list[str] | str) -> dict[str, str]:

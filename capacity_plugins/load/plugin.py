@@ -110,8 +110,10 @@ def _on_init(environment: Environment, **_: Any) -> None:
     # A Ctrl-C must stop the test in the main greenlet, never kill a user mid-request (a lost
     # record). Here, not in register(): only a real Locust process fires init through us.
     from capacity_plugins.load.signals import route_to_main_greenlet
+    from capacity_plugins.load.supervisor import watch_supervisor
 
     route_to_main_greenlet()
+    watch_supervisor()  # started by `capacity run`: stop when it is gone
     try:
         register(environment)
     except UserError as e:

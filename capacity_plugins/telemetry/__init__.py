@@ -5,7 +5,7 @@
 - `scrape.ScrapeTarget`: one Prometheus endpoint; failures come back as reasons, not exceptions.
 - `maps`: known metric maps (dcgm, gpu-agent, vllm, tgi, sglang, triton, simulator) → normalised series.
 - `collector.TelemetryCollector`: scrapes targets (+ NVML) in native threads, writes telemetry.csv and
-  telemetry_series.csv (DESIGN.md "Interfaces"), keeps gaps and provenance.
+  telemetry_series.csv (docs/results.md), keeps gaps and provenance.
 - `promql.query_range`: the same series from an existing Prometheus server.
 - `client.ClientSampler`: the load generator's own CPU and memory.
 

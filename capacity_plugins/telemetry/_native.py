@@ -1,10 +1,10 @@
 """A periodic loop in a real OS thread, whether or not gevent has patched the process.
 
 Locust monkey-patches `threading` on import, so `threading.Thread` becomes a greenlet and a
-blocking C call in it (NVML, a slow socket read) would freeze every simulated user
-(reference/locust.md §10). `_thread.start_new_thread` and `allocate_lock` are taken from
-gevent's saved originals, so the loop runs beside the hub, and waiting uses a real lock (a
-gevent Event is not safe across OS threads).
+blocking C call in it (NVML, a slow socket read) would freeze every simulated user.
+`_thread.start_new_thread` and `allocate_lock` are taken from gevent's saved originals, so the
+loop runs beside the hub, and waiting uses a real lock (a gevent Event is not safe across OS
+threads).
 """
 
 from __future__ import annotations
@@ -26,6 +26,11 @@ def _original(name: str) -> Any:
         import _thread
 
         return getattr(_thread, name)
+
+
+def start_native_thread(target: Callable[[], None]) -> None:
+    """Run `target` in a real OS thread (it may block in C without stopping the gevent hub)."""
+    _original("start_new_thread")(target, ())
 
 
 def real_lock() -> Any:

@@ -80,7 +80,7 @@ class ClientSampler:
 
     def series_rows(self, samples: list[dict[str, Any]],
                     step_of: Callable[[float], int | None] = lambda t: None) -> list[dict[str, Any]]:
-        """telemetry_series.csv rows (DESIGN.md) for these samples."""
+        """telemetry_series.csv rows (docs/results.md) for these samples."""
         rows = []
         for s in samples:
             step = step_of(s["unix"])

@@ -1,4 +1,4 @@
-"""The two telemetry files of DESIGN.md ("Interfaces"), appended and flushed as rows arrive.
+"""The two telemetry files (docs/results.md), appended and flushed as rows arrive.
 
 telemetry.csv:        unix, step, source, metric, labels (JSON object), value   — raw samples
 telemetry_series.csv: unix, step, host, device, series, value, unit              — normalised

@@ -1,4 +1,4 @@
-"""Known Prometheus metric maps: raw metric names of each exporter → the normalised series of DESIGN.md.
+"""Known Prometheus metric maps: raw metric names of each exporter → the normalised series of telemetry_series.csv (docs/telemetry.md).
 
 Normalisation happens in two stages:
 

@@ -1,8 +1,8 @@
 """PromQL query mode: pull normalised series from a Prometheus server after (or during) a run.
 
 For teams that already scrape DCGM exporter and the inference server with Prometheus (like the
-seed's capacity script): instead of scraping the endpoints ourselves, ask Prometheus for each
-series over the run's time range. `queries` maps a normalised series name (DESIGN.md, e.g.
+the usual capacity script): instead of scraping the endpoints ourselves, ask Prometheus for each
+series over the run's time range. `queries` maps a normalised series name (docs/telemetry.md, e.g.
 `gpu_util_pct`) to a PromQL expression that yields it in that series' unit; `DEFAULT_QUERIES`
 covers DCGM exporter + vLLM. Rows have the telemetry_series.csv shape, so
 `files.write_series_csv(rows, results / "telemetry_series.csv")` appends them.

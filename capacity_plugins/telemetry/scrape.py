@@ -3,7 +3,7 @@
 Never raises for a bad endpoint: a refused connection, an HTTP error, a timeout, a body that is
 not exposition text all come back as `ScrapeResult.error` (a one-line reason), which the
 collector records as a gap while the test goes on. urllib, not requests: requests/urllib3 must
-not be imported before Locust's monkey patching (reference/locust.md §7.2).
+not be imported before Locust's monkey patching (urllib3 / requests imported first break gevent's ssl patching).
 """
 
 from __future__ import annotations

@@ -16,22 +16,16 @@ input; 3 an opt-in gate failed). It never imports the load side (Locust, gevent)
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import signal
-import socket
-import ssl
-import subprocess
 import sys
-import urllib.error
-import urllib.request
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from capacity_plugins.contracts.folders import new_results_folder
+from capacity_plugins.contracts.redaction import Secrets, run_secrets
 from capacity_plugins.errors import (
     EXIT_BAD_INPUT,
     EXIT_GATE_FAILED,
@@ -41,11 +35,12 @@ from capacity_plugins.errors import (
     RunError,
     UserError,
 )
+from capacity_plugins.runner.child import run_child
+from capacity_plugins.runner.command import LOCUSTFILE, locust_command
+from capacity_plugins.runner.preflight import preflight
 from capacity_plugins.scenario import Scenario, load_scenario
 
-LOCUSTFILE = Path(__file__).resolve().parent / "load" / "locustfile.py"
-PREFLIGHT_TIMEOUT_S = 10.0
-
+__all__ = ["LOCUSTFILE", "build_parser", "locust_command", "main", "preflight", "results_folder"]
 
 def build_parser() -> argparse.ArgumentParser:
     p = CommandParser(prog="capacity run", description="Run a capacity rehearsal described by a scenario file.")
@@ -84,198 +79,17 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     return args
 
 
-# -- preflight ----------------------------------------------------------------------------------------------
-
-
-@dataclass
-class _Sample:
-    """The one-request preflight prompt (SampleLike for the dialects)."""
-
-    id: str = "preflight"
-    max_tokens: int | None = 4
-
-    @property
-    def text(self) -> str:
-        return "Say OK."
-
-    def as_messages(self) -> list[dict[str, Any]]:
-        return [{"role": "user", "content": self.text}]
-
-
-# Set by preflight(): unverified only when the scenario opts in with target.insecure (as the users do).
-_TLS_CONTEXT: ssl.SSLContext | None = None
-
-
-def _http(method: str, url: str, headers: dict[str, str], body: bytes | None = None,
-          timeout: float = PREFLIGHT_TIMEOUT_S) -> tuple[int, bytes]:
-    req = urllib.request.Request(url, data=body, method=method, headers=headers)
-    try:
-        with urllib.request.urlopen(req, timeout=timeout, context=_TLS_CONTEXT) as r:  # noqa: S310 -- http(s) only, validated
-            return r.status, r.read(1 << 20)
-    except urllib.error.HTTPError as e:
-        return e.code, e.read(4096)
-
-
-def _auth_headers(s: Scenario) -> dict[str, str]:
-    headers = dict(s.target.headers)
-    if s.target.api_key_env:
-        key = os.environ.get(s.target.api_key_env)
-        if not key:
-            raise UserError(f"target.api_key_env: environment variable {s.target.api_key_env} is not set or empty")
-        headers["Authorization"] = f"Bearer {key}"
-    return headers
-
-
-def _served_models(s: Scenario, url: str, headers: dict[str, str]) -> list[str] | None:
-    """Model names the server lists (None when the dialect has no listing we know)."""
-    d = s.target.dialect
-    path = {"openai-chat": "/v1/models", "openai-completions": "/v1/models", "tgi": "/info", "ollama": "/api/tags",
-            "ollama-generate": "/api/tags"}[d]
-    status, body = _http("GET", url + path, headers)
-    if status >= 400:
-        if d.startswith("openai") and status == 404:
-            return None  # some OpenAI-compatible gateways do not list models
-        raise RunError(f"preflight: GET {path} answered HTTP {status}: {body[:200].decode(errors='replace')}")
-    try:
-        data = json.loads(body)
-    except ValueError:
-        raise RunError(f"preflight: GET {path} did not return JSON") from None
-    if d == "tgi":
-        return [str(data.get("model_id"))] if isinstance(data, dict) and data.get("model_id") else None
-    if d.startswith("ollama"):
-        return [str(m.get("name")) for m in data.get("models", [])] if isinstance(data, dict) else None
-    return [str(m.get("id")) for m in data.get("data", [])] if isinstance(data, dict) else None
-
-
-def preflight(s: Scenario, url: str) -> str:
-    """Check the target answers, serves the model and completes one request; returns the model to use.
-
-    Raises RunError (exit 1) naming what failed.
-    """
-    from capacity_plugins.dialects import RequestParams, get_dialect
-
-    global _TLS_CONTEXT
-    _TLS_CONTEXT = ssl._create_unverified_context() if s.target.insecure else None  # noqa: S323 - opt-in
-    headers = {"Accept-Encoding": "identity", **_auth_headers(s)}
-    try:
-        models = _served_models(s, url, headers)
-    except (urllib.error.URLError, OSError) as e:
-        reason = getattr(e, "reason", e)
-        raise RunError(f"preflight: target {url} does not answer: {reason}") from None
-    model = s.target.model
-    if model is None:
-        if s.target.dialect != "tgi" and not models:
-            raise RunError(f"preflight: {url} lists no model; set target.model in the scenario")
-        model = models[0] if models else ""
-    elif models is not None and s.target.dialect != "tgi":
-        names = set(models) | {m.removesuffix(":latest") for m in models}
-        if model not in names:
-            raise RunError(f"preflight: model {model!r} is not served by {url} (it serves: {', '.join(models[:10])})")
-    dialect = get_dialect(s.target.dialect)
-    params = RequestParams(model=model, max_tokens=4, stream=False, include_usage=False)
-    call = dialect.build(_Sample(), params)
-    try:
-        status, body = _http(call.method, url + call.path, {**headers, **call.headers}, call.body,
-                             timeout=min(s.request.timeout_s, 120.0))
-    except (urllib.error.URLError, OSError) as e:
-        raise RunError(f"preflight: test request to {call.path} failed: {getattr(e, 'reason', e)}") from None
-    if status >= 400:
-        raise RunError(f"preflight: test request to {call.path} answered HTTP {status}: "
-                       f"{body[:200].decode(errors='replace')}")
-    return model
-
-
 # -- the run ------------------------------------------------------------------------------------------------
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def results_folder(s: Scenario, output: str | None) -> Path:
     return new_results_folder(output or s.output, s.name)
 
 
-def locust_command(s: Scenario, args: argparse.Namespace, url: str | None, model: str | None, folder: Path | None) -> list[str]:
-    """The Locust child's command line: the scenario file plus only what this run decided itself
-    (target URL, results folder, the model the preflight found); the child reads every other
-    setting from the scenario (load/options.py)."""
-    cmd = [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--scenario", str(Path(args.scenario).resolve())]
-    if args.worker:
-        return cmd + ["--worker", "--master-host", args.master_host, "--master-port", str(args.master_port)]
-    assert folder is not None and url is not None
-    cmd += ["--host", url, "--results-dir", str(folder)]
-    if model and model != (s.target.model or ""):
-        cmd += ["--model", model]
-    # Failed requests are data, not a failed run (docs/exit-codes.md).
-    cmd += ["--exit-code-on-error", "0", "--loglevel", "WARNING"]
-    cmd += ["--csv", str(folder / "locust"), "--html", str(folder / "locust_report.html")]
-    if args.web:
-        cmd += ["--web-host", args.bind, "--web-port", str(args.web_port)]
-    else:
-        cmd += ["--headless", "--only-summary"]
-    if args.processes is not None:
-        port = _free_port()
-        # Local worker processes: the master listens on loopback only, whatever --bind says.
-        cmd += ["--processes", str(args.processes), "--master-bind-host", "127.0.0.1", "--master-bind-port", str(port),
-                "--master-host", "127.0.0.1", "--master-port", str(port)]
-    elif args.master:
-        cmd += ["--master", "--expect-workers", str(args.expect_workers), "--master-bind-host", args.bind,
-                "--master-bind-port", str(args.master_bind_port)]
-    if args.exporter_port is not None:
-        cmd += ["--exporter-port", str(args.exporter_port), "--exporter-host", args.bind]
-    return cmd
-
-
-class _Interrupted:
-    def __init__(self) -> None:
-        self.signal: int | None = None
-
-
-def _run_child(cmd: list[str], env: dict[str, str]) -> tuple[int, bool]:
-    """Run Locust in its own session (a terminal's Ctrl-C reaches only us); Ctrl-C / SIGTERM here
-    become one SIGINT to Locust, which stops cleanly on it: users stopped, in-flight requests
-    recorded as cancelled, files written. A second Ctrl-C kills the whole group."""
-    state = _Interrupted()
-    # A background job of a non-interactive shell starts with SIGINT ignored, and Locust would
-    # inherit that and never stop on our forwarded SIGINT: give the child the default disposition.
-    proc = subprocess.Popen(cmd, env=env, start_new_session=True, preexec_fn=_default_signals)
-
-    def forward(signum: int, _frame: Any) -> None:
-        if state.signal is None:
-            state.signal = signum
-            print("\n[capacity] stopping: in-flight requests are recorded as cancelled …", file=sys.stderr, flush=True)
-            # Only the Locust master/local process: it stops its workers itself and waits for their
-            # last records; signalling the workers too would make them quit before shipping those.
-            with contextlib.suppress(ProcessLookupError):
-                proc.send_signal(signal.SIGINT)
-        else:  # a second Ctrl-C: stop waiting
-            _signal_group(proc, signal.SIGKILL)
-
-    old = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        while True:
-            try:
-                rc = proc.wait()
-                break
-            except InterruptedError:  # pragma: no cover
-                continue
-    finally:
-        for sig, handler in old.items():
-            signal.signal(sig, handler)
-    return rc, state.signal is not None
-
-
-def _default_signals() -> None:
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-
-
-def _signal_group(proc: subprocess.Popen[bytes], sig: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, sig)
+def scenario_secrets(s: Scenario) -> Secrets:
+    """The secret values of a scenario's target (UserError, exit 2, when one is too short)."""
+    key = os.environ.get(s.target.api_key_env) if s.target.api_key_env else None
+    return run_secrets(key, s.target.headers, s.target.url, api_key_what=f"target.api_key_env {s.target.api_key_env}")
 
 
 def _mark_incomplete(folder: Path, reason: str) -> None:
@@ -311,7 +125,7 @@ def main(argv: list[str]) -> int:
 
     if args.worker:
         print(f"[capacity] worker of {args.master_host}:{args.master_port} for scenario {scenario.name}", flush=True)
-        rc, _ = _run_child(locust_command(scenario, args, None, None, None), env)
+        rc, _ = run_child(locust_command(scenario, args, None, None, None), env)
         return EXIT_OK if rc in (0, -signal.SIGTERM) else (EXIT_BAD_INPUT if rc == 2 else EXIT_RUN_FAILED)
 
     _check_corpus(scenario)
@@ -334,14 +148,15 @@ def main(argv: list[str]) -> int:
             url = scenario.target.url
         model = scenario.target.model
         if not args.skip_preflight:
-            model = preflight(scenario, url)
+            model = preflight(scenario, url, scenario_secrets(scenario))
             print(f"[capacity] preflight ok: {url} serves {model or 'its model'}", flush=True)
         folder.mkdir(parents=True, exist_ok=True)
         print(f"[capacity] results → {folder}", flush=True)
-        rc, interrupted = _run_child(locust_command(scenario, args, url, model, folder), env)
+        rc, stopped_by = run_child(locust_command(scenario, args, url, model, folder), env)
     finally:
         if sim is not None:
             sim.stop()
+    interrupted = stopped_by is not None
 
     if rc == 2 and not interrupted:
         raise UserError("Locust rejected the options (see the message above)")
@@ -391,8 +206,8 @@ def main(argv: list[str]) -> int:
                     print(f"[capacity] {failed}", file=sys.stderr, flush=True)
                     code = EXIT_GATE_FAILED
     print(f"[capacity] results: {folder}" + (" (incomplete: interrupted)" if interrupted else ""), flush=True)
-    if interrupted:
-        return 130 if code == EXIT_OK else code
+    if stopped_by is not None:
+        return 128 + stopped_by if code == EXIT_OK else code  # 130 Ctrl-C, 143 SIGTERM
     if rc != 0 and code == EXIT_OK:
         # Locust crashed after some steps: what finished is analysed, but the run was not done.
         print(f"[capacity] locust exited with code {rc}: the run is incomplete", file=sys.stderr, flush=True)

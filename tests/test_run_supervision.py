@@ -1,0 +1,88 @@
+"""`capacity run` supervises its Locust child: same session (no scheduling handicap), its own
+process group (Ctrl-C reaches only the parent), and no load outlives the supervisor."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+from fixtures_run import CAPACITY, ROOT, env, write_scenario
+
+pytestmark = pytest.mark.slow
+
+SIM = {"url": "embedded", "simulator": {"max_num_seqs": 4}}
+
+
+def _long_run(tmp_path: Path, *extra: str) -> subprocess.Popen[str]:
+    sc = write_scenario(
+        tmp_path, "long", target=SIM, request={"max_tokens": 200, "timeout_s": 30},
+        load={"kind": "concurrency_sweep", "levels": [2], "step_s": 300, "warmup_s": 1},
+    )
+    return subprocess.Popen([*CAPACITY, "run", str(sc), *extra], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, env=env(), cwd=ROOT)
+
+
+def _wait_for_step(p: subprocess.Popen[str]) -> None:
+    assert p.stdout is not None
+    deadline = time.monotonic() + 90
+    for line in p.stdout:
+        if line.startswith("[capacity] step 1/1") or time.monotonic() > deadline:
+            return
+
+
+def _locust_children(parent: psutil.Process) -> list[psutil.Process]:
+    return [c for c in parent.children(recursive=True) if "locust" in " ".join(c.cmdline())]
+
+
+def _autogroup(pid: int) -> str | None:
+    path = Path(f"/proc/{pid}/autogroup")
+    try:
+        return path.read_text().split()[0]  # "/autogroup-NN nice 0": the group, not its nice value
+    except OSError:
+        return None
+
+
+@pytest.mark.parametrize("layout", [[], ["--processes", "2"]], ids=["local", "processes"])
+def test_child_shares_the_session_and_dies_with_its_supervisor(tmp_path, layout):
+    p = _long_run(tmp_path, *layout)
+    try:
+        _wait_for_step(p)
+        parent = psutil.Process(p.pid)
+        children = _locust_children(parent)
+        assert children, "no Locust child found"
+        top = min(children, key=lambda c: c.create_time())
+        # same session as `capacity run` (so the same scheduling autogroup) ...
+        assert os.getsid(top.pid) == os.getsid(p.pid)
+        assert _autogroup(top.pid) == _autogroup(p.pid)
+        # ... but its own process group: a terminal's Ctrl-C goes to `capacity run` only
+        assert os.getpgid(top.pid) == top.pid != os.getpgid(p.pid)
+        everything = [*parent.children(recursive=True)]
+        p.kill()  # SIGKILL: no chance to clean up; the children must notice by themselves
+        p.wait(timeout=10)
+        # a clean stop (cancelled records written, workers told to quit) takes seconds; a loaded host more
+        gone, alive = psutil.wait_procs(everything, timeout=90)
+        assert not alive, [(c.pid, c.cmdline()[:4]) for c in alive]
+    finally:
+        if p.poll() is None:
+            p.kill()
+        for c in psutil.process_iter():
+            if str(tmp_path) in " ".join(c.cmdline() if c.is_running() else []):
+                c.kill()
+
+
+def test_sigterm_to_the_supervisor_stops_the_run_cleanly(tmp_path):
+    p = _long_run(tmp_path)
+    try:
+        _wait_for_step(p)
+        p.send_signal(signal.SIGTERM)
+        out, _ = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == 143, out[-3000:]
+    assert "Traceback" not in out
