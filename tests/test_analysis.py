@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from fixtures_analysis import make_results
 
-from capacity_plugins.analysis import analyze, load
+from capacity_plugins.analysis import analyze, records
 from capacity_plugins.analysis.pipeline import load_run, summarise
 from capacity_plugins.errors import UserError
 
@@ -78,7 +78,7 @@ def test_percentiles_exact_and_warmup_excluded(tmp_path):
 def test_orjson_and_arrow_readers_and_itl_side_file_agree(tmp_path, monkeypatch, itl):
     p = make_results(tmp_path, levels=[1, 2, 4], rps=[3, 6, 9], e2e_p50_ms=[100, 150, 400], e2e_p99_ms=[200, 300, 900], itl=itl)
     ref = summarise(load_run(p))["steps"]
-    monkeypatch.setattr(load, "_arrow_available", lambda: False)
+    monkeypatch.setattr(records, "_arrow_available", lambda: False)
     other = summarise(load_run(p))["steps"]
     for a, b in zip(ref, other, strict=True):
         for k in ("requests", "e2e_p95_ms", "ttft_p99_ms", "itl_p95_ms", "tpot_p50_ms", "rps"):

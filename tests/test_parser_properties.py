@@ -32,7 +32,7 @@ from capacity_plugins.dialects import (
     Parser,
     get_dialect,
 )
-from capacity_plugins.sse import NDJSONDecoder, SSEDecoder
+from capacity_plugins.dialects.framing import NDJSONDecoder, SSEDecoder
 
 # -- the reader, as users.py reads a streamed body ---------------------------------------------------
 

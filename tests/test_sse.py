@@ -1,4 +1,4 @@
-from capacity_plugins.sse import NDJSONDecoder, SSEDecoder
+from capacity_plugins.dialects.framing import NDJSONDecoder, SSEDecoder
 
 
 def feed_all(dec, lines):

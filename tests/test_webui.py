@@ -14,7 +14,8 @@ from locust.event import Events
 from capacity_plugins.load import plugin
 from capacity_plugins.load.users import LLMUser
 from capacity_plugins.sinks.stats import LLMStats
-from capacity_plugins.webui.live import History, WorkerWatch, telemetry_summary
+from capacity_plugins.webui.history import History
+from capacity_plugins.webui.live import WorkerWatch, telemetry_summary
 from capacity_plugins.webui.routes import _complete_size
 
 

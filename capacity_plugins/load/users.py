@@ -30,8 +30,8 @@ from locust import FastHttpUser, constant, task
 
 from capacity_plugins.contracts.records import RequestRecord, Timings
 from capacity_plugins.dialects import OUTPUT, VISIBLE, MalformedEvent
+from capacity_plugins.dialects.framing import NDJSONDecoder, SSEDecoder
 from capacity_plugins.load.context import RunContext, get_context
-from capacity_plugins.sse import NDJSONDecoder, SSEDecoder
 
 log = logging.getLogger(__name__)
 

@@ -1,0 +1,88 @@
+"""The scenario's `load` section: how much load, when — one model per `kind`.
+
+| kind | loop | steps |
+|---|---|---|
+| `concurrency_sweep` | closed (users send back to back) | one per level of users |
+| `rate_sweep` | open (arrivals on a schedule) | one per level of requests/s |
+| `peak` | open (`target_rps`) or closed (`users`) | one: ramp, then hold |
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field, model_validator
+
+from capacity_plugins.scenario.sections import _Strict
+
+PositiveFloat = Annotated[float, Field(gt=0)]
+PositiveInt = Annotated[int, Field(gt=0)]
+
+
+class _LoadBase(_Strict):
+    warmup_s: float = Field(default=10.0, ge=0)
+    # Longest wait for in-flight requests between steps; None = request.timeout_s.
+    drain_timeout_s: float | None = Field(default=None, ge=0)
+    # client_limited thresholds (docs/capacity.md): sends behind schedule, or a generator process CPU-bound.
+    max_schedule_lag_p99_ms: float = Field(default=100.0, gt=0)
+    max_client_cpu_pct: float = Field(default=90.0, gt=0)
+
+
+class ConcurrencySweepLoad(_LoadBase):
+    kind: Literal["concurrency_sweep"] = "concurrency_sweep"
+    levels: list[PositiveInt] = Field(default_factory=lambda: [1, 2, 4, 8, 16], min_length=1)
+    step_s: float = Field(default=60.0, gt=0)
+    # Users started per second at each step; high so that the ramp fits inside warmup.
+    spawn_rate: float = Field(default=100.0, gt=0)
+
+    @model_validator(mode="after")
+    def _warmup_inside_step(self) -> ConcurrencySweepLoad:
+        _check_warmup(self.warmup_s, self.step_s)
+        return self
+
+
+class _OpenLoop(_LoadBase):
+    arrival: Literal["poisson", "gamma", "constant"] = "poisson"
+    # Gamma burstiness: coefficient of variation of the inter-arrival times (1 = Poisson).
+    cv: float = Field(default=1.0, gt=0)
+    max_concurrency: int = Field(default=256, ge=1)
+    # Seed of the arrival schedule (the prompt order has its own seed in corpus.seed).
+    seed: int = 0
+
+
+class RateSweepLoad(_OpenLoop):
+    kind: Literal["rate_sweep"] = "rate_sweep"
+    levels: list[PositiveFloat] = Field(default_factory=lambda: [1.0, 2.0, 4.0, 8.0], min_length=1)
+    step_s: float = Field(default=60.0, gt=0)
+
+    @model_validator(mode="after")
+    def _warmup_inside_step(self) -> RateSweepLoad:
+        _check_warmup(self.warmup_s, self.step_s)
+        return self
+
+
+class PeakLoad(_OpenLoop):
+    kind: Literal["peak"] = "peak"
+    # Open-loop rate to hold; None (and no users) = capacity.peak_qps × capacity.safety_factor.
+    target_rps: float | None = Field(default=None, gt=0)
+    # Closed-loop alternative: hold this many concurrent users.
+    users: int | None = Field(default=None, ge=1)
+    ramp_s: float = Field(default=30.0, ge=0)
+    hold_s: float = Field(default=120.0, gt=0)
+    warmup_s: float = Field(default=0.0, ge=0)
+
+    @model_validator(mode="after")
+    def _one_target(self) -> PeakLoad:
+        if self.target_rps is not None and self.users is not None:
+            raise ValueError("set either target_rps (open loop) or users (closed loop), not both")
+        if self.warmup_s >= self.hold_s:
+            raise ValueError(f"warmup_s ({self.warmup_s:g}) must be shorter than hold_s ({self.hold_s:g})")
+        return self
+
+
+LoadConfig = Annotated[ConcurrencySweepLoad | RateSweepLoad | PeakLoad, Field(discriminator="kind")]
+
+
+def _check_warmup(warmup_s: float, step_s: float) -> None:
+    if warmup_s >= step_s:
+        raise ValueError(f"warmup_s ({warmup_s:g}) must be shorter than step_s ({step_s:g})")

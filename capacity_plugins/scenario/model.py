@@ -1,0 +1,153 @@
+"""The whole scenario: its sections, the values derived from them, and its copy in a results folder."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import Field, model_validator
+
+from capacity_plugins.contracts.planning import CapacityConfig, SLOConfig
+from capacity_plugins.contracts.redaction import (
+    REDACTED,
+    Secrets,
+    is_secret_name,
+    strip_userinfo,
+    url_password,
+)
+from capacity_plugins.scenario.loads import ConcurrencySweepLoad, LoadConfig, PeakLoad, RateSweepLoad
+from capacity_plugins.scenario.sections import (
+    CorpusConfig,
+    RequestConfig,
+    TargetConfig,
+    TelemetryConfig,
+    _Strict,
+)
+
+
+class Scenario(_Strict):
+    name: str = Field(default="rehearsal", pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    description: str | None = None
+    target: TargetConfig
+    corpus: CorpusConfig = Field(default_factory=CorpusConfig)
+    request: RequestConfig = Field(default_factory=RequestConfig)
+    load: LoadConfig = Field(default_factory=ConcurrencySweepLoad)
+    slo: SLOConfig = Field(default_factory=SLOConfig)
+    capacity: CapacityConfig = Field(default_factory=CapacityConfig)
+    telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
+    output: str = "results/"
+
+    # Not part of the file: where it came from, and which env vars were expanded (for redaction).
+    source_path: Path | None = Field(default=None, exclude=True)
+    expanded_env: tuple[str, ...] = Field(default=(), exclude=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_kind(cls, data: Any) -> Any:
+        # The discriminated union needs `kind`; a load section without it is a concurrency sweep.
+        if isinstance(data, dict) and isinstance(data.get("load"), dict) and "kind" not in data["load"]:
+            data = {**data, "load": {**data["load"], "kind": "concurrency_sweep"}}
+        return data
+
+    @model_validator(mode="after")
+    def _peak_has_target(self) -> Scenario:
+        peak = self.load
+        if isinstance(peak, PeakLoad) and peak.target_rps is None and peak.users is None and self.capacity.peak_qps is None:
+            raise ValueError(
+                "load: kind peak needs target_rps, users, or capacity.peak_qps (ramped to peak_qps × safety_factor)"
+            )
+        return self
+
+    # -- derived values the load side and the runner use -------------------------------------------------
+    @property
+    def drain_timeout_s(self) -> float:
+        d = self.load.drain_timeout_s
+        return self.request.timeout_s if d is None else d
+
+    @property
+    def peak_rps(self) -> float | None:
+        """The open-loop rate a peak rehearsal holds (None for a closed-loop peak or another kind)."""
+        if not isinstance(self.load, PeakLoad) or self.load.users is not None:
+            return None
+        if self.load.target_rps is not None:
+            return self.load.target_rps
+        assert self.capacity.peak_qps is not None
+        return self.capacity.peak_qps * self.capacity.safety_factor
+
+    @property
+    def open_loop(self) -> bool:
+        return isinstance(self.load, RateSweepLoad) or self.peak_rps is not None
+
+    def corpus_path(self) -> str:
+        """The corpus spec with a file path made absolute (relative to the scenario file)."""
+        if not self.corpus.is_file:
+            return self.corpus.path
+        return str(_resolve_corpus(self.corpus.path, self.source_path))
+
+    def tokenizer_path(self) -> str | None:
+        """request.tokenizer made absolute (relative to the scenario file); None when unset."""
+        if not self.request.tokenizer:
+            return None
+        return str(_resolve_corpus(self.request.tokenizer, self.source_path))
+
+    def api_key(self) -> str | None:
+        return os.environ.get(self.target.api_key_env) if self.target.api_key_env else None
+
+    def secrets(self) -> Secrets:
+        """The secret values this scenario carries: the API key, every `${VAR}` it expanded whose
+        name looks like a credential, header values with credential names, URL passwords."""
+        found = Secrets()
+        found.add(self.api_key(), what=f"target.api_key_env {self.target.api_key_env}")
+        for name in self.expanded_env:
+            if is_secret_name(name) or any(w in name.upper() for w in ("PASSW", "CRED", "AUTH")):
+                found.add(os.environ.get(name), what=f"${{{name}}}")
+        for name, value in self.target.headers.items():
+            if is_secret_name(name):
+                scheme, _, rest = value.partition(" ")
+                found.add(rest.strip() if scheme.isalpha() and rest.strip() else value, what=f"target.headers.{name}")
+        for url in [self.target.url, *(t.url for t in self.telemetry.scrape)]:
+            found.add(url_password(url), what="a URL's password")
+        return found
+
+    def resolved_dict(self, redact: bool = True) -> dict[str, Any]:
+        data = self.model_dump(mode="json")
+        load = data["load"]
+        data["load"] = {"kind": load.pop("kind"), **load}  # the discriminator first, as users write it
+        if not redact:
+            return data
+        headers = data["target"]["headers"]
+        for name in headers:
+            if is_secret_name(name):
+                headers[name] = REDACTED
+        data["target"]["url"] = _without_password(data["target"]["url"])
+        for item in data["telemetry"]["scrape"]:
+            item["url"] = _without_password(item["url"])
+        scrubbed: dict[str, Any] = self.secrets().scrub_obj(data)
+        return scrubbed
+
+    def resolved_yaml(self, redact: bool = True) -> str:
+        """The scenario as run (defaults filled, env expanded), secrets redacted, for the results folder."""
+        return yaml.safe_dump(self.resolved_dict(redact=redact), sort_keys=False)
+
+
+def _resolve_corpus(path: str, source: Path | None) -> Path:
+    p = Path(path).expanduser()
+    if p.is_absolute():
+        return p
+    base = source.parent if source is not None else Path.cwd()
+    candidate = base / p
+    # Relative to the scenario file first (the file travels with its data); the working directory second.
+    if not candidate.exists() and (Path.cwd() / p).exists():
+        return (Path.cwd() / p).resolve()
+    return candidate.resolve()
+
+
+def _without_password(url: str) -> str:
+    """`http://user:PASS@host` → `http://user:<redacted>@host` (the user name stays readable)."""
+    if url_password(url) is None:
+        return url
+    scheme, _, rest = url.partition("://")
+    user = rest.split("@", 1)[0].split(":", 1)[0]
+    return f"{scheme}://{user}:{REDACTED}@{strip_userinfo(url).partition('://')[2]}"

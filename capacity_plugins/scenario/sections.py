@@ -1,0 +1,148 @@
+"""The scenario's sections about *what* is loaded: target, corpus, request, telemetry.
+
+Every model rejects unknown keys (a typo in a capacity plan must fail loudly) and is frozen.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal
+from urllib.parse import urlsplit
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from capacity_plugins.contracts.dialects import DIALECTS
+
+EMBEDDED = "embedded"
+# Corpus specs that name generated / packaged prompts instead of a file on disk.
+BUILTIN_PREFIXES = ("builtin", "synthetic:")
+
+
+class _Strict(BaseModel):
+    # A typo in a capacity plan must fail loudly, not be ignored.
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ScrapeTarget(_Strict):
+    url: str
+    # Which exporter speaks at the URL (dcgm, vllm, tgi, sglang, triton, ...); None = guess from names.
+    kind: str | None = None
+
+    @field_validator("url")
+    @classmethod
+    def _http_url(cls, v: str) -> str:
+        return _check_http_url(v)
+
+    @field_validator("kind")
+    @classmethod
+    def _known_kind(cls, v: str | None) -> str | None:
+        try:
+            from capacity_plugins.telemetry.maps import KINDS
+        except ImportError:  # pragma: no cover - telemetry is another part
+            return v
+        if v is not None and v not in KINDS:
+            raise ValueError(f"unknown kind {v!r} (known: {', '.join(KINDS)})")
+        return v
+
+
+class TargetConfig(_Strict):
+    url: str
+    simulator: dict[str, Any] | None = None
+    dialect: str = "openai-chat"
+    # None: the embedded simulator's model, or the first model the server lists at preflight.
+    model: str | None = None
+    # Name of the environment variable holding the key; the key itself never appears in a file.
+    api_key_env: str | None = None
+    headers: dict[str, str] = Field(default_factory=dict)
+    insecure: bool = False
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, v: str) -> str:
+        if v == EMBEDDED:
+            return v
+        return _check_http_url(v)
+
+    @field_validator("dialect")
+    @classmethod
+    def _known_dialect(cls, v: str) -> str:
+        if v not in DIALECTS:
+            raise ValueError(f"unknown dialect {v!r} (known: {', '.join(DIALECTS)})")
+        return v
+
+    @field_validator("model", "api_key_env", mode="before")
+    @classmethod
+    def _empty_is_unset(cls, v: Any) -> Any:
+        # `model: ${MODEL:-}` with MODEL unset means "ask the server", not a model named "".
+        return None if v == "" else v
+
+    @field_validator("api_key_env")
+    @classmethod
+    def _env_name(cls, v: str | None) -> str | None:
+        if v is not None and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", v):
+            raise ValueError("must be the NAME of an environment variable (the key itself never goes in the file)")
+        return v
+
+    @model_validator(mode="after")
+    def _simulator_only_embedded(self) -> TargetConfig:
+        if self.simulator is not None and self.url != EMBEDDED:
+            raise ValueError("simulator settings are only used with url: embedded")
+        return self
+
+    @property
+    def embedded(self) -> bool:
+        return self.url == EMBEDDED
+
+
+class CorpusConfig(_Strict):
+    # "builtin", "builtin:NAME" (e.g. builtin:long), "synthetic:..." or a file path (JSONL/CSV/ShareGPT/Parquet);
+    # relative paths are resolved against the scenario file's folder.
+    path: str = "builtin"
+    min_distinct: int = Field(default=1000, ge=1)
+    sampling: Literal["shuffle", "sequential", "random"] = "shuffle"
+    seed: int = 42
+
+    @property
+    def is_file(self) -> bool:
+        return not self.path.startswith(BUILTIN_PREFIXES)
+
+
+class RequestConfig(_Strict):
+    max_tokens: int = Field(default=128, ge=1)
+    stream: bool = True
+    temperature: float | None = Field(default=0.7, ge=0)
+    top_p: float | None = Field(default=1.0, gt=0, le=1)
+    timeout_s: float = Field(default=60.0, gt=0)
+    # Ask the server to generate exactly max_tokens (vLLM/SGLang ignore_eos) so output length is controlled.
+    ignore_eos: bool = False
+    # Ask for server-side token usage (stream_options.include_usage); off for servers that reject it.
+    usage: bool = True
+    # A Hugging Face tokenizer.json counting output tokens when the server reports no usage
+    # (relative paths are resolved against the scenario file's folder).
+    tokenizer: str | None = None
+    retries: int = Field(default=0, ge=0)
+
+
+class TelemetryConfig(_Strict):
+    scrape: list[ScrapeTarget] = Field(default_factory=list)
+    # Sample local GPUs through NVML when present (absent GPU = no rows, not an error).
+    nvml: bool = True
+    interval_s: float = Field(default=1.0, gt=0)
+
+    @field_validator("scrape", mode="before")
+    @classmethod
+    def _plain_urls(cls, v: Any) -> Any:
+        if isinstance(v, list):
+            return [{"url": item} if isinstance(item, str) else item for item in v]
+        return v
+
+
+def _check_http_url(v: str) -> str:
+    parts = urlsplit(v)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"{v!r} is not an http(s)://host[:port] URL")
+    try:
+        parts.port  # noqa: B018 -- raises on a non-numeric or out-of-range port
+    except ValueError as e:
+        raise ValueError(f"{v!r}: {e}") from None
+    return v.rstrip("/")
