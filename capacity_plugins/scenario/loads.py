@@ -19,13 +19,26 @@ PositiveFloat = Annotated[float, Field(gt=0)]
 PositiveInt = Annotated[int, Field(gt=0)]
 
 
+# A P95 from fewer requests is decided by its top handful: below this a step is `insufficient`.
+DEFAULT_MIN_REQUESTS = 100
+# A generator whose event loop wakes this late (p99) stamps its times late: the step is client_limited.
+DEFAULT_MAX_LOOP_LAG_P99_MS = 25.0
+
+
 class _LoadBase(_Strict):
     warmup_s: float = Field(default=10.0, ge=0)
     # Longest wait for in-flight requests between steps; None = request.timeout_s.
     drain_timeout_s: float | None = Field(default=None, ge=0)
-    # client_limited thresholds (docs/capacity.md): sends behind schedule, or a generator process CPU-bound.
+    # client_limited thresholds (docs/capacity.md): sends behind schedule, a generator process
+    # CPU-bound, or its event loop waking late.
     max_schedule_lag_p99_ms: float = Field(default=100.0, gt=0)
     max_client_cpu_pct: float = Field(default=90.0, gt=0)
+    max_loop_lag_p99_ms: float = Field(default=DEFAULT_MAX_LOOP_LAG_P99_MS, gt=0)
+    # Measured requests a step needs (a step runs past its step_s until it has them, up to
+    # max_step_s); a step that still falls short is `insufficient` and decides nothing.
+    min_requests: int = Field(default=DEFAULT_MIN_REQUESTS, ge=1)
+    # Longest a step may run to reach min_requests; None = 5 × its planned length.
+    max_step_s: float | None = Field(default=None, gt=0)
 
 
 class ConcurrencySweepLoad(_LoadBase):

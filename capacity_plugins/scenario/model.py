@@ -38,6 +38,9 @@ class Scenario(_Strict):
     capacity: CapacityConfig = Field(default_factory=CapacityConfig)
     telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
     output: str = "results/"
+    # Run the whole load this many times (capacity run --repeat overrides): the analysis reports
+    # the run-to-run spread, and `capacity compare` judges differences against it.
+    repeat: int = Field(default=1, ge=1)
 
     # Not part of the file: where it came from, and which env vars were expanded (for redaction).
     source_path: Path | None = Field(default=None, exclude=True)
