@@ -80,6 +80,10 @@ class Timings:
     token_ns: list[int] = field(default_factory=list)  # every output event
     chunk_tokens: list[int | None] = field(default_factory=list)  # tokens per output event, if said
     end_ns: int | None = None
+    # Stream reads that brought output, and those that brought more than one output event (the
+    # client was late: a validity signal, not a record field).
+    reads: int = 0
+    backlog_reads: int = 0
 
 
 def _ms(ns: int) -> float:

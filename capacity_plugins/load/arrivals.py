@@ -15,6 +15,7 @@ without a Locust process.
 
 from __future__ import annotations
 
+import math
 import time
 import weakref
 from collections.abc import Callable
@@ -160,22 +161,31 @@ class Pacer:
         self._busy: weakref.WeakSet[Any] = weakref.WeakSet()
         self._dispatcher: Any = None
         self.step: int | None = None
+        self.end_unix = math.inf
         self.stats: dict[int, PacerStats] = {}
 
     # -- called by the rehearsal wiring -----------------------------------------------------------------
-    def begin(self, step: int, start_unix: float, offsets: np.ndarray, measure_from_unix: float | None = None) -> None:
+    def begin(self, step: int, start_unix: float, offsets: np.ndarray, measure_from_unix: float | None = None,
+              end_unix: float = math.inf) -> None:
         """Start dispatching `offsets` (this process's shard, seconds after start_unix).
 
         Counters (scheduled, cap hits, lag) cover arrivals due from `measure_from_unix` (the end of
         the step's warmup) on: users still starting up during warmup are not a generator limit.
+        Nothing is handed out at or after `end_unix` (the window's end; `extend` moves it): no
+        request starts in a drain, even one that waited in the queue.
         """
         import gevent
 
         self.stop()
         self.step = step
+        self.end_unix = end_unix
         st = self.stats.setdefault(step, PacerStats())
         since = start_unix if measure_from_unix is None else measure_from_unix
         self._dispatcher = gevent.spawn(self._dispatch, start_unix, np.asarray(offsets, dtype=float), st, since)
+
+    def extend(self, end_unix: float) -> None:
+        """The window runs longer (the step is short of measured requests)."""
+        self.end_unix = end_unix
 
     def stop(self) -> None:
         """No further arrivals; queued ones are dropped (they were never sent, so never offered to the server)."""
@@ -191,6 +201,8 @@ class Pacer:
 
         for off in offsets:
             due = start_unix + float(off)
+            if due >= self.end_unix:
+                return  # the window has closed (or will have by then): no more arrivals
             delay = due - self._clock()
             if delay > 0:
                 gevent.sleep(delay)
@@ -216,6 +228,8 @@ class Pacer:
             return None
         finally:
             self._waiting -= 1
+        if self._clock() >= self.end_unix:
+            return None  # queued before the window closed, but a request must not start in a drain
         self._busy.add(me)
         return due
 

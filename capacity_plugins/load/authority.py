@@ -26,7 +26,8 @@ from capacity_plugins.load.arrivals import ArrivalPlan, offered_in_window
 from capacity_plugins.load.generator import HOST, GeneratorSide
 from capacity_plugins.load.results import ResultsFolder, analyse_in_background
 from capacity_plugins.load.shapes import RehearsalShape, StepPlan, plan_steps
-from capacity_plugins.load.steps import Step, StepAccounting, StepTimeline, write_steps_json
+from capacity_plugins.load.steps import ClientLimits, Step, StepAccounting, StepTimeline, write_steps_json
+from capacity_plugins.load.watch import SelfWatch
 from capacity_plugins.telemetry.wiring import RunTelemetry
 
 if TYPE_CHECKING:
@@ -38,6 +39,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 PROGRESS_INTERVAL_S = 5.0
+# A worker sends Watch every second: this long without one, it was not generating as planned.
+SILENT_AFTER_S = 5.0
 # The web UI analyses each test when it stops, after the workers' last record batches (≤ 1 s apart).
 UI_ANALYSIS_DELAY_S = 2.5
 
@@ -63,14 +66,15 @@ class StepAuthority:
         self.timeline = generator.timeline if generator is not None else StepTimeline()
         self.accounting = self._new_accounting()
         self.watch_last: dict[int, tuple[float, int]] = {}  # worker → (unix, in flight) of its last Watch
-        self.pacer_by_worker: dict[tuple[int, int], dict[str, Any]] = {}  # (worker, step) → counters
+        # The master's own loop: it sends no requests, but a late master delays heartbeats and steps.
+        self.master_watch = SelfWatch("master") if self.master else None
+        self.step_workers: dict[int, list[int]] = {}  # step → workers connected when it started
         self.telemetry = RunTelemetry(scenario, environment.host, lambda t: self.timeline.lookup(t)[0])
         self.shape: RehearsalShape | None = None
         self._progress: Any = None
 
     def _new_accounting(self) -> StepAccounting:
-        load = self.scenario.load
-        return StepAccounting(self.timeline, load.max_schedule_lag_p99_ms, load.max_client_cpu_pct)
+        return StepAccounting(self.timeline, ClientLimits.from_load(self.scenario.load))
 
     # -- wiring ------------------------------------------------------------------------------------------
     def attach(self) -> None:
@@ -82,11 +86,13 @@ class StepAuthority:
             self.plans,
             drain_timeout_s=drain,
             in_flight=self._in_flight_since,
+            measured=lambda index: self.accounting.measured(index),
             ready=self.ready,
             users_running=lambda: int(self.runner.user_count),
             settle_s=2.0 if self.master else 0.0,
             on_step_start=self._on_step_start,
             on_window_end=self._on_window_end,
+            on_window_extended=self._on_window_extended,
             on_drain_end=self._on_drain_end,
             on_finished=self._on_finished,
             on_reset=self._on_reset,
@@ -104,6 +110,8 @@ class StepAuthority:
         if self.master:
             messages.on(self.runner, messages.Watch, self._on_watch)
             env.events.test_stopping.add_listener(self._on_master_stopping)
+            assert self.master_watch is not None
+            self.master_watch.start()
         env.events.test_stopping.add_listener(self._clip_interrupted)
         env.events.quitting.add_listener(self._on_quitting)
         if not getattr(env.parsed_options, "headless", False):
@@ -144,13 +152,28 @@ class StepAuthority:
             self.accounting.add_loop_lag(name, unix, lag)
         self.telemetry.client_rows(name, w.host, w.cpu, w.loop_lag)
         for step, counters in w.steps.items():
-            self.pacer_by_worker[(w.worker, step)] = counters
+            self.accounting.set_counters(name, step, counters)
 
     def _connected_workers(self) -> list[int]:
-        return sorted(
-            i for i in (self.runner.get_worker_index(c.id) for c in self.runner.clients.all if c.state != "missing")
-            if i is not None
-        )
+        if self.ctx.membership is not None:
+            return self.ctx.membership.connected()
+        return []
+
+    def _check_membership(self, step: Step, now: float) -> None:
+        """A worker lost, joined or silent during the step's window makes the step invalid."""
+        membership = self.ctx.membership
+        if membership is None:
+            return
+        membership.check(now)
+        began = self.step_workers.get(step.index, [])
+        for lost in membership.lost_between(step.start_unix, now):
+            self.accounting.note_membership(step.index, f"worker {lost['worker']} lost ({lost['reason']})")
+        for joined in membership.joined_between(step.start_unix, now):
+            self.accounting.note_membership(step.index, f"worker {joined} joined during the step")
+        for w in began:
+            last = self.watch_last.get(w, (step.start_unix, 0))[0]
+            if now - last > SILENT_AFTER_S and now > step.warmup_end_unix:
+                self.accounting.note_membership(step.index, f"worker {w} stopped reporting for {now - last:.0f} s")
 
     def _in_flight_since(self, since: float) -> int | None:
         if self.generator is not None:
@@ -165,6 +188,11 @@ class StepAuthority:
         return total
 
     def _collect_local(self) -> None:
+        """This process's own watch: the generator's (local runner) or the master's loop lag."""
+        if self.master_watch is not None:
+            for unix, ms in self.master_watch.new_lag():
+                self.accounting.add_master_lag(unix, ms)
+            self.master_watch.new_cpu()  # the master's CPU is not a generator's: drop it
         if self.generator is None:
             return
         watch = self.generator.watch
@@ -174,15 +202,8 @@ class StepAuthority:
         for unix, ms in lag:
             self.accounting.add_loop_lag("local", unix, ms)
         self.telemetry.client_rows("local", HOST, cpu, lag)
-
-    def _sync_pacer_counts(self) -> None:
-        self.accounting.clear_pacer()
-        if self.generator is not None:
-            counters = {(0, step): c for step, c in self.generator.pacer_counters().items()}
-        else:
-            counters = self.pacer_by_worker
-        for (_w, step), c in counters.items():
-            self.accounting.add_pacer(step, int(c.get("cap_hits", 0)), c.get("dispatch_lag_p99_ms"))
+        for step, counters in self.generator.step_counters().items():
+            self.accounting.set_counters("local", step, counters)
 
     # -- shape callbacks -----------------------------------------------------------------------------------
     def _plan(self, index: int) -> ArrivalPlan | None:
@@ -193,7 +214,7 @@ class StepAuthority:
         return ArrivalPlan(
             arrival=getattr(load, "arrival", "poisson"),
             rate=float(p.target_rps or 0.0),
-            duration_s=p.duration_s,
+            duration_s=p.longest_s,  # arrivals for the longest the window may run (min_requests)
             cv=float(getattr(load, "cv", 1.0)),
             seed=int(getattr(load, "seed", 0)),
             ramp_s=p.ramp_s,
@@ -205,6 +226,7 @@ class StepAuthority:
         if plan is not None:
             step.offered = offered_in_window(plan.schedule(step.index), p.warmup_s, p.duration_s)
         self.timeline.upsert(step)
+        self.step_workers[step.index] = self._connected_workers()
         unit = "rps" if p.open_loop else "users"
         print(
             f"[capacity] step {step.index + 1}/{len(self.plans)}: {step.kind} {step.level:g} {unit} "
@@ -232,7 +254,19 @@ class StepAuthority:
         else:
             messages.send(self.runner, messages.StepUpdated(step=step))
 
+    def _on_window_extended(self, step: Step) -> None:
+        p = self.plans[step.index]
+        have = self.accounting.measured(step.index)
+        print(f"[capacity] step {step.index + 1}/{len(self.plans)}: {have} of {p.min_requests} measured requests; "
+              f"window extended to {step.end_unix - step.start_unix:.0f} s", flush=True)
+        self._announce(step)
+
     def _on_window_end(self, step: Step) -> None:
+        plan = self._plan(step.index)
+        if plan is not None:  # offered = arrivals scheduled in the window as it finally ran
+            step.offered = offered_in_window(plan.schedule(step.index), self.plans[step.index].warmup_s,
+                                             step.end_unix - step.start_unix)
+        self._check_membership(step, time.time())
         self._announce(step)
 
     def _on_drain_end(self, step: Step) -> None:
@@ -298,7 +332,6 @@ class StepAuthority:
     # -- outputs ---------------------------------------------------------------------------------------------
     def write_steps(self) -> None:
         self._collect_local()
-        self._sync_pacer_counts()
         try:
             path = self.results.path / "steps.json"
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -324,11 +357,16 @@ class StepAuthority:
 
     def _on_quitting(self, **_: Any) -> None:
         self._clip_interrupted()
+        current = self.shape.current if self.shape is not None else None
+        if current is not None:
+            self._check_membership(current, min(time.time(), current.end_unix))
         self.ctx.extra_meta["complete"] = self.timeline.finished
         self.ctx.extra_meta["steps_run"] = len(self.timeline.steps)
         if not self.timeline.finished:
             self.ctx.extra_meta["incomplete_reason"] = "stopped before the last step finished (interrupted)"
         self.write_steps()
+        if self.master_watch is not None:
+            self.master_watch.stop()
         telemetry = self.telemetry.stop()
         if telemetry is not None:
             self.ctx.extra_meta["telemetry"] = telemetry

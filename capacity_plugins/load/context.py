@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from capacity_plugins.contracts.records import RequestRecord
     from capacity_plugins.corpus import Corpus, Sampler
     from capacity_plugins.load.arrivals import Pacer
+    from capacity_plugins.load.membership import SwarmMembership
     from capacity_plugins.scenario import Scenario
     from capacity_plugins.sinks.records import RecordsSink
     from capacity_plugins.telemetry.collector import TelemetryCollector
@@ -66,6 +67,8 @@ class RunContext:
     worker_index: int = 0
     worker_count: int = 1
     step_provider: StepProvider = no_step
+    # may_send(now_unix): False while a step drains (its window closed; in-flight requests finish).
+    may_send: Callable[[float], bool] = lambda now_unix: True
     pacer: Pacer | None = None
     record_listeners: list[RecordListener] = field(default_factory=list)
     extra_meta: dict[str, Any] = field(default_factory=dict)
@@ -81,6 +84,10 @@ class RunContext:
     auth_headers: dict[str, str] = field(default_factory=dict, repr=False)
     # Every secret value of the run: scrubbed from whatever it writes (records, meta, reports).
     secrets: Secrets = field(default_factory=Secrets, repr=False)
+    # The master's view of its workers (None elsewhere): lost / joined workers invalidate steps.
+    membership: SwarmMembership | None = None
+    # step → [stream reads that brought output, reads that brought more than one output event]
+    read_counts: dict[int, list[int]] = field(default_factory=dict)
 
     @classmethod
     def from_options(cls, options: LLMOptions, *, role: Role = "local", results_dir: Path | None = None,
@@ -130,6 +137,13 @@ class RunContext:
         headers.update(self.auth_headers)
         headers["Accept-Encoding"] = "identity"
         return headers
+
+    def count_reads(self, step: int, reads: int, backlog_reads: int) -> None:
+        counts = self.read_counts.get(step)
+        if counts is None:
+            counts = self.read_counts[step] = [0, 0]
+        counts[0] += reads
+        counts[1] += backlog_reads
 
     def next_sample(self) -> Any:  # a corpus Sample, or None before this worker has its shard
         if self.sampler is None:

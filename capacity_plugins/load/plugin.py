@@ -35,6 +35,7 @@ from capacity_plugins.load import meta as meta_mod
 from capacity_plugins.load.context import Role, RunContext
 from capacity_plugins.load.handshake import MasterHandshake, WorkerHandshake, load_corpus
 from capacity_plugins.load.locust_compat import wait_for_workers_before_quit
+from capacity_plugins.load.membership import SwarmMembership
 from capacity_plugins.load.options import LLMOptions, add_arguments, redact_headers, redacted_options
 from capacity_plugins.load.results import ResultsFolder, choose_folder
 from capacity_plugins.load.shipping import MasterReceiving, WorkerShipping
@@ -160,6 +161,10 @@ def register(environment: Environment) -> RunContext:
             run.shipping = WorkerShipping(runner, sink, lambda: ctx.worker_index)
             run.shipping.start()
         elif role == "master":
+            ctx.membership = SwarmMembership(runner)
+            ctx.membership.start()
+            environment.events.test_start.add_listener(ctx.membership.test_started)
+            environment.events.test_stopping.add_listener(ctx.membership.test_stopping)
             receiving = MasterReceiving(runner, sink)
             receiving.attach()
             wait_for_workers_before_quit(runner, lambda: run.ran, receiving.wait_for_finals)
@@ -313,7 +318,9 @@ class _Run:
             return
         if self.end_unix is None:
             self.end_unix = time.time()
-        self.write_outputs()
+        meta = self.write_outputs()
+        if meta.get("workers_lost") and self.env.process_exit_code is None:
+            self.env.process_exit_code = 1  # a worker was lost: the run is incomplete (docs/exit-codes.md)
 
     def on_report_to_master(self, data: dict[str, Any] | None = None, **_: Any) -> None:
         if data is not None:
@@ -326,9 +333,11 @@ class _Run:
             except ValueError as e:
                 log.error("capacity: %s", e)
 
-    def write_outputs(self) -> None:
+    def write_outputs(self) -> dict[str, Any]:
         self.results.write_llm_stats()
-        self.results.write_meta(self.meta())
+        meta = self.meta()
+        self.results.write_meta(meta)
+        return meta
 
     def meta(self) -> dict[str, Any]:
         ctx = self.ctx
@@ -359,7 +368,44 @@ class _Run:
             "refusals": handshake.refusals if handshake is not None else [],
         }
         meta.update(ctx.extra_meta)
+        if ctx.membership is not None:
+            self._account_lost_workers(meta, self._lost_workers(meta))
         return meta
+
+    def _lost_workers(self, meta: dict[str, Any]) -> list[dict[str, Any]]:
+        """Workers Locust saw go, and workers that ran but never sent their final record batch
+        (killed before Locust noticed the missing heartbeats)."""
+        assert self.ctx.membership is not None
+        lost = self.ctx.membership.lost_list()
+        known = {w["worker"] for w in lost}
+        by_worker = (meta.get("records") or {}).get("by_worker") or {}
+        for w, entry in sorted(by_worker.items()):
+            if self.finished and not entry.get("final_batch") and int(w) not in known:
+                lost.append({"worker": int(w), "client_id": None, "lost_unix": None,
+                             "reason": "stopped without its final record batch"})
+        return lost
+
+    @staticmethod
+    def _account_lost_workers(meta: dict[str, Any], lost: list[dict[str, Any]]) -> None:
+        """A lost worker makes the run incomplete; records it made after its last batch are unknown."""
+        meta["workers_lost"] = lost
+        if not lost:
+            return
+        names = ", ".join(str(w["worker"]) for w in lost)
+        meta["complete"] = False
+        meta["incomplete_reason"] = "; ".join(
+            r for r in (meta.get("incomplete_reason"), f"worker(s) {names} lost during the run") if r
+        )
+        records = meta.get("records") or {}
+        by_worker = records.get("by_worker") or {}
+        for w in lost:
+            entry = by_worker.get(str(w["worker"]))
+            if entry is not None and not entry.get("final_batch"):
+                # what it produced after its last report never reached us: unknown, not zero
+                entry["lost"] = None
+                records["lost"] = None
+                records["lost_reason"] = (f"worker(s) {names} stopped without a final batch: records made "
+                                          "after their last report (about a second, plus requests in flight) are lost")
 
 
 __all__ = ["install", "register"]

@@ -87,6 +87,9 @@ class LLMUser(FastHttpUser):
         if ctx.sampler is None:  # a worker before the master's setup arrived: take no arrival yet
             gevent.sleep(0.1)
             return
+        if not ctx.may_send(time.time()):  # the step's window closed: drain, start nothing new
+            gevent.sleep(0.05)
+            return
         scheduled_unix = None
         if ctx.pacer is not None:
             scheduled_unix = ctx.pacer.wait_next()
@@ -170,6 +173,8 @@ class LLMUser(FastHttpUser):
                 t.end_ns = perf_counter_ns()
             if resp is not None:
                 resp.release()  # returns a fully read socket to the pool, closes anything else
+        if step is not None and t.reads:
+            ctx.count_reads(step, t.reads, t.backlog_reads)
         # Counted after the last stamp, and only when the server gave no count of its own. A
         # non-streamed failure with no text keeps no count, as without a tokenizer.
         tokenizer_tokens = None
@@ -227,6 +232,7 @@ class LLMUser(FastHttpUser):
                 block = bytes(buf[: cut + 1])
                 del buf[: cut + 1]
                 now = perf_counter_ns()
+                outputs = len(token_ns)
                 for line in block.split(b"\n")[:-1]:
                     data = feed(line)
                     if data is None:
@@ -242,6 +248,12 @@ class LLMUser(FastHttpUser):
                     if parser.error is not None:
                         t.end_ns = perf_counter_ns()
                         return
+                # A reader that keeps up finds one output event per read (one chunk per decode
+                # step); several at once mean they waited for us: the client was late.
+                arrived = len(token_ns) - outputs
+                if arrived:
+                    t.reads += 1
+                    t.backlog_reads += arrived > 1
                 continue
             if resp.message_complete:
                 break
