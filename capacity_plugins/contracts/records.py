@@ -33,8 +33,10 @@ requests.jsonl schema (one JSON object per request *attempt*, appended as it end
 | itl_ms | gaps between consecutive output chunks (chunks that arrived in one read share a stamp: gap 0) |
 | itl_tokens | tokens in each later chunk when the server says (continuous usage), else null |
 | prompt_tokens | server count when given |
-| output_tokens, output_tokens_source | count and where it came from: usage > continuous_usage > tokenizer > chunks |
+| output_tokens, output_tokens_source | count and where it came from: usage > continuous_usage > (tokenizer or chunks, by evidence: docs/metrics.md) |
 | client_output_tokens | the client's chunk count when it differs from output_tokens |
+| tokenizer_output_tokens | the local tokenizer's count of the generated text (with --tokenizer, no server count), whichever count was chosen |
+| finish_reason | why the generation ended, as the server said (`length` = max_tokens reached, `stop`, `eos_token`, …); null when it did not say |
 | max_tokens | limit asked for (per-sample from the corpus, else --max-tokens) |
 | stream | streaming request |
 | class | workload class (default "default") |
@@ -120,6 +122,8 @@ class RequestRecord:
     max_tokens: int | None
     stream: bool
     workload_class: str = "default"  # JSON key "class" (a Python keyword)
+    tokenizer_output_tokens: int | None = None
+    finish_reason: str | None = None
 
     @classmethod
     def build(
@@ -143,6 +147,8 @@ class RequestRecord:
         stream: bool,
         workload_class: str = "default",
         tokenizer_output_tokens: int | None = None,
+        prefer_chunks: bool = False,
+        finish_reason: str | None = None,
     ) -> RequestRecord:
         sent = t.sent_ns
         end = t.end_ns if t.end_ns is not None else sent
@@ -161,7 +167,7 @@ class RequestRecord:
             output, source = usage_output_tokens, "usage"
         elif continuous_output_tokens is not None:
             output, source = continuous_output_tokens, "continuous_usage"
-        elif tokenizer_output_tokens is not None:
+        elif tokenizer_output_tokens is not None and not (prefer_chunks and chunks is not None):
             output, source = tokenizer_output_tokens, "tokenizer"
         elif chunks is not None:
             output, source = chunks, "chunks"
@@ -207,6 +213,8 @@ class RequestRecord:
             max_tokens=max_tokens,
             stream=stream,
             workload_class=workload_class,
+            tokenizer_output_tokens=tokenizer_output_tokens,
+            finish_reason=finish_reason,
         )
 
     def to_dict(self) -> dict[str, Any]:

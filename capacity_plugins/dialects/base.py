@@ -73,6 +73,7 @@ class Parser:
         "chunk_tokens",
         "error",
         "done",
+        "finish_reason",
         "texts",
     )
 
@@ -84,6 +85,8 @@ class Parser:
         self.chunk_tokens: int | None = None  # tokens in the last event, when the server says
         self.error: str | None = None  # an error object the server sent inside a 200 response
         self.done = False  # the server said the generation finished ([DONE], done:true, details)
+        # Why it finished, as the server says ("length": max_tokens reached; "stop" / "eos_token")
+        self.finish_reason: str | None = None
         # Generated text pieces (content, reasoning, tool-call arguments), kept only after
         # keep_text() (a --tokenizer run): without it the hot path appends nothing.
         self.texts: list[str] | None = None
@@ -121,6 +124,11 @@ class Dialect(Protocol):
         """The model names in the answer at `models_path`; None when the body is not such a
         listing (not JSON, an error page, another API's answer). Never raises."""
         ...
+
+
+def reason(value: Any) -> str | None:
+    """A finish reason as the record keeps it: a short string, or None."""
+    return value[:32] if isinstance(value, str) and value else None
 
 
 def effective_max_tokens(sample: SampleLike, params: RequestParams) -> int | None:

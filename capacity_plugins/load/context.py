@@ -25,6 +25,7 @@ from capacity_plugins.contracts.redaction import Secrets
 from capacity_plugins.dialects import Dialect, RequestParams, get_dialect
 from capacity_plugins.errors import UserError
 from capacity_plugins.load.options import LLMOptions
+from capacity_plugins.load.tokens import TokenCountEvidence
 from capacity_plugins.sinks.stats import LLMStats
 
 if TYPE_CHECKING:
@@ -86,6 +87,8 @@ class RunContext:
     secrets: Secrets = field(default_factory=Secrets, repr=False)
     # The master's view of its workers (None elsewhere): lost / joined workers invalidate steps.
     membership: SwarmMembership | None = None
+    # Which output-token count is exact for this server, when it reports none (load/tokens.py).
+    token_evidence: TokenCountEvidence = field(default_factory=TokenCountEvidence)
     # step → [stream reads that brought output, reads that brought more than one output event]
     read_counts: dict[int, list[int]] = field(default_factory=dict)
 

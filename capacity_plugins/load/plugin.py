@@ -39,6 +39,7 @@ from capacity_plugins.load.membership import SwarmMembership
 from capacity_plugins.load.options import LLMOptions, add_arguments, redact_headers, redacted_options
 from capacity_plugins.load.results import ResultsFolder, choose_folder
 from capacity_plugins.load.shipping import MasterReceiving, WorkerShipping
+from capacity_plugins.load.tokens import TokenCountAudit
 from capacity_plugins.sinks.records import RecordsSink
 
 if TYPE_CHECKING:
@@ -241,6 +242,8 @@ class _Run:
         self.finished = False
         self.shipping: WorkerShipping | None = None
         self.handshake: MasterHandshake | None = None
+        # chunk vs tokenizer counts over every record written here (servers without usage)
+        self.token_audit = TokenCountAudit()
 
     def attach(self) -> None:
         ev = self.env.events
@@ -256,6 +259,8 @@ class _Run:
             ev.worker_report.add_listener(self.on_worker_report)
             self.handshake = MasterHandshake(self.env, self.ctx)
             self.handshake.attach()
+        if role != "worker":
+            self.ctx.record_listeners.append(self.token_audit.add)
         if role != "worker" and self.env.host:
             gevent.spawn(self._probe)
 
@@ -366,6 +371,7 @@ class _Run:
             "workers": {"count": ctx.worker_count, "indices": seen or [0]},
             "records": ctx.sink.accounting() if ctx.sink is not None else None,
             "refusals": handshake.refusals if handshake is not None else [],
+            "token_counting": self.token_audit.summary(),
         }
         meta.update(ctx.extra_meta)
         if ctx.membership is not None:

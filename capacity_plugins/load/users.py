@@ -182,6 +182,8 @@ class LLMUser(FastHttpUser):
         if (text is not None and (text or ctx.params.stream)
                 and parser.usage_output_tokens is None and parser.continuous_output_tokens is None):
             tokenizer_tokens = ctx.count_tokens(text)
+        chunks = len(t.token_ns) if ctx.params.stream else None
+        ctx.token_evidence.observe(parser.finish_reason, call.max_tokens, chunks, tokenizer_tokens)
         record = RequestRecord.build(
             t,
             request_id=uuid.uuid4().hex,
@@ -201,6 +203,8 @@ class LLMUser(FastHttpUser):
             max_tokens=call.max_tokens,
             stream=ctx.params.stream,
             tokenizer_output_tokens=tokenizer_tokens,
+            prefer_chunks=ctx.token_evidence.prefer_chunks,
+            finish_reason=parser.finish_reason,
         )
         self._finish(record)
         if cancelled is not None:
