@@ -145,10 +145,15 @@ def count_lines(path: Path) -> int:
     return sum(1 for line in path.read_bytes().splitlines() if line.strip())
 
 
-def records_by_worker(path: Path) -> dict[int, int]:
+def records_by_worker(path: Path, finished_only: bool = False) -> dict[int, int]:
+    """Records per worker; `finished_only` leaves out requests cancelled by a stop (which the live
+    statistics do not count)."""
     out: dict[int, int] = {}
     for line in path.read_bytes().splitlines():
         if line.strip():
-            w = int(json.loads(line)["worker"])
+            rec = json.loads(line)
+            if finished_only and rec.get("error_kind") == "cancelled":
+                continue
+            w = int(rec["worker"])
             out[w] = out.get(w, 0) + 1
     return out

@@ -35,8 +35,9 @@ def check_run(tmp_path, logs: str, n_workers: int):
     out = tmp_path / "out"
     recs = records(out)
     n, failures = locust_request_count(tmp_path / "locust")
-    assert len(recs) == n > 20, (len(recs), n, logs[-4000:])
-    assert failures == sum(1 for r in recs if not r["ok"])
+    finished = [r for r in recs if r["error_kind"] != "cancelled"]  # cancelled at the stop: records only
+    assert len(finished) == n > 20, (len(recs), n, logs[-4000:])
+    assert failures == sum(1 for r in finished if not r["ok"])
     assert {r["worker"] for r in recs} == set(range(n_workers))
     # disjoint shards: no prompt sent twice, and no prompt id shared between workers
     ids = [r["prompt_id"] for r in recs]

@@ -21,7 +21,7 @@ requests.jsonl schema (one JSON object per request *attempt*, appended as it end
 | step, warmup | load step index (null outside a shape) and whether it was sent in the step's warm-up |
 | attempt | 1 for the first try; retries (--retries) are further lines with 2, 3, … |
 | ok, status | no error; HTTP status (0 when no response) |
-| error_kind | http_4xx, http_429, http_5xx, connect, timeout, stream_cut, malformed, server_error, cancelled, or null |
+| error_kind | http_4xx, http_429, http_5xx, connect, timeout, stream_cut, malformed, server_error, protocol, cancelled, or null (docs/metrics.md) |
 | error | short message (server text truncated to 300 chars; never headers or keys) |
 | scheduled_unix | open loop: when the request was due; null in closed loop |
 | sent_unix | wall clock at send |
@@ -65,6 +65,7 @@ ERROR_KINDS = (
     "stream_cut",
     "malformed",
     "server_error",
+    "protocol",
     "cancelled",
 )
 TOKEN_SOURCES = ("usage", "continuous_usage", "tokenizer", "chunks")

@@ -129,6 +129,8 @@ class PacerStats:
     scheduled: int = 0
     # Arrivals that came due while every user of this process was busy: the cap held them back.
     cap_hits: int = 0
+    # Arrivals dropped because the process was backing off from a server refusing connections.
+    backoff_skips: int = 0
     # How late the dispatcher woke for each due arrival (ms): event-loop / CPU lag, cap excluded.
     dispatch_lag_ms: list[float] = field(default_factory=list)
 
@@ -137,6 +139,7 @@ class PacerStats:
         return {
             "scheduled": self.scheduled,
             "cap_hits": self.cap_hits,
+            "backoff_skips": self.backoff_skips,
             "dispatch_lag_p99_ms": quantile(lags, 0.99),
         }
 
@@ -151,11 +154,14 @@ class Pacer:
     ttft_from_schedule_ms instead of vanishing (no coordinated omission).
     """
 
-    def __init__(self, clock: Callable[[], float] = time.time, idle_poll_s: float = 0.25) -> None:
+    def __init__(self, clock: Callable[[], float] = time.time, idle_poll_s: float = 0.25,
+                 paused_until: Callable[[], float] = lambda: 0.0) -> None:
         import gevent.queue
 
         self._clock = clock
         self._idle_poll_s = idle_poll_s
+        # Until when the process backs off (load/backoff.py): arrivals due before then are dropped.
+        self._paused_until = paused_until
         self._queue: gevent.queue.Queue[float] = gevent.queue.Queue()
         self._waiting = 0
         self._busy: weakref.WeakSet[Any] = weakref.WeakSet()
@@ -206,6 +212,10 @@ class Pacer:
             delay = due - self._clock()
             if delay > 0:
                 gevent.sleep(delay)
+            if self._paused_until() > due:
+                if due >= since:
+                    st.backoff_skips += 1
+                continue
             if due >= since:
                 st.scheduled += 1
                 st.dispatch_lag_ms.append(max(0.0, (self._clock() - due) * 1000.0))

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from capacity_plugins.contracts.redaction import Secrets
 from capacity_plugins.dialects import Dialect, RequestParams, get_dialect
 from capacity_plugins.errors import UserError
+from capacity_plugins.load.backoff import Backoff
 from capacity_plugins.load.options import LLMOptions
 from capacity_plugins.load.tokens import TokenCountEvidence
 from capacity_plugins.sinks.stats import LLMStats
@@ -87,6 +88,8 @@ class RunContext:
     secrets: Secrets = field(default_factory=Secrets, repr=False)
     # The master's view of its workers (None elsewhere): lost / joined workers invalidate steps.
     membership: SwarmMembership | None = None
+    # Connection failures pause the whole process (load/backoff.py).
+    backoff: Backoff = field(default_factory=Backoff)
     # Which output-token count is exact for this server, when it reports none (load/tokens.py).
     token_evidence: TokenCountEvidence = field(default_factory=TokenCountEvidence)
     # step → [stream reads that brought output, reads that brought more than one output event]
@@ -140,6 +143,14 @@ class RunContext:
         headers.update(self.auth_headers)
         headers["Accept-Encoding"] = "identity"
         return headers
+
+    def ensure_pacer(self) -> Pacer:
+        """This process's pacer (open loop), created once; it drops arrivals during a backoff."""
+        if self.pacer is None:
+            from capacity_plugins.load.arrivals import Pacer
+
+            self.pacer = Pacer(paused_until=lambda: self.backoff.until)
+        return self.pacer
 
     def count_reads(self, step: int, reads: int, backlog_reads: int) -> None:
         counts = self.read_counts.get(step)

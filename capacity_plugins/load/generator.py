@@ -66,16 +66,16 @@ class GeneratorSide:
             out = {i: st.as_message() for i, st in self.pacer.stats.items()}
         for i, (reads, backlog) in self.ctx.read_counts.items():
             out.setdefault(i, {}).update(reads=reads, backlog_reads=backlog)
+        for i, seconds in self.ctx.backoff.seconds_by_step.items():
+            out.setdefault(i, {})["backoff_s"] = round(seconds, 3)
         return out
 
     def step_started(self, step: Step, plan: ArrivalPlan | None, shard_index: int, shard_count: int) -> None:
         self.timeline.upsert(step)
         if plan is None:
             return
-        if self.ctx.pacer is None:
-            self.ctx.pacer = Pacer()
         offsets = shard(plan.schedule(step.index), shard_index, shard_count)
-        self.ctx.pacer.begin(step.index, step.start_unix, offsets, step.warmup_end_unix, step.end_unix)
+        self.ctx.ensure_pacer().begin(step.index, step.start_unix, offsets, step.warmup_end_unix, step.end_unix)
 
     def step_updated(self, step: Step) -> None:
         self.timeline.upsert(step)
@@ -124,9 +124,10 @@ class WorkerSide(GeneratorSide):
         messages.on(self.runner, messages.StepUpdated, lambda m: self.step_updated(m.step))
         messages.on(self.runner, messages.StepsFinished, lambda m: self.finished())
         messages.on(self.runner, messages.StepsReset, lambda m: self.reset())
-        self._reporter = gevent.spawn(self._report_loop)
 
     def _on_started(self, m: messages.StepStarted) -> None:
+        if self._reporter is None:  # a rehearsal: the master's authority listens to Watch
+            self._reporter = gevent.spawn(self._report_loop)
         k = m.shards.get(self.ctx.worker_index)
         if m.plan is not None and k is None:
             log.warning("worker %s has no shard of step %s's arrivals", self.ctx.worker_index, m.step.index)

@@ -17,7 +17,6 @@ import gevent
 
 from capacity_plugins.errors import UserError
 from capacity_plugins.load import messages
-from capacity_plugins.load.arrivals import Pacer
 from capacity_plugins.load.context import RunContext
 from capacity_plugins.load.options import LLMOptions
 
@@ -105,8 +104,8 @@ class WorkerHandshake:
             return
         ctx.worker_count = m.shard_count
         ctx.sampler = ctx.corpus.sampler(options.sampling, options.seed, ctx.worker_index, ctx.worker_count)
-        if m.open_loop and ctx.pacer is None:
-            ctx.pacer = Pacer()  # users wait for arrivals from the first one they see
+        if m.open_loop:
+            ctx.ensure_pacer()  # users wait for arrivals from the first one they see
         messages.send(self.runner, messages.Ready(worker=ctx.worker_index))
 
     def _refuse(self, reason: str) -> None:

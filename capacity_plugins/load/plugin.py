@@ -215,9 +215,7 @@ def _attach_rehearsal(environment: Environment, ctx: RunContext, run: _Run, scen
         generator = GeneratorSide(environment, ctx, "local")
         generator.attach()
         if scenario.open_loop:
-            from capacity_plugins.load.arrivals import Pacer
-
-            ctx.pacer = Pacer()  # the pool spawns before the first step and waits for arrivals
+            ctx.ensure_pacer()  # the pool spawns before the first step and waits for arrivals
     ready = run.handshake.all_ready if run.handshake is not None else (lambda: True)
     StepAuthority(environment, ctx, scenario, run.results, generator, ready).attach()
     # Locust installs its SIGTERM handler only after a headless shape run has ended

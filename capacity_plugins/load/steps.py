@@ -291,6 +291,12 @@ class StepAccounting:
             reasons.append(f"generator CPU stayed above {lim.max_client_cpu_pct:g} % ({cpu_bound})")
         if cap_hits:
             reasons.append(f"max_concurrency cap held back {cap_hits} arrivals (raise load.max_concurrency)")
+        skipped = self._summed(step.index, "backoff_skips")
+        paused = sum(float(c.get("backoff_s") or 0.0) for (_p, i), c in self.counters.items() if i == step.index)
+        if skipped or paused >= 1.0:
+            reasons.append(f"the server refused connections: the generator backed off {paused:.1f} s"
+                           + (f" and dropped {skipped} arrivals" if skipped else "")
+                           + " (load not delivered as planned)")
         changes = self.membership.get(step.index, [])
         return StepRow(
             index=step.index,
