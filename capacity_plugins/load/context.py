@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from capacity_plugins.contracts.redaction import Secrets
+from capacity_plugins.contracts.redaction import Secrets, basic_auth
 from capacity_plugins.dialects import Dialect, RequestParams, get_dialect
 from capacity_plugins.errors import UserError
 from capacity_plugins.load.backoff import Backoff
@@ -82,7 +82,10 @@ class RunContext:
     # The --tokenizer, loaded once per process; None without one.
     tokenizer: Tokenizer | None = None
     tokenizer_path: str | None = None
-    # Built from --api-key-env at startup; kept out of repr so it never lands in a log line.
+    # The target as given, credentials included (environment.host shows it without them).
+    target_url: str | None = field(default=None, repr=False)
+    # Built from --api-key-env (or the target URL's user:password) at startup; kept out of repr
+    # so it never lands in a log line.
     auth_headers: dict[str, str] = field(default_factory=dict, repr=False)
     # Every secret value of the run: scrubbed from whatever it writes (records, meta, reports).
     secrets: Secrets = field(default_factory=Secrets, repr=False)
@@ -126,9 +129,13 @@ class RunContext:
         if options.tokenizer != self.tokenizer_path:  # a worker reconfigures with the same path: keep it
             self.tokenizer = load_tokenizer(options.tokenizer) if options.tokenizer else None
             self.tokenizer_path = options.tokenizer
+        if target_url is not None:
+            self.target_url = target_url
         key = options.api_key()
-        self.auth_headers = {"Authorization": f"Bearer {key}"} if key else {}
-        self.secrets = options.secrets(target_url)
+        basic = basic_auth(self.target_url)
+        # The API key wins over credentials in the URL (docs/secrets.md).
+        self.auth_headers = {"Authorization": f"Bearer {key}" if key else str(basic)} if key or basic else {}
+        self.secrets = options.secrets(self.target_url)
 
     def count_tokens(self, text: str) -> int:
         """Tokens of generated text by the local tokenizer (no BOS/EOS added)."""

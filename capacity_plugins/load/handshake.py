@@ -9,12 +9,15 @@ everywhere, or the shards are not disjoint and the results mean nothing. Then it
 
 from __future__ import annotations
 
+import base64
 import logging
 import sys
 from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
 
 import gevent
 
+from capacity_plugins.contracts.redaction import basic_auth
 from capacity_plugins.errors import UserError
 from capacity_plugins.load import messages
 from capacity_plugins.load.context import RunContext
@@ -26,6 +29,13 @@ if TYPE_CHECKING:
     from capacity_plugins.corpus import Corpus
 
 log = logging.getLogger(__name__)
+
+
+def _with_credentials(host: str, basic: str) -> str:
+    """The master's target URL again, user:password included (they came as a Basic value)."""
+    user_pass = base64.b64decode(basic.removeprefix("Basic ")).decode()
+    scheme, sep, rest = host.partition("://")
+    return f"{scheme}{sep}{quote(user_pass, safe=':')}@{rest}" if sep else host
 
 
 def load_corpus(options: LLMOptions) -> Corpus:
@@ -64,7 +74,8 @@ class MasterHandshake:
         self.workers_seen.update(indices)
         self.ready_workers.clear()
         messages.send(runner, messages.Setup(options=ctx.options.to_message(), sha256=ctx.corpus.sha256,
-                                             shard_count=shard_count, open_loop=self.open_loop))
+                                             shard_count=shard_count, open_loop=self.open_loop,
+                                             basic_auth=basic_auth(ctx.target_url)))
 
     def _on_refuse(self, m: messages.Refuse) -> None:
         self.refusals.append(m.reason)
@@ -89,7 +100,9 @@ class WorkerHandshake:
         ctx = self.ctx
         try:
             options = LLMOptions.from_message(m.options)
-            ctx.reconfigure(options, target_url=self.env.host)
+            if m.basic_auth and ctx.target_url is None:
+                ctx.target_url = _with_credentials(self.env.host or "", m.basic_auth)
+            ctx.reconfigure(options)
             if ctx.corpus is None or self._corpus_source != options.corpus:
                 ctx.corpus = load_corpus(options)
                 self._corpus_source = options.corpus

@@ -30,6 +30,7 @@ import gevent
 import locust
 from locust.runners import MasterRunner, WorkerRunner
 
+from capacity_plugins.contracts.redaction import strip_userinfo
 from capacity_plugins.errors import UserError
 from capacity_plugins.load import meta as meta_mod
 from capacity_plugins.load.context import Role, RunContext
@@ -145,6 +146,12 @@ def register(environment: Environment) -> RunContext:
         parsed.results_dir = str(folder)
     ctx = RunContext.from_options(options, role=role, results_dir=folder, target_url=environment.host)
     ctx.scenario = scenario
+    if environment.host and environment.host != strip_userinfo(environment.host):
+        # user:password in the URL becomes a Basic header (ctx.auth_headers); everything that shows
+        # the host — Locust's report and web UI, meta.json, the workers — sees it without them
+        environment.host = strip_userinfo(environment.host)
+        if parsed is not None:
+            parsed.host = environment.host
     if role == "worker":
         ctx.worker_index = int(getattr(runner, "worker_index", 0) or 0)
     if role != "worker" or scenario is not None:
@@ -285,7 +292,7 @@ class _Run:
             options = LLMOptions.from_parsed(self.env.parsed_options)
             if options.corpus != ctx.options.corpus or options.min_distinct != ctx.options.min_distinct:
                 ctx.corpus = load_corpus(options)
-            ctx.reconfigure(options, target_url=self.env.host)
+            ctx.reconfigure(options)
         except UserError as e:
             log.error("capacity: %s (keeping the previous options)", e)
         assert ctx.corpus is not None

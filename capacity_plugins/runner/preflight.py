@@ -9,16 +9,14 @@ short non-streamed request with the run's own headers and TLS settings.
 
 from __future__ import annotations
 
-import base64
 import os
 import ssl
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import unquote, urlsplit
 
-from capacity_plugins.contracts.redaction import Secrets, strip_userinfo, url_password
+from capacity_plugins.contracts.redaction import Secrets, basic_auth, strip_userinfo, url_password
 from capacity_plugins.dialects import Dialect, RequestParams, get_dialect
 from capacity_plugins.errors import RunError, UserError
 from capacity_plugins.scenario import Scenario
@@ -47,10 +45,9 @@ def target_headers(s: Scenario) -> dict[str, str]:
     """The headers every request to the target carries: the scenario's, Basic auth from URL
     userinfo, and the API key's Bearer token (which wins over userinfo when both are set)."""
     headers = dict(s.target.headers)
-    parts = urlsplit(s.target.url)
-    if parts.username is not None and not s.target.embedded:
-        pair = f"{unquote(parts.username)}:{unquote(parts.password or '')}".encode()
-        headers["Authorization"] = "Basic " + base64.b64encode(pair).decode()
+    basic = None if s.target.embedded else basic_auth(s.target.url)
+    if basic is not None:
+        headers["Authorization"] = basic
     if s.target.api_key_env:
         key = os.environ.get(s.target.api_key_env)
         if not key:
