@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: install demo test test-fast bench lint clean
+.PHONY: install demo test test-fast bench soak lint clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -29,6 +29,11 @@ test-fast: install
 
 bench: install
 	$(PY) bench/run_all.py
+
+# The soak scenario on the embedded simulator, watched from outside: RSS and records over time.
+# Not in CI. SOAK_S=600 for ten minutes (default one hour).
+soak: install
+	$(PY) bench/soak.py
 
 lint: install
 	$(VENV)/bin/ruff check capacity_plugins tests locustfiles bench scripts
