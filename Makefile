@@ -18,7 +18,8 @@ install: $(STAMP)
 demo: install
 	$(VENV)/bin/capacity run scenarios/quickstart.yaml
 
-# System packages the browser / Prometheus tests need (installed when we are root and they are missing).
+# System packages the browser / Prometheus tests need: installed with apt-get when we are root and
+# they are missing (the script says which and why).
 test: install
 	bash scripts/ensure_system_deps.sh
 	$(PY) -m pytest -q -ra
