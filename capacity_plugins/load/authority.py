@@ -190,9 +190,11 @@ class StepAuthority:
     def _collect_local(self) -> None:
         """This process's own watch: the generator's (local runner) or the master's loop lag."""
         if self.master_watch is not None:
-            for unix, ms in self.master_watch.new_lag():
+            lag = self.master_watch.new_lag()
+            for unix, ms in lag:
                 self.accounting.add_master_lag(unix, ms)
-            self.master_watch.new_cpu()  # the master's CPU is not a generator's: drop it
+            # not a generator's CPU (it judges no step), but worth seeing next to theirs
+            self.telemetry.client_rows("master", HOST, self.master_watch.new_cpu(), lag)
         if self.generator is None:
             return
         watch = self.generator.watch
@@ -315,6 +317,7 @@ class StepAuthority:
         try:
             while self.shape is not None and not self.shape.finished:
                 gevent.sleep(PROGRESS_INTERVAL_S)
+                self._collect_local()  # this process's own CPU / loop lag into the live view
                 step = self.shape.current
                 if step is None or self.shape.finished or self.runner.state not in ("spawning", "running"):
                     continue
