@@ -58,6 +58,10 @@ class MasterHandshake:
     def attach(self) -> None:
         messages.on(self.runner, messages.Refuse, self._on_refuse)
         messages.on(self.runner, messages.Ready, lambda m: self.ready_workers.add(m.worker))
+        if self.ctx.membership is not None:
+            # A worker that joins mid-test has no options yet: everyone gets the setup again with
+            # the new shard count (shards stay disjoint); the step it joined in is invalid anyway.
+            self.ctx.membership.on_join.append(lambda _index: self.send_setup())
 
     def all_ready(self) -> bool:
         """Every connected worker applied this test's setup."""
