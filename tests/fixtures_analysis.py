@@ -38,7 +38,7 @@ def make_results(
     e2e_p50_ms: list[float] | float = 500.0,
     e2e_p99_ms: list[float] | float = 600.0,
     kind: str = "concurrency",
-    window_s: float = 10.0,
+    window_s: float = 60.0,
     offered_rps: list[float] | None = None,
     error_rate: list[float] | None = None,
     client_limited: list[bool] | None = None,

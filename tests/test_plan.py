@@ -35,7 +35,8 @@ def test_seed_000_gpus_by_concurrency_200_over_20_is_10(tmp_path):
 def test_70pct_trigger_and_cost_per_request_token_and_effective_output():
     cap = CapacityConfig(peak_qps=7.5, current_nodes=1, gpu_hour_usd=3.6, gpus_per_node=2, redundancy=0)
     plan = make_plan({"per_node_rps": 10.0}, cap)
-    assert plan["peak_share_of_current_capacity"] == pytest.approx(0.75) and plan["trigger_70pct"] is True
+    assert plan["peak_share_of_current_capacity"] == pytest.approx(0.75) and plan["trigger_reached"] is True
+    assert plan["trigger_share"] == 0.7  # the documented default (verdict.trigger_share)
     rows = [{"valid": True, "slo_pass": True, "level": 4, "output_tokens_mean": 100.0, "goodput_rps": 8.0,
              "good_requests": 80, "requests": 100}]
     cost = make_cost(rows, {"per_node_rps": 10.0}, cap)
@@ -76,7 +77,7 @@ def test_verdict_dont_scale_yet_when_gpu_idles_while_latency_misses_slo(tmp_path
 def test_verdict_observe_between_70_and_100_pct(tmp_path):
     # capacity 9 rps/node × 2 nodes = 18; peak 15 = 83 %
     v = _verdict(tmp_path, gpu_util=[35, 72, 89, 91], capacity={"peak_qps": 15, "current_nodes": 2}, **SEED_001)
-    assert v["decision"] == "observe" and "70 %" in v["reasons"][0]
+    assert v["decision"] == "observe" and "70%, verdict.trigger_share" in v["reasons"][0]
 
 
 def test_verdict_observe_without_telemetry(tmp_path):
