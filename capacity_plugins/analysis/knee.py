@@ -85,10 +85,17 @@ def marginal_gain_knee(levels: list[float], xs: list[float], latency: list[float
                       f" ({len(flat)} level{'s' if len(flat) != 1 else ''} shown flat){lat_note}{noise_note}",
             "gains": gains, "gain_classes": cls,
         }
-    if cls[-1] == "rise" or all(c == "rise" for c in cls):
+    risers = [k for k in range(1, len(cls)) if cls[k] == "rise"]
+    if not risers:
+        return _no_knee("users", "marginal_gain",
+                        f"no gain beyond level {levels[0]:g} shown beyond the noise, and no level shown flat either: "
+                        "saturated from the first level or too noisy to tell (longer steps or repeats sharpen this)",
+                        gains=gains, gain_classes=cls)
+    if cls[-1] == "rise":
         why = f"throughput still rose >= {GAIN_MIN:.0%} at the highest level"
     else:
-        why = f"no level stayed demonstrably flat after a rise of >= {GAIN_MIN:.0%} (the differences are within noise)"
+        why = (f"no level stayed demonstrably flat after the last rise (at {levels[risers[-1]]:g}); "
+               "the differences are within noise")
     return _no_knee("users", "marginal_gain", f"no knee within the tested range: {why}", gains=gains, gain_classes=cls)
 
 
