@@ -109,3 +109,48 @@ def test_checklists_mark_what_only_a_person_can_confirm(tmp_path):
     assert items["pre.4_resource_bounds"]["status"] == "pass"
     assert items["pre.5_cost_per_effective_output"]["status"] == "needs_human"
     assert all(i["evidence"] for i in items.values())
+
+
+def test_verdict_speaks_the_users_slo_not_a_constant(tmp_path):
+    # Seen: "E2E P99 5.4 s > 2 s at the forecast peak" from a 2 s constant, whatever the SLO said.
+    slo = {"ttft_p95_ms": 1500.0, "tpot_p95_ms": None, "e2e_p95_ms": None}
+    v = _verdict(tmp_path, levels=[1, 4, 8, 16], rps=[2, 7, 9, 9], e2e_p50_ms=[480, 620, 850, 1200],
+                 e2e_p99_ms=[490, 800, 1500, 2600], ttft_share=0.8, slo=slo, gpu_util=[35, 72, 89, 91],
+                 waiting=[0, 1, 3, 8], capacity={"peak_qps": 30, "current_nodes": 2})
+    assert v["decision"] == "scale"
+    text = " ".join(v["reasons"])
+    assert "TTFT P95" in text and "> 1.5 s (slo.ttft_p95_ms)" in text and "forecast peak" in text
+    assert "2 s" not in text and "E2E" not in text
+
+
+def test_verdict_thresholds_come_from_the_scenario_verdict_section(tmp_path):
+    base = dict(gpu_util=[35, 72, 89, 91], waiting=[0, 1, 3, 8], capacity={"peak_qps": 30, "current_nodes": 2}, **SEED_001)
+    assert _verdict(tmp_path / "default", **base)["decision"] == "scale"
+    v = _verdict(tmp_path / "busy", scenario_extra={"verdict": {"gpu_busy_pct": 95}}, **base)
+    assert v["decision"] == "observe" and "GPU util 91 % ≤ 95 % (verdict.gpu_busy_pct)" in v["reasons"][0]
+    v = _verdict(tmp_path / "p99", scenario_extra={"verdict": {"peak_e2e_p99_ms": 3000}}, **base)
+    assert v["decision"] == "observe" and "≤ 3 s (verdict.peak_e2e_p99_ms)" in v["reasons"][0]
+    # the flag wins over the scenario
+    p = make_results(tmp_path / "flag", scenario_extra={"verdict": {"gpu_busy_pct": 95}}, **base)
+    assert summarise(load_run(p, overrides={"gpu_busy_pct": 80}))["verdict"]["decision"] == "scale"
+    # and a bad value is one line naming the key
+    from capacity_plugins.errors import UserError
+
+    bad = make_results(tmp_path / "bad", scenario_extra={"verdict": {"trigger_share": 7}}, **base)
+    with pytest.raises(UserError, match="scenario.yaml: verdict.trigger_share"):
+        load_run(bad)
+
+
+def test_trigger_share_is_the_scenarios(tmp_path):
+    # capacity 9 rps/node × 2 nodes = 18; peak 15 = 83 %: between 70 % and 100 % by default
+    kw = dict(gpu_util=[35, 72, 89, 91], capacity={"peak_qps": 15, "current_nodes": 2}, **SEED_001)
+    assert "70%" in _verdict(tmp_path / "a", **kw)["reasons"][0]
+    v = _verdict(tmp_path / "b", scenario_extra={"verdict": {"trigger_share": 0.9}}, **kw)
+    assert not any("trigger_share" in r for r in v["reasons"])
+
+
+def test_simulated_gpu_readings_are_called_simulated(tmp_path):
+    v = _verdict(tmp_path, gpu_util=[35, 72, 89, 91], waiting=[0, 1, 3, 8], capacity={"peak_qps": 30, "current_nodes": 2},
+                 scenario_extra={"target": {"url": "embedded", "simulator": {"max_num_seqs": 8}}}, **SEED_001)
+    assert v["decision"] == "scale" and "simulated GPU util" in v["reasons"][0]
+    assert any("simulated, not measured" in h for h in v["bottleneck_hints"])

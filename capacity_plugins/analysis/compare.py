@@ -172,7 +172,7 @@ def compare(a: dict[str, Any], b: dict[str, Any], mdd: float | None = None) -> d
         spec.append((label, before.at(level, key, ci_key), after.at(level, key, ci_key), hib))
     spec += [("cost per 1k requests USD", before.cost(), after.cost(), False),
              ("cache hit rate", before.cache(), after.cache(), True)]
-    rows = []
+    rows: list[dict[str, Any]] = []
     for m, x, y, hib in spec:
         verdict, noise = judge(x, y, hib, mdd)
         rows.append({"metric": m, "before": x.value, "after": y.value,

@@ -130,7 +130,7 @@ def rate_knee(levels: list[float], achieved: list[float | None], offered: list[f
         after = [(q, floors[j]) for j, q in enumerate(ratios[k + 1:k + 2], k + 1) if q is not None]
         confidence = "high" if after and after[0][0] < after[0][1] else "low"
         # Earlier levels short of 95 % only by counting noise: the knee may be that early.
-        noisy = [j for j in range(k) if ratios[j] is not None and ratios[j] < RATE_RATIO_MIN]
+        noisy = [j for j in range(k) if (q := ratios[j]) is not None and q < RATE_RATIO_MIN]
         low = levels[max(noisy[0] - 1, 0)] if noisy else levels[k - 1]
         return {"value": levels[k - 1], "unit": "rps", "bracket": [levels[k - 1], levels[k]],
                 "interval": [low, levels[k - 1]], "saturated_from_first": False,

@@ -36,7 +36,7 @@ def refusal(capacity: dict[str, Any], vc: VerdictConfig) -> str | None:
         return (f"the capacity interval reaches 0 ({ci[0]:.3g}–{ci[1]:.3g} rps): the data cannot show that "
                 "one node meets the SLO at any load")
     rel = capacity.get("relative_interval")
-    if rel is not None and rel > vc.max_capacity_interval:
+    if ci and rel is not None and rel > vc.max_capacity_interval:
         return (f"the capacity interval {ci[0]:.3g}–{ci[1]:.3g} rps is {rel:.0%} of the capacity "
                 f"({per_node:.3g} rps), wider than {vc.max_capacity_interval:.0%} (verdict.max_capacity_interval): "
                 "measure longer steps (more requests per step) or repeat the run")
@@ -60,6 +60,7 @@ def make_plan(capacity: dict[str, Any], cap: CapacityConfig, vc: VerdictConfig |
         plan["refused"] = why_not
         plan["notes"].append(f"plan refused: {why_not}")
     else:
+        assert per_node is not None  # refusal() said why not otherwise
         plan["nodes"] = _nodes(cap.peak_qps, cap, per_node)
         plan["gpus"] = plan["nodes"] * cap.gpus_per_node
         ci = capacity.get("per_node_rps_ci")

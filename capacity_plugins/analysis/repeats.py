@@ -151,7 +151,10 @@ def analyze_set(path: Path, *, overrides: dict | None = None, progress: Callable
     summaries = []
     for f in folders:
         say(f"repeat {f.name}")
-        summaries.append(summarise(load_run(f, overrides, say), say))
+        try:
+            summaries.append(summarise(load_run(f, overrides, say), say))
+        except UserError as e:  # name the repeat: every repeat has a requests.jsonl
+            raise UserError(f"{f.name}/{e}") from None
     summary = summarise_set(path, [f.name for f in folders], summaries, overrides)
     for f, s in zip(folders, summaries, strict=True):
         (f / "summary.json").write_text(dumps_json(s), encoding="utf-8")

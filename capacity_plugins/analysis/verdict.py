@@ -194,7 +194,10 @@ def decide(rows, knee, capacity, plan, telemetry_present: bool, slo: SLOConfig, 
                        + latency_words)
         reasons.append(plan_words)
         return result("scale")
-    reasons.append(plan_words + f", but the scale rule is not met ({gpu} busy: {bool(gpu_busy)}; {latency_words})")
+    hot = max((r for r in (hp, ff) if r is not None), key=lambda r: r.get("gpu_util_pct") or 0)
+    busy_words = (f"{gpu} util {_fmt(hot.get('gpu_util_pct'), ' %')} {'>' if gpu_busy else '≤'} {vc.gpu_busy_pct:g} % "
+                  f"(verdict.gpu_busy_pct)")
+    reasons.append(plan_words + f", but the scale rule is not met ({busy_words}; {latency_words})")
     next_steps.append("find what limits throughput before buying GPUs (see bottleneck hints)")
     return result("observe")
 
