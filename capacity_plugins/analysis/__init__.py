@@ -3,7 +3,9 @@
     from capacity_plugins.analysis import analyze
     summary = analyze(Path("results/run1"), overrides={"peak_qps": 300}, progress=print)
 
-`summary.json`'s keys are documented in SCHEMA.md next to this file.
+`summary.json`'s keys are documented in SCHEMA.md next to this file. A repeat set (a folder with
+`repeats.json`) goes through `analyze_set`; `summary["outcome"]["decision_complete"]` false means
+the decision could not be completed (`analysis.outcome.exit_code` maps it to exit 1).
 """
 
 from __future__ import annotations
@@ -25,4 +27,11 @@ def analyze(results_dir: Path, *, overrides: dict | None = None, progress=None) 
     return _analyze(Path(results_dir), overrides=overrides, progress=progress)
 
 
-__all__ = ["analyze"]
+def analyze_set(set_dir: Path, *, overrides: dict | None = None, progress=None) -> dict[str, Any]:
+    """Analyse every repeat of a repeat set and write the set's summary.json / summary.md / report.html."""
+    from capacity_plugins.analysis.repeats import analyze_set as _analyze_set
+
+    return _analyze_set(Path(set_dir), overrides=overrides, progress=progress)
+
+
+__all__ = ["analyze", "analyze_set"]
