@@ -53,6 +53,17 @@ def test_a_set_reports_the_run_to_run_spread(tmp_path):
     assert "repeats" in r.stdout.splitlines()[0]
 
 
+def test_the_library_call_the_runner_makes_analyses_a_set(tmp_path):
+    from capacity_plugins.analysis import analyze
+
+    # `capacity run --repeat N` writes repeats.json with the scenario's name beside the list
+    s = make_repeat_set(tmp_path / "set", 2, lambda p, i: make_results(p, levels=[1, 2, 4], rps=[5, 10, 20]))
+    doc = json.loads((s / "repeats.json").read_text())
+    (s / "repeats.json").write_text(json.dumps({"scenario": "synthetic", **doc}))
+    summary = analyze(s)
+    assert summary["kind"] == "repeat_set" and (s / "summary.json").exists() and (s / "repeat-2" / "report.html").exists()
+
+
 def test_repeats_that_disagree_do_not_decide(tmp_path):
     slo = {"ttft_p95_ms": None, "tpot_p95_ms": None, "e2e_p95_ms": 2000.0}
 

@@ -118,6 +118,18 @@ def test_lost_workers_in_meta_are_warned_and_invalidate_their_step(tmp_path):
     assert "Lost worker: 1" in page
 
 
+def test_a_worker_lost_at_an_unknown_time_leaves_the_steps_but_not_the_decision(tmp_path):
+    # what the master writes for a worker killed before it sent its final record batch
+    lost = [{"worker": 3, "client_id": None, "lost_unix": None, "reason": "stopped without its final record batch"}]
+    p = make_results(tmp_path, levels=[1, 2, 4], rps=[10, 20, 40], slo=SLO, meta={"model": "m", "workers_lost": lost})
+    s = summarise(load_run(p))
+    assert all(r["valid"] for r in s["steps"])  # it cannot be placed in a step ...
+    assert any("worker 3 was lost (time unknown" in w for w in s["warnings"])
+    assert s["outcome"]["decision_complete"] is False  # ... so the decision cannot stand on them
+    assert "lost at an unknown time" in s["outcome"]["reasons"][0]
+    assert cli("analyze", str(p), "--quiet", "--no-report").returncode == 1
+
+
 def test_a_torn_last_line_is_skipped_and_counted(tmp_path):
     p = make_results(tmp_path, levels=[1, 2, 4], rps=[5, 10, 20], slo=SLO)
     whole = summarise(load_run(p))["steps"][2]["requests"]

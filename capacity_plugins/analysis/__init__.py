@@ -15,7 +15,7 @@ from typing import Any
 
 
 def analyze(results_dir: Path, *, overrides: dict | None = None, progress=None) -> dict[str, Any]:
-    """Analyse `results_dir`; writes summary.json, summary.md, report.html and PNGs there; returns the summary.
+    """Analyse `results_dir` (a run, or a repeat set); writes summary.json, summary.md, report.html and PNGs there.
 
     :param overrides: SLOConfig / CapacityConfig field values that win over the scenario's
         (e.g. ``{"peak_qps": 300, "ttft_p95_ms": 1500}``); None values are ignored.
@@ -23,7 +23,11 @@ def analyze(results_dir: Path, *, overrides: dict | None = None, progress=None) 
     :raises capacity_plugins.errors.UserError: missing or corrupt inputs (one line).
     """
     from capacity_plugins.analysis.pipeline import analyze as _analyze
+    from capacity_plugins.analysis.repeats import analyze_set as _analyze_set
+    from capacity_plugins.analysis.repeats import is_repeat_set
 
+    if is_repeat_set(Path(results_dir)):  # `capacity run --repeat N` hands over the set's folder
+        return _analyze_set(Path(results_dir), overrides=overrides, progress=progress)
     return _analyze(Path(results_dir), overrides=overrides, progress=progress)
 
 

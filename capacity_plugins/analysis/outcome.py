@@ -3,7 +3,7 @@
 | exit | when |
 |---|---|
 | 0 | the analysis completed, whatever the verdict |
-| 1 | the decision could not be completed: no requests were recorded, no valid step, the plan refused, or the run itself is incomplete. Everything that can be written still is |
+| 1 | the decision could not be completed: no requests were recorded, no valid step, the plan refused, the run itself is incomplete, or a worker was lost at an unknown time. Everything that can be written still is |
 | 2 | bad input or usage, before any side effect (raised as `UserError`, not decided here) |
 | 3 | a gate the user asked for failed (analysis/gate.py), when the decision itself completed |
 
@@ -15,12 +15,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from capacity_plugins.analysis.validity import lost_without_time
 from capacity_plugins.errors import EXIT_GATE_FAILED, EXIT_OK, EXIT_RUN_FAILED
 
 NO_REQUESTS = "no requests were recorded"
 
 
-def outcome(summary: dict[str, Any], records: int) -> dict[str, Any]:
+def outcome(summary: dict[str, Any], records: int, meta: dict[str, Any] | None = None) -> dict[str, Any]:
     """{decision_complete, reasons}: why the decision is incomplete (empty reasons: it is complete)."""
     reasons: list[str] = []
     if records == 0:
@@ -33,6 +34,9 @@ def outcome(summary: dict[str, Any], records: int) -> dict[str, Any]:
     run = summary.get("run") or {}
     if run.get("complete") is False:
         reasons.append(f"the run is incomplete ({run.get('incomplete_reason') or 'interrupted'})")
+    unplaced = lost_without_time(meta or {})
+    if unplaced:
+        reasons.append(f"{len(unplaced)} worker(s) lost at an unknown time: no step can be shown unaffected")
     return {"decision_complete": not reasons, "reasons": reasons}
 
 

@@ -78,7 +78,7 @@ def summarise(run: RunData, progress: Callable[[str], None] | None = None) -> di
     summary["checklist"] = checklists(summary, run.meta, series, run.slo, run.verdict)
     if not series:
         summary["warnings"].append("no telemetry_series.csv: GPU / queue columns are empty")
-    summary["outcome"] = outcome(summary, len(run.requests))
+    summary["outcome"] = outcome(summary, len(run.requests), run.meta)
     return summary
 
 

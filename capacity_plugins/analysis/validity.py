@@ -5,7 +5,7 @@ A step decides nothing (never sets knee, capacity or plan) when:
 | field | why |
 |---|---|
 | `client_limited` | the load generator could not do what was asked (steps.json; the analysis re-checks the event-loop lag and schedule lag against the scenario's `load.max_loop_lag_p99_ms` / `load.max_schedule_lag_p99_ms`) |
-| `membership_changed` | a worker was lost, joined or fell silent during the step (steps.json; also a `workers_lost` time of meta.json inside the step) |
+| `membership_changed` | a worker was lost, joined or fell silent during the step (steps.json; also a `workers_lost` time of meta.json inside the step; a loss without a time leaves the steps alone and makes the decision incomplete) |
 | `interrupted` | the run was stopped during the step |
 | `insufficient` | fewer measured requests than `load.min_requests` (100): a P95 of 18 requests is its second-largest value, a P99 has no upper bound at all |
 | no successful request, no measured window | nothing to measure |
@@ -51,7 +51,7 @@ def meta_warnings(meta: dict[str, Any]) -> list[str]:
         out.append(f"the run is incomplete ({reason}): the last step may be partial")
     for w in lost_workers(meta):
         when = w.get("lost_unix")
-        at = f" at {_clock(when)}" if isinstance(when, int | float) else " (time unknown: no step can be shown unaffected)"
+        at = f" at {_clock(when)}" if isinstance(when, int | float) else " (time unknown: any step may be affected)"
         out.append(f"{_worker_name(w)} was lost{at}: {w.get('reason') or 'no heartbeat'}")
     records: dict = meta["records"] if isinstance(meta.get("records"), dict) else {}
     lost = records.get("lost") or meta.get("lost_records")
@@ -63,14 +63,23 @@ def meta_warnings(meta: dict[str, Any]) -> list[str]:
     return out
 
 
+def lost_without_time(meta: dict[str, Any]) -> list[dict[str, Any]]:
+    """Lost workers whose loss time is unknown (e.g. stopped without their final record batch)."""
+    return [w for w in lost_workers(meta) if not isinstance(w.get("lost_unix"), int | float)]
+
+
 def _membership_from_meta(st: StepRow, lost: list[dict[str, Any]]) -> str | None:
-    """A lost worker whose loss time falls inside the step (or is unknown) changed its swarm."""
+    """A lost worker whose loss time falls inside the step changed its swarm.
+
+    A loss without a time cannot be placed in a step: the steps keep their numbers, and the
+    decision is not completed instead (analysis/outcome.py).
+    """
     begin = st.start_unix
     end = st.drain_end_unix if st.drain_end_unix is not None else st.end_unix
     for w in lost:
         when = w.get("lost_unix")
         if not isinstance(when, int | float):
-            return f"{_worker_name(w)} lost at an unknown time (meta.json workers_lost)"
+            continue
         if begin is not None and end is not None and begin <= when <= end:
             return f"{_worker_name(w)} lost at {_clock(when)} (meta.json workers_lost)"
     return None
