@@ -154,3 +154,16 @@ def test_simulated_gpu_readings_are_called_simulated(tmp_path):
                  scenario_extra={"target": {"url": "embedded", "simulator": {"max_num_seqs": 8}}}, **SEED_001)
     assert v["decision"] == "scale" and "simulated GPU util" in v["reasons"][0]
     assert any("simulated, not measured" in h for h in v["bottleneck_hints"])
+
+
+def test_an_slo_that_surely_fails_at_the_lowest_load_is_an_answer_not_a_refusal(tmp_path):
+    # every request 3 s against a 2 s E2E limit: capacity 0 at both ends of its interval
+    p = make_results(tmp_path, levels=[1, 2, 4], rps=[5, 10, 20], e2e_p50_ms=3000, e2e_p99_ms=3000, slo=SLO_E2E,
+                     capacity={"peak_qps": 30})
+    s = summarise(load_run(p))
+    assert s["capacity"]["per_node_rps"] == 0 and s["capacity"]["per_node_rps_ci"] == [0, 0]
+    assert s["plan"]["nodes"] is None and s["plan"]["refused"] is None and "no number of nodes" in s["plan"]["infeasible"]
+    assert s["outcome"]["decision_complete"] is True  # exit 0 (3 under --fail-on-slo), not 1
+    from capacity_plugins.analysis.gate import gate
+
+    assert gate(s, True, None)  # the SLO gate fails: the service is too slow, and that is known

@@ -6,10 +6,12 @@ carries under the SLO (200 / 20 = 10), without extra factors. No 70 % cap on top
 SLO-measured capacity (double headroom): the 70 % figure here is only the trigger "traffic above
 70 % of current capacity" (`verdict.trigger_share`, docs/capacity.md).
 
-The plan refuses (`refused`: the reason; no node count) when the capacity cannot carry a
-decision: no valid step, an SLO that fails already at the lowest load, a capacity interval that
-reaches 0, or one wider than `verdict.max_capacity_interval` of the capacity. Otherwise it gives
-the node count at the capacity's point and the range its interval allows (`nodes_interval`).
+The plan refuses (`refused`: the reason; no node count) when the data cannot carry a decision:
+no valid step, a capacity interval that reaches 0 (not even the lowest level surely meets the
+SLO), or one wider than `verdict.max_capacity_interval` of the capacity. An SLO that surely fails
+already at the lowest load is no refusal but an answer (`infeasible`): no number of nodes meets
+it. Otherwise the plan gives the node count at the capacity's point and the range its interval
+allows (`nodes_interval`).
 """
 
 from __future__ import annotations
@@ -24,14 +26,26 @@ def _nodes(peak_qps: float, cap: CapacityConfig, per_node: float) -> int:
     return math.ceil(round(peak_qps * cap.safety_factor / per_node, 9)) + cap.redundancy
 
 
+INFEASIBLE = "the SLO fails already at the lowest load: no number of nodes meets it"
+
+
+def infeasible(capacity: dict[str, Any]) -> bool:
+    """The SLO surely fails at the lowest load: capacity 0 at both ends of its interval."""
+    ci = capacity.get("per_node_rps_ci")
+    return capacity.get("per_node_rps") == 0 and (not ci or not ci[1])
+
+
 def refusal(capacity: dict[str, Any], vc: VerdictConfig) -> str | None:
-    """Why this capacity cannot size a fleet (None: it can)."""
+    """Why the data cannot size a fleet (None: it can, or it showed that no fleet meets the SLO)."""
     per_node = capacity.get("per_node_rps")
     if per_node is None:
         return f"capacity under the SLO unknown ({capacity.get('method')}): no valid step to size a fleet from"
-    if per_node <= 0:
-        return "the SLO fails already at the lowest load: no number of nodes meets it"
     ci = capacity.get("per_node_rps_ci")
+    if infeasible(capacity):
+        return None
+    if per_node <= 0:
+        return (f"the SLO fails at the lowest load as measured, but within the noise it may hold (capacity up to "
+                f"{ci[1]:.3g} rps): measure longer steps at low load")
     if ci and ci[0] <= 0:
         return (f"the capacity interval reaches 0 ({ci[0]:.3g}–{ci[1]:.3g} rps): the data cannot show that "
                 "one node meets the SLO at any load")
@@ -51,11 +65,15 @@ def make_plan(capacity: dict[str, Any], cap: CapacityConfig, vc: VerdictConfig |
         "redundancy": cap.redundancy, "current_nodes": cap.current_nodes, "gpus_per_node": cap.gpus_per_node,
         "nodes": None, "nodes_interval": None, "gpus": None, "gpus_by_concurrency": None, "per_gpu_concurrency": None,
         "peak_share_of_current_capacity": None, "trigger_share": vc.trigger_share, "trigger_reached": None,
-        "refused": None, "notes": [],
+        "refused": None, "infeasible": None, "notes": [],
     }
     why_not = refusal(capacity, vc)
     if cap.peak_qps is None:
         plan["notes"].append("no forecast peak: pass --peak-qps (or capacity.peak_qps) to size the fleet")
+    elif infeasible(capacity):
+        plan["infeasible"] = INFEASIBLE
+        plan["notes"].append(INFEASIBLE)
+        why_not = INFEASIBLE  # nothing below applies either
     elif why_not is not None:
         plan["refused"] = why_not
         plan["notes"].append(f"plan refused: {why_not}")

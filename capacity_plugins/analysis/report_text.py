@@ -123,6 +123,8 @@ def _plan_lines(plan: dict[str, Any], cap: dict[str, Any]) -> list[str]:
     out = []
     if plan.get("refused"):
         out.append(f"Plan: refused — {plan['refused']}")
+    elif plan.get("infeasible"):
+        out.append(f"Plan: none — {plan['infeasible']}")
     elif plan.get("nodes") is not None:
         span = plan.get("nodes_interval")
         span_s = f" ({span[0]}–{span[1]} within the capacity interval)" if span and span[0] != span[1] else ""

@@ -153,8 +153,14 @@ def decide(rows, knee, capacity, plan, telemetry_present: bool, slo: SLOConfig, 
     nodes, cur = plan.get("nodes"), plan.get("current_nodes")
     share = plan.get("peak_share_of_current_capacity")
     if capacity.get("per_node_rps") in (None, 0.0):
-        reasons.append("no capacity under the SLO (it fails already at the lowest load)" if capacity.get("per_node_rps") == 0.0
-                       else "capacity under the SLO unknown")
+        ci = capacity.get("per_node_rps_ci")
+        if capacity.get("per_node_rps") is None:
+            reasons.append("capacity under the SLO unknown")
+        elif ci and ci[1]:
+            reasons.append(f"the SLO fails at the lowest load as measured, but within the noise it may hold "
+                           f"(capacity up to {ci[1]:.3g} rps): not enough data to say")
+        else:
+            reasons.append("no capacity under the SLO (it fails already at the lowest load)")
         next_steps.append("fix single-request latency (model size, max_tokens, quantisation) or relax the SLO, then re-measure")
         return result("observe")
     if plan.get("peak_qps") is None:
