@@ -43,9 +43,10 @@ def refusal(capacity: dict[str, Any], vc: VerdictConfig) -> str | None:
     ci = capacity.get("per_node_rps_ci")
     if infeasible(capacity):
         return None
-    if per_node <= 0:
-        return (f"the SLO fails at the lowest load as measured, but within the noise it may hold (capacity up to "
-                f"{ci[1]:.3g} rps): measure longer steps at low load")
+    if per_node <= 0:  # not infeasible: so its interval reaches above 0
+        top = f" (capacity up to {ci[1]:.3g} rps)" if ci else ""
+        return (f"the SLO fails at the lowest load as measured, but within the noise it may hold{top}: "
+                "measure longer steps at low load")
     if ci and ci[0] <= 0:
         return (f"the capacity interval reaches 0 ({ci[0]:.3g}–{ci[1]:.3g} rps): the data cannot show that "
                 "one node meets the SLO at any load")
