@@ -143,9 +143,11 @@ def _print_summary(args: argparse.Namespace, summary: dict[str, Any], is_set: bo
     else:
         from capacity_plugins.analysis.report_text import headline
 
-        print("\n".join(headline(summary)))
+        lines = headline(summary)
+        print("\n".join(lines))
         for w in summary["warnings"]:
-            print(f"warning: {w}")
+            if f"Warning: {w}" not in lines:  # the headline already led with it
+                print(f"warning: {w}")
     if args.format == "text":
         print(f"report: {args.results_dir / 'report.html'}" if not args.no_report else
               f"summary: {args.results_dir / 'summary.json'}")
