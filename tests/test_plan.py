@@ -167,3 +167,11 @@ def test_an_slo_that_surely_fails_at_the_lowest_load_is_an_answer_not_a_refusal(
     from capacity_plugins.analysis.gate import gate
 
     assert gate(s, True, None)  # the SLO gate fails: the service is too slow, and that is known
+
+
+def test_cost_carries_the_capacity_interval():
+    cap = CapacityConfig(gpu_hour_usd=3.6, gpus_per_node=1)
+    cost = make_cost([], {"per_node_rps": 10.0, "per_node_rps_ci": [8.0, 12.5]}, cap)
+    # one GPU at 3.6 USD/h = 0.001 USD/s: 0.1 USD per 1k requests at 10 rps, 0.08 at 12.5, 0.125 at 8
+    assert cost["per_1k_requests_usd"] == pytest.approx(0.1)
+    assert cost["per_1k_requests_ci_usd"] == pytest.approx([0.08, 0.125])

@@ -103,7 +103,7 @@ def make_plan(capacity: dict[str, Any], cap: CapacityConfig, vc: VerdictConfig |
 
 
 def make_cost(rows: list[dict[str, Any]], capacity: dict[str, Any], cap: CapacityConfig) -> dict[str, Any]:
-    cost: dict[str, Any] = {"gpu_hour_usd": cap.gpu_hour_usd, "per_1k_requests_usd": None,
+    cost: dict[str, Any] = {"gpu_hour_usd": cap.gpu_hour_usd, "per_1k_requests_usd": None, "per_1k_requests_ci_usd": None,
                             "per_1m_output_tokens_usd": None, "per_effective_output_usd": None, "basis": None}
     per_node = capacity.get("per_node_rps")
     if cap.gpu_hour_usd is None:
@@ -114,6 +114,9 @@ def make_cost(rows: list[dict[str, Any]], capacity: dict[str, Any], cap: Capacit
     ref = max(passing, key=lambda r: r["level"]) if passing else None
     if per_node:
         cost["per_1k_requests_usd"] = node_usd_per_s / per_node * 1000
+        ci = capacity.get("per_node_rps_ci")
+        if ci and ci[0] > 0:  # cost falls as capacity rises: the interval's ends swap
+            cost["per_1k_requests_ci_usd"] = [node_usd_per_s / ci[1] * 1000, node_usd_per_s / ci[0] * 1000]
         toks = ref["output_tokens_mean"] if ref else None
         if toks:
             cost["per_1m_output_tokens_usd"] = node_usd_per_s / (per_node * toks) * 1e6

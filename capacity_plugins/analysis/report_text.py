@@ -146,7 +146,9 @@ def headline(summary: dict[str, Any]) -> list[str]:
     lines += _plan_lines(plan, cap)
     c = summary["cost"]
     if c.get("per_1k_requests_usd") is not None:
-        lines.append(f"Cost: {c['per_1k_requests_usd']:.4g} USD / 1k requests, "
+        ci = c.get("per_1k_requests_ci_usd")
+        lines.append(f"Cost: {c['per_1k_requests_usd']:.4g} USD / 1k requests"
+                     + (f" [{ci[0]:.4g}–{ci[1]:.4g}]" if ci else "") + ", "
                      f"{fmt(c.get('per_1m_output_tokens_usd'), 3)} USD / 1M output tokens, "
                      f"{fmt(c.get('per_effective_output_usd'), 5)} USD per effective output")
     return lines
