@@ -62,6 +62,12 @@ def test_the_library_call_the_runner_makes_analyses_a_set(tmp_path):
     (s / "repeats.json").write_text(json.dumps({"scenario": "synthetic", **doc}))
     summary = analyze(s)
     assert summary["kind"] == "repeat_set" and (s / "summary.json").exists() and (s / "repeat-2" / "report.html").exists()
+    # ... and gates it with the rule a single run's summary uses (capacity run --fail-on-slo)
+    from capacity_plugins.analysis.gate import gate
+
+    assert gate(summary, True, "observe") == ["verdict gate: verdict is observe"]  # no peak: observe; SLO held
+    strict = analyze(s, overrides={"e2e_p95_ms": 100.0})
+    assert gate(strict, True, None) and "SLO missed at level(s) [1.0, 2.0, 4.0]" in gate(strict, True, None)[0]
 
 
 def test_repeats_that_disagree_do_not_decide(tmp_path):

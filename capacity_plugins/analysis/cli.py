@@ -115,9 +115,7 @@ def main(argv: list[str] | None = None) -> int:
         _print_summary(args, summary, is_set)
     except BrokenPipeError:  # `capacity analyze … | head`: the reader left, the files are written
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-    failed = [] if is_set else gate(summary, args.fail_on_slo, args.fail_on_verdict)
-    if is_set and args.fail_on_verdict and summary["verdict"]["decision"] == args.fail_on_verdict:
-        failed.append(f"verdict gate: verdict is {args.fail_on_verdict}")
+    failed = gate(summary, args.fail_on_slo, args.fail_on_verdict)
     for f in failed:
         print(f"capacity analyze: {f}", file=sys.stderr)
     code = exit_code(summary, failed)
