@@ -234,6 +234,7 @@ def _analyse(args: argparse.Namespace, folder: Path) -> int:
         return EXIT_OK
     from capacity_plugins.analysis import analyze
     from capacity_plugins.analysis.gate import gate
+    from capacity_plugins.analysis.outcome import exit_code
 
     try:
         summary = analyze(folder, progress=lambda m: print(f"[capacity] {m}", flush=True))
@@ -245,11 +246,12 @@ def _analyse(args: argparse.Namespace, folder: Path) -> int:
         print(f"[capacity] verdict: {verdict}", flush=True)
     if (folder / "report.html").exists():
         print(f"[capacity] report: {folder / 'report.html'}", flush=True)
-    code = EXIT_OK
-    for failed in gate(summary, args.fail_on_slo, args.fail_on_verdict):
-        print(f"[capacity] {failed}", file=sys.stderr, flush=True)
-        code = EXIT_GATE_FAILED
-    return code
+    failed = gate(summary, args.fail_on_slo, args.fail_on_verdict)
+    for line in failed:
+        print(f"[capacity] {line}", file=sys.stderr, flush=True)
+    for reason in summary["outcome"]["reasons"]:
+        print(f"[capacity] no decision: {reason}", file=sys.stderr, flush=True)
+    return exit_code(summary, failed)
 
 
 def _write_repeat_set(folder: Path, runs: list[Path], scenario: Scenario) -> None:
