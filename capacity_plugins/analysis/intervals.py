@@ -22,7 +22,7 @@ from typing import Literal
 import numpy as np
 from scipy import stats
 
-from capacity_plugins.contracts.percentiles import nearest_rank_index
+from capacity_plugins.contracts.percentiles import nearest_rank_index, rank_bounds, share_interval
 
 # Sub-windows for batch means: 10 keeps 9 degrees of freedom (t = 2.26 at 95 %) while each batch
 # still holds a tenth of the step, long enough to span several request lifetimes.
@@ -32,21 +32,6 @@ BATCH_MIN_REQUESTS = 50
 
 Interval = tuple[float | None, float | None]
 Gain = Literal["rise", "flat", "unclear"]
-
-
-def rank_bounds(n: int, q: float, confidence: float) -> tuple[int | None, int | None]:
-    """1-based ranks (r, s) with P(X(r) <= true q-quantile <= X(s)) >= confidence; None = no such rank.
-
-    B ~ Binomial(n, q) counts values at or below the true quantile; X(r) exceeds it only when
-    B < r, X(s) falls short only when B >= s. r = largest rank with P(B < r) <= alpha/2, s = smallest
-    with P(B >= s) <= alpha/2 (binom.ppf gives the smallest k with CDF(k) >= p).
-    """
-    if n < 1:
-        return None, None
-    half = (1.0 - confidence) / 2.0
-    r = int(stats.binom.ppf(half, n, q))
-    s = int(stats.binom.ppf(1.0 - half, n, q)) + 1
-    return (r if r >= 1 else None), (s if s <= n else None)
 
 
 def _ranks_for(n: int, q: float, confidence: float, n_eff: int | None) -> tuple[int, int | None, int | None]:
@@ -84,13 +69,8 @@ def quantiles_ci(values: np.ndarray, qs: Sequence[float], confidence: float, n_e
 
 
 def share_ci(k: int, n: int, confidence: float) -> Interval:
-    """Clopper-Pearson interval of a share k/n (None, None when n = 0)."""
-    if n <= 0:
-        return None, None
-    a = 1.0 - confidence
-    lo = 0.0 if k <= 0 else float(stats.beta.ppf(a / 2, k, n - k + 1))
-    hi = 1.0 if k >= n else float(stats.beta.ppf(1 - a / 2, k + 1, n - k))
-    return lo, hi
+    """Clopper-Pearson interval of a share k/n (None, None when n = 0): contracts/percentiles.py."""
+    return share_interval(k, n, confidence)
 
 
 def poisson_rate_ci(n: int, window_s: float, confidence: float) -> tuple[float, float]:

@@ -72,6 +72,8 @@ def summarise(run: RunData, progress: Callable[[str], None] | None = None) -> di
         "cost": cost,
         "verdict": verdict,
         "stability": stability(run.requests, run.telemetry, run.load_kind),
+        # A capacity search's own account: the bracket it found and why it stopped (meta.json).
+        "search": run.meta.get("search"),
         "warnings": warnings,
         "meta": _meta(run),
     }

@@ -27,6 +27,7 @@ from capacity_plugins.analysis.report_text import (  # noqa: E402
     fmt,
     headline,
     markdown,
+    search_lines,
     table_columns,
 )
 
@@ -208,6 +209,7 @@ tr.needs_human td{{background:#fff6d6}} tr.pass td{{background:#e8f6ec}} img{{ma
 {('<div>Measure next: ' + e('; '.join(v['measure_next'])) + '</div>') if v['measure_next'] else ''}</div>
 <ul>{''.join(f'<li>{e(h)}</li>' for h in head[1:] if h not in alerts)}</ul>
 {('<ul class="notes">' + ''.join(f'<li>{e(n)}</li>' for n in notes) + '</ul>') if notes else ''}
+{('<h2>Capacity search</h2><ul id="search">' + ''.join(f'<li>{e(x)}</li>' for x in search_lines(summary)) + '</ul>') if summary.get('search') else ''}
 <h2>Throughput and latency against load</h2>{_img(figs.get('throughput_latency'), 'throughput and latency vs load')}
 <h2>Latency distributions per step</h2>{_img(figs.get('latency_distributions'), 'TTFT and E2E per step')}
 {('<h2>GPU and queue timeline</h2>' + _img(figs.get('timeline'), 'GPU and queue timeline')) if figs.get('timeline') else '<p>No telemetry in this run.</p>'}

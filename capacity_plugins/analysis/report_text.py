@@ -154,6 +154,27 @@ def headline(summary: dict[str, Any]) -> list[str]:
     return lines
 
 
+def search_lines(summary: dict[str, Any]) -> list[str]:
+    """A capacity search's bracket and the path it took; empty for fixed sweeps."""
+    s = summary.get("search")
+    if not s:
+        return []
+    unit = s.get("unit", "")
+    lo, hi = s.get("highest_pass"), s.get("lowest_fail")
+    if lo is not None and hi is not None:
+        found = f"the SLO held at {lo:g} {unit} and not at {hi:g} {unit}"
+    elif lo is not None:
+        found = f"the SLO held at {lo:g} {unit}, the highest level tried: capacity is at least that"
+    elif hi is not None:
+        found = f"the SLO was not met at {hi:g} {unit}, the lowest level tried"
+    else:
+        found = "no step was judged"
+    state = "converged" if s.get("converged") else "not converged"
+    path = ", ".join(f"{st['level']:g} {st['judgement']}" for st in s.get("steps", []))
+    return [f"Capacity search ({state}): {found}; stopped: {s.get('stopped')}",
+            f"Steps measured, in order: {path or 'none'}"]
+
+
 # key, header, digits, interval key (None: no interval shown)
 TABLE_COLS: list[tuple[str, str, int | None, str | None]] = [
     ("level", "level", 0, None), ("valid", "valid", 0, None), ("achieved_rps", "achieved rps", 2, None),
@@ -202,6 +223,8 @@ def markdown(summary: dict[str, Any]) -> str:
         out.append(f"- bottleneck: {summary['verdict']['bottleneck']} — " + "; ".join(summary["verdict"]["bottleneck_hints"]))
     for w in summary["warnings"]:
         out.append(f"- warning: {w}")
+    if summary.get("search"):
+        out += ["", "## Capacity search", ""] + [f"- {line}" for line in search_lines(summary)]
     out += ["", "## Load table", "",
             f"Intervals in brackets: {(summary.get('run') or {}).get('confidence', 0.95):.0%}; ∞ = the step has too few "
             "requests to bound that percentile.", ""]

@@ -20,6 +20,7 @@ from capacity_plugins.analysis.load import RunData, Step
 from capacity_plugins.analysis.step_telemetry import telemetry_for
 from capacity_plugins.analysis.validity import step_validity
 from capacity_plugins.contracts.planning import SLOConfig, VerdictConfig
+from capacity_plugins.contracts.slo import share_judgement
 
 PCTS = (50, 95, 99)
 LATENCY_METRICS = ("ttft_ms", "itl_ms", "tpot_ms", "e2e_ms")
@@ -35,17 +36,6 @@ def _pcts(values: np.ndarray, prefix: str, confidence: float, n_eff: int | None 
     return out
 
 
-def _judged(lo: float | None, hi: float | None, ok_at_or_above: float) -> str:
-    """pass / fail / uncertain: where the interval of a share lies against its target."""
-    if lo is None or hi is None:
-        return "uncertain"
-    if lo >= ok_at_or_above:
-        return "pass"
-    if hi < ok_at_or_above:
-        return "fail"
-    return "uncertain"
-
-
 def _limit_row(values: np.ndarray, limit: float, target: float, confidence: float,
                n_eff: int | None = None) -> dict[str, Any]:
     """One SLO limit on one step: attainment (a missing value counts as over), its quantile, both intervals."""
@@ -56,10 +46,12 @@ def _limit_row(values: np.ndarray, limit: float, target: float, confidence: floa
                 "quantile_ci_ms": None, "pass": False, "judgement": "uncertain"}
     share = float(np.count_nonzero(v <= limit)) / n
     m = n_eff if n_eff is not None and n_eff < n else n
-    lo, hi = share_ci(int(round(share * m)), m, confidence)
+    k = int(round(share * m))
+    lo, hi = share_ci(k, m, confidence)
     (q, qlo, qhi), = quantiles_ci(v, [target], confidence, n_eff, keep_inf=True)
     return {"limit_ms": limit, "attainment": share, "attainment_ci": [lo, hi], "quantile_ms": q,
-            "quantile_ci_ms": [qlo, qhi], "pass": share >= target, "judgement": _judged(lo, hi, target)}
+            "quantile_ci_ms": [qlo, qhi], "pass": share >= target,
+            "judgement": share_judgement(k, m, target, confidence)}
 
 
 def slo_views(step: Step, ok: pd.DataFrame) -> dict[str, np.ndarray]:

@@ -83,11 +83,30 @@ def plan_steps(scenario: Scenario) -> list[StepPlan]:
     return [replace(p, min_requests=load.min_requests, max_duration_s=longest(p.duration_s)) for p in plans]
 
 
-def _planned(scenario: Scenario) -> list[StepPlan]:
-    """The steps as the load section plans them (before any extension for min_requests)."""
-    from capacity_plugins.scenario import ConcurrencySweepLoad, PeakLoad, RateSweepLoad
+def level_plan(scenario: Scenario, level: float) -> StepPlan:
+    """One step at `level` for a load kind whose levels are chosen as it goes (capacity_search)."""
+    from capacity_plugins.scenario import CapacitySearchLoad
 
     load = scenario.load
+    assert isinstance(load, CapacitySearchLoad)
+    if load.loop == "closed":
+        users = max(1, int(round(level)))
+        plan = StepPlan("concurrency", float(users), users, load.spawn_rate, load.step_s, load.warmup_s)
+    else:
+        pool = load.max_concurrency
+        plan = StepPlan("rate", float(level), pool, max(POOL_SPAWN_RATE, float(pool)), load.step_s, load.warmup_s,
+                        float(level))
+    cap = load.max_step_s if load.max_step_s is not None else DEFAULT_MAX_STEP_FACTOR * plan.duration_s
+    return replace(plan, min_requests=load.min_requests, max_duration_s=max(cap, plan.duration_s))
+
+
+def _planned(scenario: Scenario) -> list[StepPlan]:
+    """The steps as the load section plans them (before any extension for min_requests)."""
+    from capacity_plugins.scenario import CapacitySearchLoad, ConcurrencySweepLoad, PeakLoad, RateSweepLoad
+
+    load = scenario.load
+    if isinstance(load, CapacitySearchLoad):  # the first level only; the search picks the rest
+        return [level_plan(scenario, load.start)]
     if isinstance(load, ConcurrencySweepLoad):
         return [
             StepPlan("concurrency", float(n), n, load.spawn_rate, load.step_s, load.warmup_s) for n in load.levels
@@ -126,6 +145,7 @@ class RehearsalShape(LoadTestShape):
         drain_timeout_s: float,
         in_flight: Callable[[float], int | None],
         measured: Callable[[int], int] | None = None,
+        next_plan: Callable[[Step], StepPlan | None] | None = None,
         ready: Callable[[], bool] = lambda: True,
         users_running: Callable[[], int] | None = None,
         prepare_timeout_s: float = 60.0,
@@ -143,12 +163,16 @@ class RehearsalShape(LoadTestShape):
         if not plans:
             raise ValueError("a rehearsal needs at least one step")
         self.plans = plans
+        self._planned = len(plans)  # a web-UI restart drops the steps a search added
         self.drain_timeout_s = drain_timeout_s
         # in_flight(since_unix): requests running across all generator processes, counting only
         # reports made after since_unix; None while some process has not reported since then.
         self.in_flight = in_flight
         # measured(step index): requests of the step's window finished so far (None: never extend).
         self.measured = measured
+        # next_plan(finished step): the step to run after the planned ones, chosen from what the
+        # finished one measured (a capacity search); None ends the rehearsal.
+        self.next_plan = next_plan
         # ready(): every generator can send (options applied, corpus loaded). A step that started
         # before would hand its first arrivals to processes that cannot send them.
         self.ready = ready
@@ -167,6 +191,7 @@ class RehearsalShape(LoadTestShape):
         self._reset_state()
 
     def _reset_state(self) -> None:
+        del self.plans[self._planned:]
         self.phase = "idle"  # idle → prepare → run → drain → (run …) → settle → done
         self.index = -1
         self.current: Step | None = None
@@ -292,6 +317,10 @@ class RehearsalShape(LoadTestShape):
             self.current.drain_end_unix = now
             if self.on_drain_end:
                 self.on_drain_end(self.current)
+            if self.index + 1 == len(self.plans) and self.next_plan is not None:
+                chosen = self.next_plan(self.current)
+                if chosen is not None:
+                    self.plans.append(chosen)
             if self.index + 1 < len(self.plans):
                 self._start_step(self.index + 1, now)
                 nxt = self.plans[self.index]

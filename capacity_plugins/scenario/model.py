@@ -17,7 +17,13 @@ from capacity_plugins.contracts.redaction import (
     strip_userinfo,
     url_password,
 )
-from capacity_plugins.scenario.loads import ConcurrencySweepLoad, LoadConfig, PeakLoad, RateSweepLoad
+from capacity_plugins.scenario.loads import (
+    CapacitySearchLoad,
+    ConcurrencySweepLoad,
+    LoadConfig,
+    PeakLoad,
+    RateSweepLoad,
+)
 from capacity_plugins.scenario.sections import (
     CorpusConfig,
     RequestConfig,
@@ -83,6 +89,8 @@ class Scenario(_Strict):
 
     @property
     def open_loop(self) -> bool:
+        if isinstance(self.load, CapacitySearchLoad):
+            return self.load.loop == "open"
         return isinstance(self.load, RateSweepLoad) or self.peak_rps is not None
 
     def corpus_path(self) -> str:
