@@ -169,3 +169,24 @@ def test_exit_codes_0_1_3(tmp_path):
     r = cli("analyze", str(few), "--quiet")
     assert r.returncode == 1 and "no valid step" in r.stderr
     assert (few / "summary.json").exists() and (few / "report.html").exists()
+
+
+def test_what_if_with_out_leaves_the_run_alone(tmp_path):
+    # A what-if (another peak) written elsewhere: the run's own summary and report stay byte-equal.
+    p = make_results(tmp_path / "run", **SEED)
+    assert cli("analyze", str(p), "--quiet", "--peak-qps", "30", "--redundancy", "0").returncode == 0
+    own = {f: (p / f).read_bytes() for f in ("summary.json", "summary.md", "report.html")}
+    out = tmp_path / "what-if" / "peak60"
+    r = cli("analyze", str(p), "--quiet", "--peak-qps", "60", "--redundancy", "0", "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    assert {f: (p / f).read_bytes() for f in own} == own
+    assert json.loads((out / "summary.json").read_text())["plan"]["nodes"] == 10  # ceil(60 × 1.5 / 9)
+    assert (out / "report.html").exists() and f"report: {out / 'report.html'}" in r.stdout
+    # --out that is a file, or cannot be written: one line, exit 2, nothing analysed.
+    _one_line_error(cli("analyze", str(p), "--out", str(p / "summary.json")), "--out", "not a folder")
+    _one_line_error(cli("analyze", str(p), "--out", "/proc/forbidden"), "--out", "cannot write")
+
+
+def test_help_names_the_positional_argument():
+    r = cli("analyze", "--help")
+    assert r.returncode == 0 and "RESULTS_DIR" in r.stdout and "a folder written by capacity run" in r.stdout

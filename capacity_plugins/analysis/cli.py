@@ -23,7 +23,7 @@ from typing import Any
 from capacity_plugins.analysis.gate import gate
 from capacity_plugins.analysis.outcome import exit_code
 from capacity_plugins.contracts.planning import VerdictConfig
-from capacity_plugins.errors import CommandParser
+from capacity_plugins.errors import CommandParser, UserError
 
 VERDICT_HELP = {
     "confidence": "confidence level of every interval (default 0.95)",
@@ -75,7 +75,11 @@ OVERRIDE_KEYS = ("peak_qps", "peak_concurrency", "safety_factor", "redundancy", 
 def build_parser() -> argparse.ArgumentParser:
     p = CommandParser(prog="capacity analyze",
                       description="Analyse a results folder (or a repeat set): knee, capacity under SLO, plan, verdict.")
-    p.add_argument("results_dir", type=Path)
+    p.add_argument("results_dir", type=Path, metavar="RESULTS_DIR",
+                   help="a folder written by capacity run (requests.jsonl, steps.json, meta.json), or a --repeat set")
+    p.add_argument("--out", type=Path, metavar="DIR",
+                   help="write summary.json and the report here instead of into RESULTS_DIR (a what-if analysis "
+                        "with other SLO or capacity figures then leaves the run's own files as they were)")
     _add_overrides(p)
     p.add_argument("--format", choices=("text", "json", "md"), default="text", help="what to print (files are always written)")
     p.add_argument("--no-report", action="store_true", help="write summary.json only (no HTML / PNG / Markdown)")
@@ -106,11 +110,15 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"[analyze] {m}", file=sys.stderr, flush=True)
             held.clear()
 
+    if args.out is not None:
+        check_out_dir(args.out)
     is_set = is_repeat_set(args.results_dir)
     if is_set:
-        summary = analyze_set(args.results_dir, overrides=overrides, progress=progress, report=not args.no_report)
+        summary = analyze_set(args.results_dir, overrides=overrides, progress=progress, report=not args.no_report,
+                              out=args.out)
     else:
-        summary = pipeline.analyze(args.results_dir, overrides=overrides, progress=progress, report=not args.no_report)
+        summary = pipeline.analyze(args.results_dir, overrides=overrides, progress=progress, report=not args.no_report,
+                                   out=args.out)
     try:
         _print_summary(args, summary, is_set)
     except BrokenPipeError:  # `capacity analyze … | head`: the reader left, the files are written
@@ -123,6 +131,19 @@ def main(argv: list[str] | None = None) -> int:
         print("capacity analyze: the decision could not be completed: " + "; ".join(summary["outcome"]["reasons"]),
               file=sys.stderr)
     return code
+
+
+def check_out_dir(out: Path) -> None:
+    """--out must be a folder this user can write (made if missing), and not a file: exit 2 before reading."""
+    if out.exists() and not out.is_dir():
+        raise UserError(f"--out {out}: exists and is not a folder")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe = out / ".capacity-write-probe"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as e:
+        raise UserError(f"--out {out}: cannot write there ({e.strerror or e})") from None
 
 
 def _print_summary(args: argparse.Namespace, summary: dict[str, Any], is_set: bool) -> None:
@@ -147,6 +168,6 @@ def _print_summary(args: argparse.Namespace, summary: dict[str, Any], is_set: bo
             if f"Warning: {w}" not in lines:  # the headline already led with it
                 print(f"warning: {w}")
     if args.format == "text":
-        print(f"report: {args.results_dir / 'report.html'}" if not args.no_report else
-              f"summary: {args.results_dir / 'summary.json'}")
+        dest = args.out if args.out is not None else args.results_dir
+        print(f"report: {dest / 'report.html'}" if not args.no_report else f"summary: {dest / 'summary.json'}")
     sys.stdout.flush()

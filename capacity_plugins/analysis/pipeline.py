@@ -96,18 +96,22 @@ def _meta(run: RunData) -> dict[str, Any]:
 
 
 def analyze(results_dir: Path, *, overrides: dict | None = None, progress: Callable[[str], None] | None = None,
-            report: bool = True) -> dict[str, Any]:
-    """Analyse a results folder, write summary.json (+ summary.md, report.html, PNGs) and return the summary."""
+            report: bool = True, out: Path | None = None) -> dict[str, Any]:
+    """Analyse a results folder, write summary.json (+ summary.md, report.html, PNGs) into it, or
+    into `out` (a what-if with other SLO / capacity figures leaves the run's own files alone), and
+    return the summary."""
     t0 = time.perf_counter()
     say = progress or (lambda _m: None)
     results_dir = Path(results_dir)
     run = load_run(results_dir, overrides, say)
     summary = summarise(run, say)
-    (results_dir / "summary.json").write_text(dumps_json(summary), encoding="utf-8")
+    dest = Path(out) if out is not None else results_dir
+    dest.mkdir(parents=True, exist_ok=True)
+    (dest / "summary.json").write_text(dumps_json(summary), encoding="utf-8")
     if report:
         from capacity_plugins.analysis.report import write_reports
 
         say("writing report.html, summary.md and plots")
-        write_reports(summary, run, results_dir)
+        write_reports(summary, run, dest)
     say(f"analysis done in {time.perf_counter() - t0:.1f} s")
     return summary

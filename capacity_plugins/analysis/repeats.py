@@ -139,8 +139,9 @@ def summarise_set(path: Path, names: list[str], summaries: list[dict[str, Any]],
 
 
 def analyze_set(path: Path, *, overrides: dict | None = None, progress: Callable[[str], None] | None = None,
-                report: bool = True) -> dict[str, Any]:
-    """Analyse every repeat of a set, then write the set's summary.json (+ summary.md, report.html).
+                report: bool = True, out: Path | None = None) -> dict[str, Any]:
+    """Analyse every repeat of a set, then write the set's summary.json (+ summary.md, report.html)
+    into the set (or `out`, with one sub-folder per repeat: a what-if leaves the set as it was).
 
     Every repeat is read and judged before anything is written, so a bad repeat is exit 2 with no
     half-written set; the reports then read each repeat once more (one run in memory at a time).
@@ -158,16 +159,19 @@ def analyze_set(path: Path, *, overrides: dict | None = None, progress: Callable
         except UserError as e:  # name the repeat: every repeat has a requests.jsonl
             raise UserError(f"{f.name}/{e}") from None
     summary = summarise_set(path, [f.name for f in folders], summaries, overrides)
+    dest = Path(out) if out is not None else Path(path)
     for f, s in zip(folders, summaries, strict=True):
-        (f / "summary.json").write_text(dumps_json(s), encoding="utf-8")
+        where = dest / f.name
+        where.mkdir(parents=True, exist_ok=True)
+        (where / "summary.json").write_text(dumps_json(s), encoding="utf-8")
         if report:
             from capacity_plugins.analysis.report import write_reports
 
             say(f"writing {f.name}/report.html")
-            write_reports(s, load_run(f, overrides), f)
-    (Path(path) / "summary.json").write_text(dumps_json(summary), encoding="utf-8")
+            write_reports(s, load_run(f, overrides), where)
+    (dest / "summary.json").write_text(dumps_json(summary), encoding="utf-8")
     if report:
         from capacity_plugins.analysis.repeats_report import write_set_reports
 
-        write_set_reports(summary, Path(path))
+        write_set_reports(summary, dest)
     return summary
