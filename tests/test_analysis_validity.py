@@ -199,3 +199,22 @@ def test_run_from_records_alone_still_analyses(tmp_path):
     p = make_results(tmp_path, levels=[1, 2, 4], rps=[5, 10, 20], scenario=False)
     s = analyze(p)
     assert s["min_requests"] == 100 and [r["valid"] for r in s["steps"]] == [True, True, True]
+
+
+def test_a_bracket_wider_than_a_doubling_is_the_interval(tmp_path):
+    # Pass at 2 users, fail at 16: the interpolated point is a guess about an unmeasured bend, so
+    # the interval spans the bracket's throughput and the plan refuses until the sweep is refined.
+    p = make_results(tmp_path / "coarse", levels=[1, 2, 16], rps=[2, 4, 16], e2e_p50_ms=[800, 900, 3000],
+                     e2e_p99_ms=[1000, 1100, 4000], slo=SLO, capacity={"peak_qps": 30})
+    cap = summarise(load_run(p))["capacity"]
+    assert cap["method"] == "interpolated" and (cap["last_pass_level"], cap["first_fail_level"]) == (2, 16)
+    lo, hi = cap["per_node_rps_ci"]
+    assert lo <= cap["last_pass_rps"] + 1e-9 and hi >= cap["first_fail_rps"] - 1e-9
+    assert any("wider than a doubling" in n for n in cap["notes"])
+    s = summarise(load_run(p))
+    assert s["plan"]["nodes"] is None and "max_capacity_interval" in s["plan"]["refused"]
+    # The same curve measured on a doubling grid keeps the measured interval.
+    p = make_results(tmp_path / "fine", levels=[1, 2, 4], rps=[2, 4, 8], e2e_p50_ms=[800, 900, 3000],
+                     e2e_p99_ms=[1000, 1100, 4000], slo=SLO, capacity={"peak_qps": 30})
+    cap = summarise(load_run(p))["capacity"]
+    assert not any("wider than a doubling" in n for n in cap["notes"])

@@ -53,6 +53,15 @@ def test_time_budget():
     assert s.next(2, "pass", spent_s=120) is None and "budget" in s.result()["stopped"]
 
 
+def test_an_invalid_step_halts_the_search():
+    s = CapacitySearch(start=1, max_level=512, growth=2, tolerance=0.05, integer=True)
+    assert s.next(1, "pass") == 2
+    s.halt(2, "client limited: generator event loop late")
+    r = s.result()
+    assert r["bracket"] == [1, None] and not r["converged"] and r["stopped"].startswith("invalid step at 2")
+    assert r["steps"][-1] == {"level": 2, "judgement": "invalid", "limiting": "client limited: generator event loop late"}
+
+
 # -- end to end on the simulator ------------------------------------------------------------------
 
 import json  # noqa: E402
@@ -86,3 +95,24 @@ def test_search_finds_the_simulators_slot_count(tmp_path):
     assert summary["search"]["bracket"] == [4, 5]
     cap = summary["capacity"]
     assert cap["per_node_concurrency"] is None or 4 <= cap["per_node_concurrency"] <= 5
+
+
+@pytest.mark.slow
+def test_search_stops_at_a_client_limited_step(tmp_path):
+    # A loop-lag limit no process can meet marks every step client limited: the search must stop
+    # after the first one instead of steering by the generator's limit, and the run says why.
+    sc = write_scenario(
+        tmp_path, "search-starved",
+        target={"url": "embedded", "simulator": {"max_num_seqs": 4}},
+        request={"max_tokens": 8, "timeout_s": 20},
+        load={"kind": "capacity_search", "loop": "closed", "start": 2, "max_level": 64, "step_s": 2,
+              "warmup_s": 0.5, "max_loop_lag_p99_ms": 0.001},
+        slo={"ttft_p95_ms": 1000},
+    )
+    r = capacity("run", str(sc), timeout=180)
+    folder = results_dir(r.stdout)
+    assert r.returncode == 1, r.stdout[-3000:] + r.stderr[-3000:]  # no valid step: no decision
+    assert [s["level"] for s in read_steps(folder)] == [2]
+    search = json.loads((folder / "summary.json").read_text())["search"]
+    assert search["stopped"].startswith("invalid step at 2: client limited") and not search["converged"]
+    assert "→ invalid (client limited" in r.stdout

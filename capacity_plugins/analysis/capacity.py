@@ -6,6 +6,10 @@ between the last passing and the first failing step, against the limiting metric
 the attainment level (the P95 for 0.95); invalid and insufficient steps never take part. The
 result is divided by `replicas_behind_url` (the measured URL fronted that many nodes).
 
+When the bracket is wider than a doubling of the level, the interval is widened to the whole
+bracket (last pass's throughput to first fail's): linear interpolation across an unmeasured bend
+is not a measurement.
+
 Its interval (`per_node_rps_ci`) runs the same rule twice more: once with every step at the
 pessimistic end of its own intervals (throughput at its low end, each limit's quantile at its high
 end, attainment at its worse end, so a step passes only when it surely passes) and once at the
@@ -24,6 +28,10 @@ from typing import Any, Literal
 from capacity_plugins.contracts.planning import CapacityConfig, SLOConfig
 
 BRACKET_WARN = 0.20
+# Wider than a doubling, the straight line between the last pass and the first fail is a guess
+# about a curve nobody measured (latency bends sharply at saturation): the interval then spans
+# the whole bracket, the only bound the data gives.
+BRACKET_INTERVAL = 1.0
 
 
 def _interp(x0: float, x1: float, y0: float, y1: float, y: float) -> float:
@@ -91,6 +99,16 @@ def capacity_under_slo(rows: list[dict[str, Any]], slo: SLOConfig, cap: Capacity
     if conc is not None:
         out["per_node_concurrency_ci"] = [min(lo["per_node_concurrency"] or 0.0, conc),
                                           max(hi["per_node_concurrency"] or 0.0, conc)]
+    width = out.get("bracket_width")
+    if out["method"] == "interpolated" and width is not None and width > BRACKET_INTERVAL:
+        ci = out["per_node_rps_ci"]
+        out["per_node_rps_ci"] = [min(ci[0], out["last_pass_rps"]), max(ci[1], out["first_fail_rps"])]
+        if out["per_node_concurrency_ci"] is not None and sweep_kind == "concurrency":
+            cc, r = out["per_node_concurrency_ci"], cap.replicas_behind_url
+            out["per_node_concurrency_ci"] = [min(cc[0], out["last_pass_level"] / r),
+                                              max(cc[1], out["first_fail_level"] / r)]
+        out["notes"].append(f"the bracket is wider than a doubling ({width:.0%}): the interval spans all of it, "
+                            "the interpolated point is only a guess inside")
     if point > 0:
         out["relative_interval"] = (out["per_node_rps_ci"][1] - out["per_node_rps_ci"][0]) / point
     if lo["method"] != out["method"]:

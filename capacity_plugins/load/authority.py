@@ -92,17 +92,35 @@ class StepAuthority:
         """A capacity search's next step, judged from the finished one (contracts/slo.py)."""
         if self.search is None:
             return None
+        unit = self.search.result()["unit"]
+        invalid = self._invalid_reason(finished)
+        if invalid is not None:
+            self.search.halt(finished.level, invalid)
+            print(f"[capacity] search: {finished.level:g} {unit} → invalid ({invalid}); done: the search cannot "
+                  "steer by a step that decides nothing", flush=True)
+            self.ctx.extra_meta["search"] = self.search.result()
+            return None
         views, requests, errors = self.accounting.slo_sample(finished.index)
         judged, limiting = judge_step(views, requests, errors, self.scenario.slo, self.scenario.verdict.confidence)
         if requests < self.scenario.load.min_requests and judged == "pass":
             judged = "uncertain"  # too few requests to claim a pass (the analysis calls it insufficient)
         spent = time.time() - (self.timeline.steps[0].start_unix if self.timeline.steps else time.time())
         level = self.search.next(finished.level, judged, limiting, spent_s=spent)
-        print(f"[capacity] search: {finished.level:g} {self.search.result()['unit']} → {judged}"
+        print(f"[capacity] search: {finished.level:g} {unit} → {judged}"
               + (f" ({limiting})" if limiting else "")
               + (f"; next {level:g}" if level is not None else f"; done: {self.search.stopped}"), flush=True)
         self.ctx.extra_meta["search"] = self.search.result()
         return level_plan(self.scenario, level) if level is not None else None
+
+    def _invalid_reason(self, finished: Step) -> str | None:
+        """Why the analysis will call this step invalid, judged from the same row steps.json gets."""
+        self._collect_local()
+        row = self.accounting.row(finished)
+        if row.get("client_limited"):
+            return f"client limited: {row.get('client_limited_reason')}"
+        if row.get("membership_changed"):
+            return f"swarm membership changed: {row.get('membership_reason')}"
+        return "interrupted" if row.get("interrupted") else None
 
     # -- wiring ------------------------------------------------------------------------------------------
     def attach(self) -> None:

@@ -12,7 +12,10 @@ when the step's own interval straddles the SLO. The search then:
    its lower end (or one user apart), or `budget_s` of measuring is spent;
 3. treats an `uncertain` step like a fail for where to look next (capacity is never claimed on a
    level the data cannot show passing), and stops when two in a row are uncertain: the noise of a
-   step is then as wide as what is left of the bracket, and the bracket is the answer.
+   step is then as wide as what is left of the bracket, and the bracket is the answer;
+4. stops at an *invalid* step (client limited, swarm membership changed, interrupted): such a step
+   decides nothing in the analysis, so steering by it would aim the next level at the load
+   generator's limit instead of the server's (`halt`).
 
 Pure and clock-free (the shape and the authority drive it), so it is tested without a server.
 """
@@ -40,7 +43,8 @@ class CapacitySearch:
     min_level: float = 1.0
     highest_pass: float | None = None
     lowest_fail: float | None = None  # a fail or an uncertain level
-    history: list[tuple[float, Judgement, str | None]] = field(default_factory=list)
+    # (level, pass | fail | uncertain | invalid, the limit or reason)
+    history: list[tuple[float, str, str | None]] = field(default_factory=list)
     stopped: str | None = None  # why the search ended (None while it runs)
     _uncertain_run: int = 0
 
@@ -91,6 +95,11 @@ class CapacitySearch:
             self.stopped = "converged: no level left between the last pass and the first fail"
             return None
         return mid
+
+    def halt(self, level: float, reason: str) -> None:
+        """The step at `level` cannot be judged (the analysis will call it invalid): stop here."""
+        self.history.append((level, "invalid", reason))
+        self.stopped = f"invalid step at {level:g}: {reason}"
 
     def _narrow_enough(self, lo: float, hi: float) -> bool:
         if self.integer and hi - lo <= 1:
