@@ -36,6 +36,10 @@ def test_never_failing_and_always_failing_are_answers_not_guesses():
     s = CapacitySearch(start=4, max_level=64, growth=2, tolerance=0.05, integer=True)
     assert drive(s, passes_up_to=0) == [4, 2, 1]
     assert s.result()["bracket"] == [None, 1] and "not met even at the lowest" in s.result()["stopped"]
+    # Uncertain at the lowest level is not "not met": the search says it could not tell.
+    s = CapacitySearch(start=1, max_level=64, growth=2, tolerance=0.05, integer=True)
+    assert s.next(s.first(), "uncertain", "40 requests < load.min_requests 100") is None
+    assert "could not be shown to meet the SLO (40 requests < load.min_requests 100)" in s.result()["stopped"]
 
 
 def test_noise_stops_the_bracket_and_says_so():

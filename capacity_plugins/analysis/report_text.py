@@ -162,11 +162,11 @@ def search_lines(summary: dict[str, Any]) -> list[str]:
     unit = s.get("unit", "")
     lo, hi = s.get("highest_pass"), s.get("lowest_fail")
     if lo is not None and hi is not None:
-        found = f"the SLO held at {lo:g} {unit} and not at {hi:g} {unit}"
+        found = f"the SLO held at {lo:g} {unit} and not (or not surely) at {hi:g} {unit}"
     elif lo is not None:
         found = f"the SLO held at {lo:g} {unit}, the highest level tried: capacity is at least that"
     elif hi is not None:
-        found = f"the SLO was not met at {hi:g} {unit}, the lowest level tried"
+        found = f"no level was shown to meet the SLO (the lowest tried: {hi:g} {unit})"
     else:
         found = "no step was judged"
     state = "converged" if s.get("converged") else "not converged"
