@@ -186,7 +186,7 @@ def test_reasons_name_their_threshold_and_level():
     low = {**loaded, "level": 2, "ttft_queue_share": 0.1, "client_remainder_ms": 2 * vc.client_remainder_max_ms,
            "client_ttft_mean_ms": 60.0, "server_ttft_mean_ms": 60.0 - 2 * vc.client_remainder_max_ms}
     reasons = ttft_reasons([low, loaded], loaded, vc)
-    assert reasons[0].startswith("TTFT is 80% queue at level 16") and "verdict.queue_dominant_share" in reasons[0]
+    assert reasons[0].startswith(f"TTFT is {loaded['ttft_queue_share'] * 100:.0f} % queue at level 16") and "verdict.queue_dominant_share" in reasons[0]
     assert "add replicas or batch slots, not faster GPUs" in reasons[0]
     assert f"adds {2 * vc.client_remainder_max_ms:.1f} ms" in reasons[1] and "level 2" in reasons[1]
     assert "verdict.client_remainder_max_ms" in reasons[1] and "check the network / client" in reasons[1]

@@ -175,9 +175,9 @@ def ttft_reasons(rows: list[dict[str, Any]], loaded: dict[str, Any] | None, vc: 
     share = (loaded or {}).get("ttft_queue_share")
     if loaded is not None and share is not None and share >= vc.queue_dominant_share:
         of = "the server's TTFT" if loaded.get("ttft_queue_share_basis") == "server_ttft" else "TTFT"
-        out.append(f"TTFT is {share:.0%} queue at level {loaded['level']:g} (server queue "
+        out.append(f"TTFT is {share * 100:.0f} % queue at level {loaded['level']:g} (server queue "
                    f"{loaded['server_queue_mean_ms']:.0f} ms of {of} {_of_ms(loaded):.0f} ms; ≥ "
-                   f"{vc.queue_dominant_share:.0%}, verdict.queue_dominant_share): add replicas or batch slots, "
+                   f"{vc.queue_dominant_share * 100:g} %, verdict.queue_dominant_share): add replicas or batch slots, "
                    "not faster GPUs")
     valid = [r for r in rows if r.get("valid") and r.get("client_remainder_ms") is not None]
     if valid:
