@@ -60,7 +60,7 @@ class ServerHistograms:
             return
         t = telemetry.loc[:, [c for c in ("unix", "host", "device", "series", "value") if c in telemetry.columns]]
         for col in ("host", "device"):
-            t[col] = t[col].fillna("").astype(str) if col in t.columns else ""
+            t[col] = t[col].astype(object).fillna("").astype(str) if col in t.columns else ""
         t = t[t["unix"].notna()]
         wanted = set(SERVER_PARTS.values())
         hist = t[t["series"].isin(wanted | {s + "_count" for s in wanted})]
