@@ -49,6 +49,14 @@ def test_ranked_by_capacity_per_gpu_hour_cost_not_by_capacity():
     assert small["score"] == pytest.approx(10 * 3600 / 2.0) and big["score"] == pytest.approx(16 * 3600 / 4.0)
     assert small["rank"] == 1 and big["rank"] == 2
     assert best["separable"] is True and "do not overlap" in best["statement"]
+    assert best["within_run_to_run_noise"] is False and "repeat the runs" not in best["statement"]
+
+
+def test_a_separable_lead_smaller_than_run_to_run_noise_is_flagged():
+    rows = [row("a", 10.5, [10.4, 10.6]), row("b", 10.0, [9.9, 10.1])]
+    best = rank(rows)
+    assert best["name"] == "a" and best["separable"] is True and best["within_run_to_run_noise"] is True
+    assert "leads by 5%, less than the 10%" in best["statement"]
 
 
 def test_overlapping_intervals_are_not_separable():

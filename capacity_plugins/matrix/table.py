@@ -10,6 +10,9 @@ price), when every ranked entry has a price; otherwise capacity per GPU (and a w
 entries without one). Equal scores go to the lower TTFT P95 at the SLO load. The winner is
 **separable** from the runner-up only when the low end of its score interval is above the high
 end of the runner-up's (a `never_failed` capacity is a lower bound: its interval has no high end).
+Those are within-run intervals: a lead smaller than `verdict.min_detectable_difference` (10 %)
+is also flagged, since a second run of the same server may differ by that much (as in
+`capacity compare`).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import math
 from typing import Any
 
 REL_TIE = 1e-9
+MDD = 0.10  # verdict.min_detectable_difference's default: how much a second run of one server may differ
 PER_USD = "requests per USD"
 PER_GPU = "rps per GPU"
 
@@ -55,6 +59,7 @@ def row_from_summary(summary: dict[str, Any]) -> dict[str, Any]:
         "tpot_p95_ms": step.get("tpot_p95_ms"), "tpot_p95_ci_ms": step.get("tpot_p95_ci_ms"),
         "cost_per_1m_output_tokens_usd": per_1m, "cost_per_1m_output_tokens_ci_usd": per_1m_ci,
         "verdict": (summary.get("verdict") or {}).get("decision"),
+        "min_detectable_difference": (summary.get("verdict_settings") or {}).get("min_detectable_difference", MDD),
     }
 
 
@@ -98,7 +103,8 @@ def rank(rows: list[dict[str, Any]]) -> dict[str, Any]:
     for i, r in enumerate(ordered, 1):
         r["rank"] = i
     best: dict[str, Any] = {"basis": basis, "name": None, "runner_up": None, "separable": None,
-                            "tie_broken_by_ttft": False, "statement": None, "warnings": warnings}
+                            "within_run_to_run_noise": None, "tie_broken_by_ttft": False, "statement": None,
+                            "warnings": warnings}
     if not ordered:
         best["statement"] = "no entry completed with a decision: no best configuration"
         return best
@@ -124,8 +130,14 @@ def rank(rows: list[dict[str, Any]]) -> dict[str, Any]:
     if tie:
         text += (f"; tied on {basis}, it has the lower TTFT P95 at the SLO load "
                  f"({fmt(win.get('ttft_p95_ms'))} vs {fmt(second.get('ttft_p95_ms'))} ms)")
+    gap = win["score"] / second["score"] - 1 if second["score"] else math.inf
+    mdd = win.get("min_detectable_difference", MDD)
+    best["within_run_to_run_noise"] = gap < mdd
     if separable:
         text += f": their intervals do not overlap ({_ci(wci)} vs {_ci(sci)})"
+        if gap < mdd:
+            text += (f" — but it leads by {gap:.0%}, less than the {mdd:.0%} two runs of one server may differ by "
+                     "(verdict.min_detectable_difference): repeat the runs to be sure")
     else:
         text += (f", but not separable from it: their intervals overlap ({_ci(wci)} vs {_ci(sci)}) — "
                  "measure more requests per step, or repeat the run")
