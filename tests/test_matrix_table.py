@@ -62,14 +62,25 @@ def test_a_separable_lead_smaller_than_run_to_run_noise_is_flagged():
 def test_overlapping_intervals_are_not_separable():
     rows = [row("a", 10.0, [8.0, 12.0]), row("b", 9.5, [7.0, 11.0])]
     best = rank(rows)
-    assert best["name"] == "a" and best["separable"] is False
-    assert "not separable from it: their intervals overlap" in best["statement"]
+    assert best["name"] == "a" and best["separable"] is False and best["not_separable_from"] == ["b"]
+    assert "not separable from it: the intervals overlap (a 14,400–21,600; b 12,600–19,800)" in best["statement"]
 
 
 def test_a_runner_up_whose_capacity_is_a_lower_bound_is_never_separated():
     rows = [row("a", 20.0, [19.0, 21.0]), row("b", 10.0, [9.0, 11.0], method="never_failed")]
     best = rank(rows)
     assert best["name"] == "a" and best["separable"] is False and rows[1]["score_ci"][1] is None
+
+
+def test_a_lower_ranked_lower_bound_also_keeps_the_winner_from_being_separable():
+    # c ranks third, but its sweep never failed the SLO: its capacity may be above a's
+    rows = [row("a", 20.0, [19.0, 21.0]), row("b", 10.0, [9.0, 11.0]),
+            row("c", 8.0, [7.0, 9.0], method="never_failed")]
+    best = rank(rows)
+    assert best["name"] == "a" and best["runner_up"] == "b" and best["separable"] is False
+    assert best["not_separable_from"] == ["c"] and "not separable from c: the intervals overlap" in best["statement"]
+    assert "c 12,600–∞" in best["statement"] and best["statement"].endswith(
+        "extend the sweep of c (its capacity is only a lower bound)")
 
 
 def test_equal_scores_go_to_the_lower_ttft():

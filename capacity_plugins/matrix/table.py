@@ -9,7 +9,8 @@ The ranking is by capacity per cost: requests per USD = capacity (rps) × 3600 �
 price), when every ranked entry has a price; otherwise capacity per GPU (and a warning names the
 entries without one). Equal scores go to the lower TTFT P95 at the SLO load. The winner is
 **separable** from the runner-up only when the low end of its score interval is above the high
-end of the runner-up's (a `never_failed` capacity is a lower bound: its interval has no high end).
+end of the runner-up's — and of every other entry's: a `never_failed` capacity is a lower bound
+whose interval has no high end, so even a lower-ranked one may be the better configuration.
 Those are within-run intervals: a lead smaller than `verdict.min_detectable_difference` (10 %)
 is also flagged, since a second run of the same server may differ by that much (as in
 `capacity compare`).
@@ -103,7 +104,7 @@ def rank(rows: list[dict[str, Any]]) -> dict[str, Any]:
     for i, r in enumerate(ordered, 1):
         r["rank"] = i
     best: dict[str, Any] = {"basis": basis, "name": None, "runner_up": None, "separable": None,
-                            "within_run_to_run_noise": None, "tie_broken_by_ttft": False, "statement": None,
+                            "not_separable_from": [], "within_run_to_run_noise": None, "tie_broken_by_ttft": False, "statement": None,
                             "warnings": warnings}
     if not ordered:
         best["statement"] = "no entry completed with a decision: no best configuration"
@@ -124,8 +125,12 @@ def rank(rows: list[dict[str, Any]]) -> dict[str, Any]:
     tie = _better(win, second) != 0 and abs(win["score"] - second["score"]) <= REL_TIE * abs(win["score"])
     best["tie_broken_by_ttft"] = tie
     wci, sci = win.get("score_ci"), second.get("score_ci")
-    separable = bool(wci and sci and wci[0] is not None and sci[1] is not None and wci[0] > sci[1])
+    # Every other entry, not only the runner-up: a lower-ranked one whose interval has no upper end
+    # (a lower-bound capacity) may still be the better configuration.
+    overlapping = [r for r in ordered[1:] if not _above(wci, r.get("score_ci"))]
+    separable = not overlapping
     best["separable"] = separable
+    best["not_separable_from"] = [r["name"] for r in overlapping]
     text = f"{head}, ahead of {second['name']} ({fmt(second['score'])})"
     if tie:
         text += (f"; tied on {basis}, it has the lower TTFT P95 at the SLO load "
@@ -139,10 +144,21 @@ def rank(rows: list[dict[str, Any]]) -> dict[str, Any]:
             text += (f" — but it leads by {gap:.0%}, less than the {mdd:.0%} two runs of one server may differ by "
                      "(verdict.min_detectable_difference): repeat the runs to be sure")
     else:
-        text += (f", but not separable from it: their intervals overlap ({_ci(wci)} vs {_ci(sci)}) — "
-                 "measure more requests per step, or repeat the run")
+        which = "it" if [r["name"] for r in overlapping] == [second["name"]] else ", ".join(
+            r["name"] for r in overlapping)
+        text += (f", but not separable from {which}: the intervals overlap ({win['name']} {_ci(wci)}; "
+                 + "; ".join(f"{r['name']} {_ci(r.get('score_ci'))}" for r in overlapping)
+                 + ") — measure more requests per step, or repeat the runs")
+        bounded = [r["name"] for r in overlapping if r.get("capacity_is_lower_bound")]
+        if bounded:
+            text += f"; extend the sweep of {', '.join(bounded)} (its capacity is only a lower bound)"
     best["statement"] = text
     return best
+
+
+def _above(a: list[float | None] | None, b: list[float | None] | None) -> bool:
+    """Interval a lies wholly above interval b (an unknown end never does)."""
+    return bool(a and b and a[0] is not None and b[1] is not None and a[0] > b[1])
 
 
 def _ci(ci: list[float | None] | None) -> str:
