@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 from conftest import free_port
 from fixtures_run import capacity, write_scenario
@@ -133,3 +134,39 @@ def test_sigterm_tears_the_current_entry_down_and_skips_the_rest(tmp_path):
                                                                           ("later", "not run", None)]
     assert doc["entries"][0]["reason"] == "interrupted (SIGTERM)"
     assert processes_with(f"sleep {token}") == []
+
+
+def test_the_readiness_check_sends_url_credentials_and_never_prints_them(tmp_path):
+    import base64
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from capacity_plugins.matrix.server import EntryFailed, Server
+    from capacity_plugins.matrix.spec import Entry, Ready
+
+    want = "Basic " + base64.b64encode(b"ops:s3cret-pass").decode()
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 - http.server's name
+            self.send_response(200 if self.headers.get("Authorization") == want and self.path == "/v1/models" else 401)
+            self.end_headers()
+
+        def log_message(self, *_):
+            pass
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        port = httpd.server_address[1]
+
+        def server(password: str) -> Server:
+            entry = Entry(name="x", url=f"http://ops:{password}@127.0.0.1:{port}", command=None,
+                          ready=Ready(None, 1.0), teardown=None, gpus=None, gpu_hour_usd=None)
+            return Server(entry, tmp_path, None, {"X-Team": "a"}, insecure=False)
+
+        assert server("s3cret-pass").wait_ready("/v1/models") == f"http://ops:s3cret-pass@127.0.0.1:{port}/v1/models"
+        with pytest.raises(EntryFailed) as e:
+            server("wrong-pass").wait_ready("/v1/models")
+        assert str(e.value) == f"not ready within 1 s: GET http://127.0.0.1:{port}/v1/models: HTTP 401"
+    finally:
+        httpd.shutdown()

@@ -76,12 +76,12 @@ def run_entry(matrix: Matrix, entry: Entry, scenario: Scenario, headers: dict[st
         server.start()
         stage = "ready"
         if entry.command:
-            _say(entry, f"started: {fill(entry.command, port)} — waiting until {server.url} is ready")
+            _say(entry, f"started: {fill(entry.command, port)} — waiting until {out.url} is ready")
         ready = server.wait_ready(default_ready_path(get_dialect(scenario.target.dialect,
                                                                  scenario.target.triton_fields()),
                                                      scenario.target.model))
         out.timings_s["ready"] = time.monotonic() - t0
-        _say(entry, f"ready ({ready} answered after {out.timings_s['ready']:.1f} s)")
+        _say(entry, f"ready ({strip_userinfo(ready)} answered after {out.timings_s['ready']:.1f} s)")
         stage = "run"
         t1 = time.monotonic()
         _run(matrix, server.url, folder, out)

@@ -12,7 +12,8 @@
   could not start: the entry fails at once with the code and the last line of its log.
 - **Ready** is a 2xx answer to one GET: `ready.url`, else the dialect's readiness route
   (Triton's `/v2/health/ready`) or model listing (`/v1/models`, `/info`, `/api/tags`), with the
-  scenario's own headers (API key), polled every 0.5 s until `ready.timeout_s`.
+  scenario's own headers (API key; Basic auth from `user:password@` in the URL), polled every
+  0.5 s until `ready.timeout_s`.
 - **Teardown**: the entry's `teardown` command (output to `teardown.log`), then SIGTERM to what is
   left of the started process group, SIGKILL after `STOP_TIMEOUT_S`.
 """
@@ -35,6 +36,7 @@ from pathlib import Path
 from typing import IO
 from urllib.parse import quote
 
+from capacity_plugins.contracts.redaction import basic_auth, strip_userinfo
 from capacity_plugins.matrix.spec import PORT, Entry
 
 POLL_S = 0.5
@@ -111,10 +113,13 @@ class Server:
         if self.entry.command is None:
             return
         self.folder.mkdir(parents=True, exist_ok=True)
-        self._log = self.log_path.open("ab")
-        self.proc = subprocess.Popen(["/bin/sh", "-c", fill(self.entry.command, self.port)], stdin=subprocess.DEVNULL,
-                                     stdout=self._log, stderr=subprocess.STDOUT, env=command_env(self.entry, self.port),
-                                     process_group=0, preexec_fn=_in_child)
+        try:
+            self._log = self.log_path.open("ab")
+            self.proc = subprocess.Popen(["/bin/sh", "-c", fill(self.entry.command, self.port)],
+                                         stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
+                                         env=command_env(self.entry, self.port), process_group=0, preexec_fn=_in_child)
+        except OSError as e:
+            raise EntryFailed(f"command could not be started: {e}") from None
 
     def wait_ready(self, ready_path: str) -> str:
         """Poll until a 2xx answer; the URL that answered. EntryFailed with the last problem otherwise."""
@@ -135,12 +140,17 @@ class Server:
                 return url
             if time.monotonic() >= deadline:
                 note = " (its command exited with 0)" if exited == 0 else ""
-                raise EntryFailed(f"not ready within {self.entry.ready.timeout_s:g} s{note}: GET {url}: {last}")
+                raise EntryFailed(f"not ready within {self.entry.ready.timeout_s:g} s{note}: "
+                                  f"GET {strip_userinfo(url)}: {last}")
             time.sleep(POLL_S)
 
     def _probe(self, url: str) -> str:
         """'' when the server answered 2xx; else what it said."""
-        req = urllib.request.Request(url, headers=self.headers, method="GET")
+        headers = dict(self.headers)
+        basic = basic_auth(url)  # user:password@ in the URL, as the runs send it; an API key wins
+        if basic is not None and not headers.get("Authorization", "").startswith("Bearer "):
+            headers["Authorization"] = basic
+        req = urllib.request.Request(strip_userinfo(url), headers=headers, method="GET")
         try:
             with urllib.request.urlopen(req, timeout=PROBE_TIMEOUT_S, context=self.tls) as r:  # noqa: S310 -- http(s)
                 return "" if 200 <= r.status < 300 else f"HTTP {r.status}"
