@@ -170,3 +170,19 @@ def test_the_readiness_check_sends_url_credentials_and_never_prints_them(tmp_pat
         assert str(e.value) == f"not ready within 1 s: GET http://127.0.0.1:{port}/v1/models: HTTP 401"
     finally:
         httpd.shutdown()
+
+
+def test_a_server_that_echoes_the_api_key_does_not_put_it_in_the_table(tmp_path, monkeypatch):
+    from capacity_plugins.contracts.redaction import REDACTED
+
+    key = "sk-matrix-test-0123456789"
+    monkeypatch.setenv("MATRIX_TEST_KEY", key)
+    sc = write_scenario(tmp_path, target={"url": "http://127.0.0.1:9", "api_key_env": "MATRIX_TEST_KEY"})
+    entries = [{"name": "leaky", "command": "echo \"bad key $MATRIX_TEST_KEY\" >&2; exit 1"}]
+    r = capacity("matrix", str(write_matrix(tmp_path, entries, sc)), timeout=60)
+    assert r.returncode == 1, r.stdout + r.stderr
+    root = next((tmp_path / "out").iterdir())
+    for name, marker in (("matrix.json", REDACTED), ("matrix.md", REDACTED), ("matrix.html", "&lt;redacted&gt;")):
+        text = (root / name).read_text()
+        assert key not in text and f"bad key {marker}" in text, name
+    assert (root / "leaky" / "server.log").read_text() == f"bad key {REDACTED}\n"

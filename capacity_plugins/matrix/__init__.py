@@ -40,7 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _checked(matrix: Matrix, output: str | None) -> tuple[Any, dict[str, str]]:
+def _checked(matrix: Matrix, output: str | None) -> tuple[Any, dict[str, str], Any]:
     """Everything that can be bad input, before anything starts: the scenario and what it needs."""
     from capacity_plugins.cli import ANALYSIS_INSTALL, missing_analysis_libs
     from capacity_plugins.runner import _check_corpus, _writable_parent, scenario_secrets
@@ -58,8 +58,20 @@ def _checked(matrix: Matrix, output: str | None) -> tuple[Any, dict[str, str]]:
                         "the matrix runs the scenario once per entry (set repeat: 1)")
     _writable_parent("--output" if output else f"{matrix.path}: output", Path(output or matrix.output))
     _check_corpus(scenario)
-    scenario_secrets(scenario)
-    return scenario, target_headers(scenario)
+    secrets = scenario_secrets(scenario)  # a secret too short to redact is bad input, as for capacity run
+    return scenario, target_headers(scenario), secrets
+
+
+def _scrub_logs(outcomes: list[Any], secrets: Any) -> None:
+    """The servers' own output, with the scenario's secrets replaced by value (a server may log its key)."""
+    for o in outcomes:
+        for name in ("server.log", "teardown.log"):
+            log = o.folder / name
+            if log.is_file():
+                text = log.read_text(encoding="utf-8", errors="replace")
+                clean = secrets.scrub(text)
+                if clean != text:
+                    log.write_text(clean, encoding="utf-8")
 
 
 def _on_sigterm(_signum: int, _frame: Any) -> None:
@@ -81,7 +93,7 @@ def _not_run(entry: Any, root: Path, scenario: Any, why: str, status: str = "not
 def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     matrix = load_matrix(args.matrix)
-    scenario, headers = _checked(matrix, args.output)
+    scenario, headers, secrets = _checked(matrix, args.output)
 
     from capacity_plugins.contracts.folders import new_results_folder
     from capacity_plugins.matrix import report
@@ -110,7 +122,9 @@ def main(argv: list[str]) -> int:
             outcomes.append(_not_run(entry, root, scenario, "the matrix was interrupted before it"))
     finally:
         signal.signal(signal.SIGTERM, old)
-    doc = report.build(matrix, scenario.slo.model_dump(), outcomes, root, started)
+    _scrub_logs(outcomes, secrets)
+    # The scenario's secrets (API key, URL passwords) by value: a server's last log line may echo one.
+    doc = secrets.scrub_obj(report.build(matrix, scenario.slo.model_dump(), outcomes, root, started))
     report.write(doc, root)
     sys.stdout.write("\n" + report.markdown(doc))
     print(f"[matrix] results: {root} (matrix.md, matrix.html, matrix.json)", flush=True)
