@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import pytest
+import yaml
 from conftest import free_port
-from fixtures_run import capacity, write_scenario
+from fixtures_run import capacity, results_dir, write_scenario
 
 from capacity_plugins.errors import UserError
 from capacity_plugins.runner import _parse, with_target_url
@@ -42,3 +43,18 @@ def test_the_preflight_checks_the_override_not_the_scenario_url(tmp_path, simula
     r = capacity("run", str(p), "--target-url", f"http://127.0.0.1:{dead}", timeout=60)
     assert r.returncode == 1, r.stdout + r.stderr
     assert f"target http://127.0.0.1:{dead} does not answer" in r.stderr
+
+
+@pytest.mark.slow
+def test_the_run_folder_names_the_server_actually_loaded(tmp_path, simulator):
+    # The scenario names a dead port; --target-url the live simulator: every file of the run,
+    # the scenario copy that `capacity analyze` reads back included, must name the simulator.
+    dead = free_port()
+    p = write_scenario(tmp_path, target={"url": f"http://127.0.0.1:{dead}"}, request={"max_tokens": 8},
+                       load={"levels": [1], "step_s": 2, "warmup_s": 0})
+    r = capacity("run", str(p), "--target-url", simulator.url, "--no-analyze", timeout=120)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    folder = results_dir(r.stdout)
+    copy = yaml.safe_load((folder / "scenario.yaml").read_text())
+    assert copy["target"]["url"] == simulator.url
+    assert str(dead) not in (folder / "scenario.yaml").read_text()
