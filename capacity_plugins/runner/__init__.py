@@ -327,7 +327,9 @@ def main(argv: list[str]) -> int:
     suffix = " (incomplete: interrupted)" if stopped_by is not None else (" (incomplete)" if reasons else "")
     print(f"[capacity] results: {folder}{suffix}", flush=True)
     if stopped_by is not None:
-        return 128 + stopped_by if code == EXIT_OK else code  # 130 Ctrl-C, 143 SIGTERM
+        # 130 Ctrl-C, 143 SIGTERM. An interrupted run is incomplete, so its analysis never
+        # completes a decision (1) nor judges a gate: the interruption is the news.
+        return 128 + stopped_by
     if reasons and code in (EXIT_OK, EXIT_GATE_FAILED):
         # What finished is analysed, but the run was not done: a decision cannot rest on it.
         print(f"[capacity] the run is incomplete: {reasons[0]}", file=sys.stderr, flush=True)
