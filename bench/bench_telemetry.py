@@ -18,8 +18,8 @@ import gevent
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-from conftest import free_port  # noqa: E402
-from fixtures_telemetry import canned_server, dcgm_text, vllm_text  # noqa: E402
+from helpers.canned_metrics import dcgm_text, vllm_text  # noqa: E402
+from helpers.servers import canned_metrics_server  # noqa: E402
 
 from capacity_plugins.telemetry.collector import TelemetryCollector  # noqa: E402
 from capacity_plugins.telemetry.maps import SeriesTracker, normalize  # noqa: E402
@@ -52,7 +52,8 @@ def worst_gap(seconds: float) -> float:
 
 
 def hub_stall() -> None:
-    with canned_server(free_port()) as url, tempfile.TemporaryDirectory() as tmp:
+    with canned_metrics_server() as server, tempfile.TemporaryDirectory() as tmp:
+        url = server.url
         baseline = worst_gap(3.0)
         targets = [ScrapeTarget(url + p) for p in ("/vllm/metrics", "/dcgm/metrics", "/tgi/metrics")]
         c = TelemetryCollector(targets, interval_s=0.1, out_dir=Path(tmp))

@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 import json
-import subprocess
-from pathlib import Path
 
-from fixtures_analysis import make_results
+from helpers.analysis_data import make_results
+from helpers.processes import capacity
 
 from capacity_plugins.analysis import analyze
 from capacity_plugins.analysis.compare import compare, load_summary
-
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def _pair(tmp_path):
@@ -46,11 +43,9 @@ def test_before_after_rows_and_verdicts(tmp_path):
 
 def test_cli_prints_table_and_bad_input_exits_2(tmp_path):
     before, after = _pair(tmp_path)
-    exe = str(ROOT / ".venv" / "bin" / "capacity")
-    r = subprocess.run([exe, "compare", str(before), str(after), "--out", str(tmp_path / "c.json")],
-                       capture_output=True, text=True, timeout=120)
+    r = capacity("compare", str(before), str(after), "--out", str(tmp_path / "c.json"))
     assert r.returncode == 0, r.stderr
     assert "| metric | before | after | change | verdict |" in r.stdout and "Overall: improved" in r.stdout
     assert json.loads((tmp_path / "c.json").read_text())["overall"] == "improved"
-    r = subprocess.run([exe, "compare", str(before), str(tmp_path / "missing")], capture_output=True, text=True, timeout=120)
+    r = capacity("compare", str(before), str(tmp_path / "missing"))
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from fixtures_analysis import make_results
+from helpers.analysis_data import make_results
 
 from capacity_plugins.analysis.knee import marginal_gain_knee, rate_knee, usl_fit
 from capacity_plugins.analysis.pipeline import load_run, summarise

@@ -6,12 +6,12 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 import psutil
 import pytest
-from fixtures_run import CAPACITY, ROOT, env, write_scenario
+from helpers.processes import CAPACITY, popen, read_until
+from helpers.scenarios import write_scenario
 
 pytestmark = pytest.mark.slow
 
@@ -23,16 +23,11 @@ def _long_run(tmp_path: Path, *extra: str) -> subprocess.Popen[str]:
         tmp_path, "long", target=SIM, request={"max_tokens": 200, "timeout_s": 30},
         load={"kind": "concurrency_sweep", "levels": [2], "step_s": 300, "warmup_s": 1},
     )
-    return subprocess.Popen([*CAPACITY, "run", str(sc), *extra], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, env=env(), cwd=ROOT)
+    return popen([*CAPACITY, "run", str(sc), *extra])
 
 
 def _wait_for_step(p: subprocess.Popen[str]) -> None:
-    assert p.stdout is not None
-    deadline = time.monotonic() + 90
-    for line in p.stdout:
-        if line.startswith("[capacity] step 1/1") or time.monotonic() > deadline:
-            return
+    read_until(p, "[capacity] step 1/1", 90)
 
 
 def _locust_children(parent: psutil.Process) -> list[psutil.Process]:

@@ -9,7 +9,7 @@ import threading
 import time
 from pathlib import Path
 
-from fixtures_simulator import metric, scrape
+from helpers.simulator import metric, scrape
 
 from capacity_plugins.simulator.rawclient import Connection, Response, request
 from capacity_plugins.simulator.truth import read_truth

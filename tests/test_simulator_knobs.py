@@ -9,7 +9,7 @@ import statistics
 import threading
 import time
 
-from fixtures_simulator import metric, scrape
+from helpers.simulator import metric, scrape
 
 from capacity_plugins.simulator.engine import jitter_factors
 from capacity_plugins.simulator.rawclient import Connection, request

@@ -7,7 +7,7 @@ import statistics
 import threading
 
 import pytest
-from fixtures_simulator import metric, scrape
+from helpers.simulator import metric, scrape
 
 from capacity_plugins.simulator.rawclient import Connection, request
 from capacity_plugins.simulator.truth import read_truth

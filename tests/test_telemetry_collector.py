@@ -5,11 +5,11 @@ import csv
 import json
 import time
 
-import fake_nvml
 import gevent
 import pytest
-from conftest import free_port
-from fixtures_telemetry import GPU_MODEL, VLLM_MODEL, canned_url_fixture  # noqa: F401
+from helpers import fake_nvml
+from helpers.canned_metrics import GPU_MODEL, VLLM_MODEL
+from helpers.ports import free_port
 
 from capacity_plugins.telemetry.client import ClientSampler
 from capacity_plugins.telemetry.collector import TelemetryCollector
@@ -26,7 +26,7 @@ def _read(path):
 
 @pytest.fixture
 def fake_nvml_env(monkeypatch):
-    monkeypatch.setenv("CAPACITY_FAKE_NVML", "fake_nvml")
+    monkeypatch.setenv("CAPACITY_FAKE_NVML", fake_nvml.MODULE)
     fake_nvml.configure("two_gpus")
     yield
     fake_nvml.configure(None)
@@ -125,7 +125,7 @@ def test_unrecognised_metrics_are_kept_raw_and_reported_once(tmp_path, canned_ur
 
 def test_does_not_block_the_gevent_hub(canned_url, tmp_path, monkeypatch):
     """A ticker greenlet keeps ticking while a slow endpoint times out and NVML blocks its OS thread."""
-    monkeypatch.setenv("CAPACITY_FAKE_NVML", "fake_nvml")
+    monkeypatch.setenv("CAPACITY_FAKE_NVML", fake_nvml.MODULE)
     fake_nvml.configure(gpus=[fake_nvml.FakeGpu(block_s=0.7)])
     ticks = []
 
@@ -171,7 +171,7 @@ def test_only_one_process_per_host_samples_nvml(tmp_path, fake_nvml_env):
 
     holder = subprocess.Popen(
         [sys.executable, "-c", "import sys, time; from capacity_plugins.telemetry.nvml import acquire_host_lock; "
-                               "print(acquire_host_lock('nvml-fake_nvml'), flush=True); time.sleep(60)"],
+                               f"print(acquire_host_lock('nvml-{fake_nvml.MODULE}'), flush=True); time.sleep(60)"],
         stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "True"

@@ -9,12 +9,28 @@ The scenario is picked by `configure(...)` in-process or by the env var FAKE_NVM
 subprocess: `two_gpus` (default), `no_gpu`, `no_driver` (NVMLError_LibraryNotFound at init),
 `driver_not_loaded`, `partial` (one old GPU: NotSupported power/clock reasons, FunctionNotFound
 for the new temperature and clock-event calls, sentinel memory counters).
+
+The product imports it by name: CAPACITY_FAKE_NVML=helpers.fake_nvml (`MODULE`), with tests/ on
+PYTHONPATH in a subprocess (`subprocess_env()`).
 """
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from pathlib import Path
+
+MODULE = "helpers.fake_nvml"  # what CAPACITY_FAKE_NVML names (its __name__ when the product imports it)
+_TESTS = Path(__file__).resolve().parents[1]
+
+
+def subprocess_env(scenario: str | None = None) -> dict[str, str]:
+    """The variables a subprocess needs to sample this fake instead of the real driver (PYTHONPATH:
+    the tests folder only; helpers.processes.env_with(path=[TESTS], ...) keeps the rest)."""
+    env = {"PYTHONPATH": str(_TESTS), "CAPACITY_FAKE_NVML": MODULE}
+    if scenario is not None:
+        env["FAKE_NVML_SCENARIO"] = scenario
+    return env
 
 NVML_SUCCESS = 0
 NVML_ERROR_UNINITIALIZED = 1

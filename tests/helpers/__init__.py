@@ -1,0 +1,16 @@
+"""Plain functions and classes the tests share (no fixtures: those live in tests/fixtures/).
+
+- paths: where the repository, the tests and their data are
+- ports: free_port, wait_port
+- waiting: wait_until (poll with one monotonic clock)
+- processes: the CLI and Locust as `sys.executable -m ...`, their environment, running them
+- results: reading a results folder (requests.jsonl, steps.json, meta.json, llm_stats.csv)
+- scenarios: writing scenario and corpus files
+- web: tiny urllib GET/POST helpers
+- prometheus: parsing an exposition text into samples
+- binaries: require_binary and IN_CI
+- servers: the scripted fake LLM server and the canned /metrics server, as subprocesses
+- fake_llm, canned_metrics: those servers themselves (stdlib only: they run as scripts)
+- analysis_data: synthetic results folders from known curves
+- fake_nvml, deploy_local, dockerfile_steps, hypothesis_profiles: stand-ins for what the machine lacks
+"""

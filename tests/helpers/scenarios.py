@@ -1,0 +1,33 @@
+"""Writing the inputs of a run: scenario files and prompt corpora."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+
+def write_scenario(tmp_path: Path, name: str = "t", **sections: Any) -> Path:
+    """A scenario file; `output` defaults to tmp_path/results, the corpus to a small builtin one."""
+    data: dict[str, Any] = {"name": name, "output": str(tmp_path / "results")}
+    data["corpus"] = {"min_distinct": 10}
+    data.update(sections)
+    p = tmp_path / f"{name}.yaml"
+    p.write_text(yaml.safe_dump(data))
+    return p
+
+
+def write_corpus(path: Path, n: int = 1200) -> Path:
+    """A JSONL corpus of n distinct prompts with ids."""
+    with path.open("w") as f:
+        for i in range(n):
+            f.write(json.dumps({"id": f"p{i}", "prompt": f"question number {i}: say something"}) + "\n")
+    return path
+
+
+def llm_args(url: str, results: Path, *, model: str = "sim-model") -> list[str]:
+    """The plugin's Locust options for a short run against the simulator (a synthetic corpus)."""
+    return ["--host", url, "--model", model, "--max-tokens", "16",
+            "--corpus", "synthetic:prompt_tokens=40,output_tokens=16,n=1500", "--results-dir", str(results)]
