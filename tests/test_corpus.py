@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 from helpers.paths import ROOT
-from helpers.processes import capacity, python
+from helpers.processes import capacity
 
 from capacity_plugins.contracts.percentiles import quantile
 from capacity_plugins.corpus import Sample, estimate_tokens, load_corpus
@@ -411,14 +411,3 @@ def test_corpus_modules_depend_one_way() -> None:
 
     for name in graph:
         visit(name, [])
-
-
-def test_old_module_names_still_import_in_a_fresh_interpreter() -> None:
-    code = (
-        "import capacity_plugins.corpus_build as old, capacity_plugins.corpus_cli as old_cli\n"
-        "from capacity_plugins.corpus import builtin, cli, readers, synthetic\n"
-        "assert old.build_builtin is builtin.build_builtin and old.to_jsonl is readers.to_jsonl\n"
-        "assert old.synthetic_text is synthetic.synthetic_text and old_cli.main is cli.main\n"
-    )
-    r = python(code)
-    assert r.returncode == 0, r.stderr
