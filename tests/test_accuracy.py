@@ -24,6 +24,7 @@ def sim_config():
     return dict(decode_base_ms=8.0, decode_per_seq_ms=0.5, prefill_tokens_per_s=20000.0, force_max_tokens=True)
 
 
+@pytest.mark.slow  # a real locust process
 def test_ttft_itl_tokens_match_server_truth_under_locust(start_simulator, tmp_path):
     truth_path = tmp_path / "truth.jsonl"
     sim = start_simulator(truth_log=truth_path, **sim_config())

@@ -13,7 +13,7 @@ from helpers.simulator import LOADED
 from helpers.waiting import wait_until
 from helpers.web import get_json
 
-pytestmark = pytest.mark.browser
+pytestmark = [pytest.mark.browser, pytest.mark.slow]  # Chromium driving a real locust process
 
 SIMULATOR = LOADED
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",

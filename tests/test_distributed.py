@@ -6,6 +6,7 @@ import subprocess
 import time
 
 import orjson
+import pytest
 from helpers.ports import free_port
 from helpers.processes import env_with, locust_argv, popen, run_locust, stop
 from helpers.results import llm_stats_rows, locust_request_count, read_records, records_by_worker
@@ -13,6 +14,8 @@ from helpers.scenarios import write_corpus
 from helpers.waiting import wait_until
 
 from capacity_plugins.contracts.percentiles import quantile
+
+pytestmark = pytest.mark.slow  # real locust processes
 
 KEY = "sk-distributed-secret-789"
 HDR = "hdr-distributed-secret-012"

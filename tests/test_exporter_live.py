@@ -17,6 +17,8 @@ from helpers.simulator import LOADED
 from helpers.waiting import wait_until
 from helpers.web import get_json, http_get
 
+pytestmark = pytest.mark.slow  # real locust processes
+
 SIMULATOR = LOADED
 CHAT = {"name": "openai-chat"}  # the dialect's row in the live numbers
 

@@ -6,6 +6,8 @@ from helpers.processes import run_locust
 from helpers.results import locust_request_count, read_records
 from helpers.scenarios import write_corpus
 
+pytestmark = pytest.mark.slow  # real locust processes
+
 
 def base_args(url, tmp_path, *extra):
     corpus = write_corpus(tmp_path / "c.jsonl", 1200)

@@ -134,6 +134,7 @@ def test_every_shipped_scenario_loads(monkeypatch):
         load_scenario(f)
 
 
+@pytest.mark.slow  # `capacity run`
 def test_cli_bad_scenario_one_line_exit_2(tmp_path):
     bad = write(tmp_path, "target: {url: embedded}\nload: {kind: rate_sweep, levels: [1, x]}\n", "bad.yaml")
     r = capacity("run", str(bad), timeout=60)

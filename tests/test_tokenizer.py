@@ -257,6 +257,7 @@ def locust_args(url: str, tmp_path: Path, *extra: str) -> list[str]:
             "--results-dir", str(tmp_path / "out"), "--only-summary", *extra]
 
 
+@pytest.mark.slow  # a real locust process
 def test_locust_run_counts_with_the_tokenizer(start_simulator, tmp_path, tokenizer_json):
     truth_path = tmp_path / "truth.jsonl"
     sim = start_simulator(truth_log=truth_path, reasoning_tokens=2, **SIM)
@@ -278,6 +279,7 @@ def meta_text(meta: dict) -> str:
     return orjson.dumps(meta).decode()
 
 
+@pytest.mark.slow  # a real locust process
 def test_locust_run_with_usage_keeps_usage(start_simulator, tmp_path, tokenizer_json):
     sim = start_simulator(**SIM)
     p = run_locust(locust_args(sim.url, tmp_path, "--tokenizer", str(tokenizer_json)))
@@ -287,6 +289,7 @@ def test_locust_run_with_usage_keeps_usage(start_simulator, tmp_path, tokenizer_
     assert all(r["output_tokens_source"] == "usage" and r["output_tokens"] == 16 for r in ok)
 
 
+@pytest.mark.slow  # a real locust process
 @pytest.mark.parametrize("bad", ["missing", "garbage"])
 def test_bad_tokenizer_path_exits_2_with_one_line(start_simulator, tmp_path, bad):
     sim = start_simulator(**SIM)

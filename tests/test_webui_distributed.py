@@ -7,6 +7,7 @@ import subprocess
 import time
 
 import orjson
+import pytest
 from helpers.ports import free_port
 from helpers.processes import locust_argv, popen
 from helpers.results import count_lines, llm_row, llm_tab, records_by_worker
@@ -14,6 +15,8 @@ from helpers.scenarios import llm_args
 from helpers.simulator import LOADED
 from helpers.waiting import wait_until
 from helpers.web import get_json, http_post
+
+pytestmark = pytest.mark.slow  # real locust processes
 
 SIMULATOR = LOADED
 

@@ -4,12 +4,15 @@ level and the simulator's GPU / queue / KV-cache readings."""
 
 import re
 
+import pytest
 from helpers.ports import free_port
 from helpers.results import llm_tab
 from helpers.scenarios import write_scenario
 from helpers.simulator import LOADED
 from helpers.waiting import wait_until
 from helpers.web import get_json, http_get
+
+pytestmark = pytest.mark.slow  # a real locust process
 
 SIMULATOR = LOADED
 
