@@ -17,6 +17,7 @@ PYTHONPATH in a subprocess (`subprocess_env()`).
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -121,6 +122,7 @@ class FakeGpu:
     sentinel_memory: bool = False  # memory counters read NVML_VALUE_NOT_AVAILABLE
     block_s: float = 0.0           # utilisation call blocks the OS thread this long, like a slow C call
     calls: int = 0
+    blocked: list[tuple[float, float]] = field(default_factory=list)  # (start, end) of each block, monotonic
 
 
 def _real_sleep(seconds: float) -> None:
@@ -223,7 +225,9 @@ def _phase(h: FakeGpu) -> int:
 def nvmlDeviceGetUtilizationRates(h: FakeGpu) -> c_nvmlUtilization_t:
     _gate(h, "nvmlDeviceGetUtilizationRates")
     if h.block_s:
+        start = time.monotonic()
         _real_sleep(h.block_s)
+        h.blocked.append((start, time.monotonic()))
     k = _phase(h)
     return c_nvmlUtilization_t(gpu=40 + (k % 50), memory=20 + (k % 30))
 
