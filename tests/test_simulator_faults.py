@@ -141,12 +141,12 @@ def test_client_disconnect_frees_the_slot(start_simulator, tmp_path):
     s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\ncontent-length: %d\r\n\r\n%b" % (len(body), body))
     s.recv(4096)
     s.close()
-    # The only slot is free again: the next request runs at once, not after 500 tokens.
+    # The only slot is free again: the next request runs at once, not after 500 tokens (2.5 s).
     resp = request(sim.port, "POST", "/v1/chat/completions", chat_body(3))
     assert resp.complete
     rows = truth_rows(truth, 2)
     assert rows[0]["error_kind"] == "cancelled" and rows[0]["generated_tokens"] < 500
-    assert rows[1]["queue_s"] < 0.05
+    assert rows[1]["queue_s"] < 0.5
 
 
 # -- bad request bodies ---------------------------------------------------------------------------

@@ -56,8 +56,9 @@ def test_batch_delay_holds_a_lone_request_until_it_expires(start_simulator, tmp_
     sim = start_simulator(truth_log=truth, max_num_seqs=4, batch_delay_ms=200.0, decode_base_ms=5.0)
     assert request(sim.port, "POST", "/v1/chat/completions", {**CHAT, "max_tokens": 2}).status == 200
     (row,) = read_truth(truth, 1)
-    # An idle engine sleeps out the delay, then starts at once (plus a timer's lateness).
-    assert 0.2 <= row["queue_s"] < 0.25
+    # An idle engine sleeps out the delay, then starts: not before it, and not after a second one.
+    # (How late after the delay it starts on this host: bench/bench_simulator.py.)
+    assert 0.2 <= row["queue_s"] < 0.4
 
 
 def test_batch_delay_ends_when_the_waiting_requests_fill_the_free_slots(start_simulator, tmp_path):
@@ -84,12 +85,13 @@ def test_batch_delay_on_a_busy_engine_admits_at_the_first_step_after_it(start_si
     while metric(scrape(sim.port), "vllm:num_requests_running") < 1 and time.monotonic() < deadline:
         time.sleep(0.01)
     # The engine now steps for the long request (1 of 4 slots); a short one arrives, cannot fill the
-    # 3 free slots alone, so it waits out the 150 ms and joins at the next 10 ms step boundary.
+    # 3 free slots alone, so it waits out the 150 ms and joins at the next 10 ms step boundary: not
+    # before the delay, nor after a second one or after the long request's 600 ms.
     short = request(sim.port, "POST", "/v1/completions", completion(4, 3))
     long_runner.join()
     rows = {r["id"]: r for r in read_truth(truth, 2)}
     row = rows.pop(short.headers["x-request-id"])
-    assert 0.15 <= row["queue_s"] < 0.15 + 0.010 + 0.03
+    assert 0.15 <= row["queue_s"] < 0.15 + 0.15
     (long_row,) = rows.values()
     assert long_row["output_tokens"] == 60 and long_row["queue_s"] >= 0.15
 
