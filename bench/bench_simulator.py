@@ -8,7 +8,8 @@ Also measured: the same through Triton's generate_stream framing (sorted-key JSO
 a Triton-dialect load test is not limited by the simulator either.
 
 Then how closely the simulator keeps its model's clock on this host (`--fidelity-only` runs just
-these): the prefill of a request against the model's (its wake-up slack, goal ≤ 5 ms), how late
+these): each request's service-jitter factor as measured against the seeded one (goal: median
+error < 5 %), the prefill of a request against the model's (its wake-up slack, goal ≤ 5 ms), how late
 a lone request starts after a 200 ms batch delay (goal < 50 ms) and a short one joins a busy
 engine after 150 ms (goal < 40 ms), the mean queue below the knee (4 clients, 4 slots, goal one
 step: 12 ms) and the queue of the next request once a disconnected client freed the only slot
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import os
 import socket
@@ -33,6 +35,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from capacity_plugins.simulator.config import SimConfig  # noqa: E402
+from capacity_plugins.simulator.engine import jitter_factors  # noqa: E402
 from capacity_plugins.simulator.launch import SimulatorProcess  # noqa: E402
 from capacity_plugins.simulator.rawclient import Connection, request  # noqa: E402
 from capacity_plugins.simulator.truth import read_truth  # noqa: E402
@@ -100,6 +103,22 @@ def _line(what: str, got_s: float, goal_s: float) -> None:
 
 
 def fidelity(tmp: Path) -> None:
+    truth = tmp / "jitter.jsonl"
+    n, out = 24, 6
+    with SimulatorProcess(SimConfig(max_num_seqs=1, decode_base_ms=12.0, decode_per_seq_ms=4.0,
+                                    prefill_tokens_per_s=10000.0, service_jitter_cv=0.5, seed=3),
+                          truth_log=truth) as sim, Connection(sim.port) as conn:
+        for _ in range(n):
+            conn.request("POST", "/v1/completions", _completion(160, out))
+        rows = read_truth(truth, n)
+    factors = list(itertools.islice(jitter_factors(0.5, 3), n))
+    for what, measured in (("prefill", [r["prefill_s"] / 0.032 for r in rows]),
+                           ("decode", [(r["token_times_s"][-1] - r["token_times_s"][0]) / ((out - 1) * 0.016)
+                                       for r in rows])):
+        err = statistics.median(abs(m / f - 1) for m, f in zip(measured, factors, strict=True))
+        print(f"[fidelity] service jitter, {what} against the seeded factor: median error {err:.1%} "
+              f"(goal < 5 %, ratio {err / 0.05:.2f})")
+
     rate = 5000.0
     truth = tmp / "prefill.jsonl"
     with SimulatorProcess(SimConfig(prefill_tokens_per_s=rate, decode_base_ms=1.0, decode_per_seq_ms=0.0),

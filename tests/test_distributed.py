@@ -8,7 +8,7 @@ import time
 import orjson
 import pytest
 from helpers.ports import free_port
-from helpers.processes import env_with, locust_argv, popen, run_locust, stop
+from helpers.processes import Watch, env_with, locust_argv, popen, run_locust, stop
 from helpers.results import llm_stats_rows, locust_request_count, read_records, records_by_worker
 from helpers.scenarios import write_corpus
 from helpers.waiting import wait_until
@@ -100,8 +100,10 @@ def test_master_and_two_workers(fake_llm, tmp_path):
 def test_worker_with_a_different_corpus_refuses(fake_llm, tmp_path):
     port = free_port()
     master = _master(port, 1, "-u", "2", "-r", "2", "-t", "20s", *llm_args(fake_llm, tmp_path))
-    # the worker host has a different file at the same path: simulate by rewriting it after the master loaded it
-    time.sleep(2.0)
+    # the worker host has a different file at the same path: simulate by rewriting it after the master
+    # loaded it (the master opens requests.jsonl right after loading the corpus)
+    wait_until(lambda: (tmp_path / "out" / "requests.jsonl").exists(), 60, "the master to load the corpus",
+               Watch(master), interval=0.1)
     write_corpus(tmp_path / "c.jsonl", 1400)
     worker = _worker(port)
     try:

@@ -42,11 +42,13 @@ def test_service_jitter_scales_each_requests_prefill_and_decode_by_its_seeded_fa
     def rel(measured: list[float]) -> list[float]:
         return [abs(m / f - 1) for m, f in zip(measured, expected, strict=True)]
 
-    # The same factor drives prefill and decode. Measurement noise is the event loop's wake-up
-    # lateness (well under a millisecond on an idle box, against steps of 16 ms × f).
-    assert statistics.median(rel(from_prefill)) < 0.05, (from_prefill, expected)
-    assert statistics.median(rel(from_decode)) < 0.05, (from_decode, expected)
-    assert sum(e < 0.15 for e in rel(from_decode)) >= 0.8 * n
+    # The same seeded factor drives each request's prefill and decode. Ignoring the factor, taking
+    # another seed's or the next request's would put the median error at 0.45 or more and leave
+    # at most 7 of 24 within 30 %; the host's wake-up lateness (against steps of 16 ms × f) stays
+    # well inside these bounds. (How far inside, the simulator's precision: bench/bench_simulator.py.)
+    assert statistics.median(rel(from_prefill)) < 0.15, (from_prefill, expected)
+    assert statistics.median(rel(from_decode)) < 0.15, (from_decode, expected)
+    assert sum(e < 0.3 for e in rel(from_decode)) >= 0.8 * n
     # Noisy service times: the factors really spread (a lognormal with CV 0.5, not a constant).
     assert max(expected) / min(expected) > 2 and max(from_decode) / min(from_decode) > 2
 
