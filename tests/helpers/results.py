@@ -36,12 +36,16 @@ def count_lines(path: Path) -> int:
     return sum(1 for line in path.read_bytes().splitlines() if line.strip())
 
 
-def records_by_worker(jsonl: Path) -> dict[int, int]:
-    """Records per worker index in a requests.jsonl (its path: it may be read while a run writes it)."""
+def records_by_worker(jsonl: Path, finished_only: bool = False) -> dict[int, int]:
+    """Records per worker index in a requests.jsonl (its path: it may be read while a run writes it);
+    `finished_only` leaves out requests cancelled by a stop (which the live statistics do not count)."""
     counts: Counter[int] = Counter()
     for line in jsonl.read_bytes().splitlines():
         if line.strip():
-            counts[int(json.loads(line)["worker"])] += 1
+            rec = json.loads(line)
+            if finished_only and rec.get("error_kind") == "cancelled":
+                continue
+            counts[int(rec["worker"])] += 1
     return dict(counts)
 
 

@@ -8,12 +8,19 @@ from typing import Any
 
 import yaml
 
+# Test sweeps run steps of a few seconds: they ask for a handful of measured requests per step
+# (the product's default, 100, is for real decisions; the analysis says how wide the intervals are).
+TEST_MIN_REQUESTS = 10
+
 
 def write_scenario(tmp_path: Path, name: str = "t", **sections: Any) -> Path:
-    """A scenario file; `output` defaults to tmp_path/results, the corpus to a small builtin one."""
+    """A scenario file; `output` defaults to tmp_path/results, the corpus to a small builtin one,
+    `load.min_requests` to TEST_MIN_REQUESTS unless the test sets it."""
     data: dict[str, Any] = {"name": name, "output": str(tmp_path / "results")}
     data["corpus"] = {"min_distinct": 10}
     data.update(sections)
+    if isinstance(data.get("load"), dict):
+        data["load"] = {"min_requests": TEST_MIN_REQUESTS, **data["load"]}
     p = tmp_path / f"{name}.yaml"
     p.write_text(yaml.safe_dump(data))
     return p
