@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: install demo test test-fast bench lint clean
+.PHONY: install demo test test-fast bench soak lint clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -18,7 +18,8 @@ install: $(STAMP)
 demo: install
 	$(VENV)/bin/capacity run scenarios/quickstart.yaml
 
-# System packages the browser / Prometheus tests need (installed when we are root and they are missing).
+# System packages the browser / Prometheus tests need: installed with apt-get when we are root and
+# they are missing (the script says which and why).
 test: install
 	bash scripts/ensure_system_deps.sh
 	$(PY) -m pytest -q -ra
@@ -29,6 +30,11 @@ test-fast: install
 
 bench: install
 	$(PY) bench/run_all.py
+
+# The soak scenario on the embedded simulator, watched from outside: RSS and records over time.
+# Not in CI. SOAK_S=600 for ten minutes (default one hour).
+soak: install
+	$(PY) bench/soak.py
 
 lint: install
 	$(VENV)/bin/ruff check capacity_plugins tests locustfiles bench scripts

@@ -4,15 +4,20 @@
 # the reason when they are absent, and FAIL when CI=true (no skipped test hiding in CI).
 set -uo pipefail
 need=()
-command -v chromium >/dev/null 2>&1 || need+=(chromium)
-command -v chromedriver >/dev/null 2>&1 || need+=(chromium-driver)
-command -v prometheus >/dev/null 2>&1 || need+=(prometheus)
-if [ ${#need[@]} -eq 0 ]; then exit 0; fi
+why=()
+command -v chromium >/dev/null 2>&1 || { need+=(chromium); why+=("chromium: headless browser for the web UI tab tests"); }
+command -v chromedriver >/dev/null 2>&1 || { need+=(chromium-driver); why+=("chromium-driver: drives that browser"); }
+command -v prometheus >/dev/null 2>&1 || { need+=(prometheus); why+=("prometheus: a real server scraping the live exporter and the Grafana panels' queries"); }
+if [ ${#need[@]} -eq 0 ]; then
+  echo "ensure_system_deps: chromium, chromium-driver and prometheus are present" >&2
+  exit 0
+fi
+for line in "${why[@]}"; do echo "ensure_system_deps: needed — $line" >&2; done
 if [ "$(id -u)" != "0" ]; then
   echo "ensure_system_deps: missing ${need[*]} and not root; the tests that need them will skip (fail in CI)" >&2
   exit 0
 fi
-echo "ensure_system_deps: installing ${need[*]}" >&2
+echo "ensure_system_deps: installing with apt-get (as root): ${need[*]}" >&2
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq >/dev/null 2>&1 || true
 apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null 2>&1 \

@@ -46,7 +46,7 @@ DASHBOARD = ROOT / "deploy/grafana/capacity-dashboard.json"
 DATASOURCE = ROOT / "deploy/grafana/provisioning/datasources/capacity.yaml"
 WORKERS = 2
 # What a user would export for a short demo; everything else comes from the files.
-SHELL_ENV = {"WORKERS": str(WORKERS), "STEP_S": "4", "WARMUP_S": "1"}
+SHELL_ENV = {"WORKERS": str(WORKERS), "STEP_S": "4", "WARMUP_S": "1", "MIN_REQUESTS": "20"}
 
 
 def _compose(env: dict[str, str] | None = None) -> dict[str, Any]:

@@ -249,7 +249,7 @@ def test_small_overlay_runs_a_distributed_rehearsal(tmp_path):
     # The scenario's knobs live in the capacity-target ConfigMap: shorter steps and outputs for a
     # test, as an overlay would set them. Nothing else changes.
     target = get(docs, "ConfigMap", "capacity-target")
-    target["data"].update({"STEP_S": "4", "WARMUP_S": "1", "MAX_TOKENS": "16"})
+    target["data"].update({"STEP_S": "4", "WARMUP_S": "1", "MAX_TOKENS": "16", "MIN_REQUESTS": "20"})
     entry = dockerfile_entrypoint()
     net = Network()
     pods = {"simulator": get(docs, "Deployment", "capacity-simulator"), "master": get(docs, "Job", "capacity-master"),

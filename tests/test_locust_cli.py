@@ -22,10 +22,13 @@ def test_locustfile_run_writes_one_record_per_locust_request(fake_llm, tmp_path,
     assert "Traceback" not in p.stderr, p.stderr[-3000:]
     recs = read_records(tmp_path / "out")
     n, failures = locust_request_count(tmp_path / "locust")
-    assert len(recs) == n > 8
-    assert failures == sum(1 for r in recs if not r["ok"])
+    cancelled = [r for r in recs if r["error_kind"] == "cancelled"]
+    # every finished request is one Locust request; those cut by the stop are recorded but are
+    # not Locust failures (a timed run must not "fail" a CI pipeline)
+    assert len(recs) - len(cancelled) == n > 8 and failures == 0
+    assert p.returncode == 0, p.stderr[-2000:]
     ok = [r for r in recs if r["ok"]]
-    assert len(ok) >= n - 4  # at most one cancelled request per user at the stop
+    assert len(ok) == n and len(cancelled) <= 4  # at most one cancelled request per user at the stop
     assert all(r["error_kind"] == "cancelled" for r in recs if not r["ok"])
     assert all(r["output_tokens"] == FAKE_TOKENS and r["stream"] == (not stream_flag) for r in ok)
     assert len({r["prompt_id"] for r in recs}) == len(recs)  # sampled without replacement
@@ -39,7 +42,8 @@ def test_swarm_keeps_going_through_failures(fake_llm, tmp_path):
     assert len(recs) > 20 and all(not r["ok"] for r in recs)
     assert {r["error_kind"] for r in recs} <= {"stream_cut", "cancelled"}
     n, failures = locust_request_count(tmp_path / "locust")
-    assert n == failures == len(recs)  # every one a Locust failure, none lost
+    cut = [r for r in recs if r["error_kind"] == "stream_cut"]
+    assert n == failures == len(cut)  # every server failure a Locust failure, none lost
 
 
 @pytest.mark.parametrize(

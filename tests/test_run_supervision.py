@@ -83,3 +83,39 @@ def test_sigterm_to_the_supervisor_stops_the_run_cleanly(tmp_path):
             p.kill()
     assert p.returncode == 143, out[-3000:]
     assert "Traceback" not in out
+
+
+def test_a_worker_killed_mid_step_invalidates_the_step_and_the_run(tmp_path):
+    sc = write_scenario(
+        tmp_path, "lossy", target=SIM, request={"max_tokens": 16, "timeout_s": 30},
+        load={"kind": "concurrency_sweep", "levels": [2, 4, 4], "step_s": 8, "warmup_s": 1, "min_requests": 10},
+    )
+    p = subprocess.Popen([*CAPACITY, "run", str(sc), "--processes", "2", "--no-analyze"], stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, text=True, env=env(), cwd=ROOT)
+    try:
+        assert p.stdout is not None
+        out = []
+        for line in p.stdout:
+            out.append(line)
+            if line.startswith("[capacity] step 2/3"):
+                break
+        time.sleep(2.0)
+        top = min(_locust_children(psutil.Process(p.pid)), key=lambda c: c.create_time())
+        victim = top.children()[-1]  # one of the two forked workers
+        victim.kill()
+        rest, _ = p.communicate(timeout=180)
+        out.append(rest)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    text = "".join(out)
+    assert p.returncode == 1, text[-3000:]  # incomplete: a smaller swarm measured part of it
+    from fixtures_run import read_meta, read_steps, results_dir
+
+    folder = results_dir(text)
+    meta = read_meta(folder)
+    assert meta["complete"] is False and meta["workers_lost"], meta.get("workers_lost")
+    assert meta["records"]["lost"] is None  # unknown, never a reassuring 0
+    steps = read_steps(folder)
+    assert not steps[0]["membership_changed"]
+    assert steps[1]["membership_changed"] and "worker" in steps[1]["membership_reason"]

@@ -125,11 +125,13 @@ def test_resolved_yaml_redacts_secrets(tmp_path, monkeypatch):
 
 
 def test_every_shipped_scenario_loads(monkeypatch):
-    for var in ("VLLM_URL", "TGI_URL", "OLLAMA_URL", "VLLM_MODEL", "OPENAI_API_KEY"):
+    for var in ("VLLM_URL", "TGI_URL", "OLLAMA_URL", "VLLM_MODEL", "OPENAI_API_KEY", "TRITON_URL", "TRITON_MODEL",
+                "TRITON_METRICS_URL"):
         monkeypatch.setenv(var, "http://127.0.0.1:8000" if var.endswith("URL") else "x")
     files = sorted((ROOT / "scenarios").glob("*.yaml"))
     names = {f.stem for f in files}
-    assert {"quickstart", "concurrency_sweep", "rate_sweep", "peak", "long_context", "soak", "vllm", "tgi", "ollama"} <= names
+    assert {"quickstart", "concurrency_sweep", "rate_sweep", "peak", "long_context", "soak", "vllm", "tgi", "ollama",
+            "triton", "capacity_search"} <= names
     for f in files:
         load_scenario(f)
 

@@ -145,6 +145,37 @@ def test_prepare_waits_for_ready_generators_and_the_open_loop_pool():
     assert shape2.tick() == (16, 200.0) and shape2.steps
 
 
+def test_a_step_short_of_min_requests_runs_on_until_it_has_them_or_hits_the_cap():
+    plans = [StepPlan("concurrency", 2.0, 2, 100.0, 10.0, 2.0, min_requests=100, max_duration_s=30.0)]
+    have = {"n": 0}
+    extended: list[float] = []
+    clock = Clock()
+    shape = RehearsalShape(plans, drain_timeout_s=5.0, in_flight=lambda since: 0, clock=clock,
+                           measured=lambda index: have["n"], on_window_extended=lambda s: extended.append(s.end_unix))
+    shape.tick()
+    clock.t = 1005.0
+    have["n"] = 30
+    assert shape.tick() == (2, 100.0) and not extended  # too early to tell
+    clock.t = 1008.0  # 2 s before the end: 50 in 6 s → ~67 expected by the end; ~33 more need ~4 s
+    have["n"] = 50
+    assert shape.tick() == (2, 100.0)
+    assert extended and 1013.5 <= extended[-1] <= 1016.0
+    clock.t = extended[-1] - 2.0
+    have["n"] = 120  # on track now: no further extension, the window closes at its new end
+    shape.tick()
+    clock.t = extended[-1]
+    assert shape.tick()[0] == 0 and shape.phase == "drain"  # every user told to stop at once
+    # never past the cap, however few requests come
+    shape2 = RehearsalShape(plans, drain_timeout_s=5.0, in_flight=lambda since: 0, clock=clock,
+                            measured=lambda index: 1)
+    clock.t = 2000.0
+    shape2.tick()
+    for t in range(2001, 2031):
+        clock.t = float(t)
+        shape2.tick()
+    assert shape2.steps[0].end_unix == 2030.0 and shape2.phase == "drain"
+
+
 def test_reset_time_restarts_the_rehearsal():
     resets = []
     shape, clock, _ = make(sweep((1, 2)), lambda since: 0, on_reset=lambda: resets.append(1))
@@ -165,10 +196,14 @@ def write(tmp_path: Path, text: str) -> Path:
 
 def test_plan_steps_from_scenarios(tmp_path):
     s = load_scenario(write(tmp_path, "target: {url: embedded}\nload: {levels: [1, 3], step_s: 5, warmup_s: 1}\n"))
+    # min_requests 100 by default; a short step may run on up to 5 × its length to reach it
     assert plan_steps(s) == [
-        StepPlan("concurrency", 1.0, 1, 100.0, 5.0, 1.0),
-        StepPlan("concurrency", 3.0, 3, 100.0, 5.0, 1.0),
+        StepPlan("concurrency", 1.0, 1, 100.0, 5.0, 1.0, min_requests=100, max_duration_s=25.0),
+        StepPlan("concurrency", 3.0, 3, 100.0, 5.0, 1.0, min_requests=100, max_duration_s=25.0),
     ]
+    s = load_scenario(write(tmp_path, "target: {url: embedded}\nload: {levels: [1], step_s: 5, warmup_s: 1, "
+                                      "min_requests: 7, max_step_s: 12}\n"))
+    assert (plan_steps(s)[0].min_requests, plan_steps(s)[0].longest_s) == (7, 12.0)
     s = load_scenario(
         write(tmp_path, "target: {url: embedded}\nload: {kind: rate_sweep, levels: [0.5, 2], step_s: 5, warmup_s: 1, max_concurrency: 8}\n")
     )

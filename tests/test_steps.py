@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from capacity_plugins.load.steps import Step, StepAccounting, StepTimeline, write_steps_json
+from capacity_plugins.load.steps import ClientLimits, Step, StepAccounting, StepTimeline, write_steps_json
 
 
 def timeline() -> StepTimeline:
@@ -36,7 +36,7 @@ def rec(step, sent, e2e_ms=500.0, ok=True, scheduled=None):
 
 
 def test_rates_and_lag_per_step():
-    acc = StepAccounting(timeline(), max_lag_p99_ms=100)
+    acc = StepAccounting(timeline(), ClientLimits(max_schedule_lag_p99_ms=100))
     for i in range(20):  # step 0: 20 arrivals in its 10 s window, each sent 10 ms late
         t = 102.0 + i * 0.5
         acc.add_record(rec(0, t + 0.01, e2e_ms=200, scheduled=t))
@@ -66,7 +66,7 @@ def test_server_saturation_is_not_client_limited():
 
 
 def test_client_limited_by_lag_cpu_and_cap():
-    acc = StepAccounting(timeline(), max_lag_p99_ms=50, max_cpu_pct=90)
+    acc = StepAccounting(timeline(), ClientLimits(max_schedule_lag_p99_ms=50, max_client_cpu_pct=90))
     for i in range(9):
         t = 103.0 + i
         acc.add_record(rec(0, t + (0.3 if i == 8 else 0.001), scheduled=t))
@@ -87,9 +87,51 @@ def test_client_limited_by_lag_cpu_and_cap():
     assert acc.row(acc.timeline.steps[1])["client_cpu_max_pct"] is None
 
     acc = StepAccounting(timeline())
-    acc.add_pacer(1, cap_hits=3, dispatch_lag_p99_ms=1.0)
+    acc.set_counters("worker-0", 1, {"cap_hits": 1, "dispatch_lag_p99_ms": 1.0})
+    acc.set_counters("worker-0", 1, {"cap_hits": 2, "dispatch_lag_p99_ms": 1.0})  # cumulative: replaces
+    acc.set_counters("worker-1", 1, {"cap_hits": 1})
     row = acc.row(acc.timeline.steps[1])
     assert row["client_limited"] and "cap held back 3" in row["client_limited_reason"]
+
+
+def test_client_limited_by_event_loop_lag_and_backlogged_reads():
+    acc = StepAccounting(timeline(), ClientLimits(max_loop_lag_p99_ms=25.0))
+    for k in range(200):  # a healthy worker: ticks a millisecond late
+        acc.add_loop_lag("worker-0", 102.0 + k * 0.05, 1.0)
+    row = acc.row(acc.timeline.steps[0])
+    assert row["loop_lag_p99_ms"] == 1.0 and not row["client_limited"]
+    for k in range(200):  # a paused one: half its ticks 50 ms late
+        acc.add_loop_lag("worker-1", 102.0 + k * 0.05, 50.0 if k % 2 else 0.5)
+    row = acc.row(acc.timeline.steps[0])
+    assert row["loop_lag_p99_ms"] == 50.0 and row["loop_lag_max_ms"] == 50.0
+    assert row["client_limited"] and "event loop late" in row["client_limited_reason"]
+    assert "worker-1" in row["client_limited_reason"]
+
+    acc = StepAccounting(timeline())
+    acc.set_counters("worker-0", 0, {"reads": 1000, "backlog_reads": 30})
+    row = acc.row(acc.timeline.steps[0])
+    assert row["backlog_read_share"] == pytest.approx(0.03) and not row["client_limited"]
+    acc.set_counters("worker-1", 0, {"reads": 1000, "backlog_reads": 900})
+    row = acc.row(acc.timeline.steps[0])
+    assert row["client_limited"] and "already waiting" in row["client_limited_reason"]
+    acc = StepAccounting(timeline())
+    acc.set_counters("worker-0", 0, {"reads": 20, "backlog_reads": 20})  # too few reads to say
+    assert not acc.row(acc.timeline.steps[0])["client_limited"]
+
+
+def test_membership_changes_and_measured_requests():
+    acc = StepAccounting(timeline())
+    acc.note_membership(1, "worker 1 lost (no heartbeat)")
+    acc.note_membership(1, "worker 1 lost (no heartbeat)")  # said once
+    row = acc.row(acc.timeline.steps[1])
+    assert row["membership_changed"] and row["membership_reason"] == "worker 1 lost (no heartbeat)"
+    assert not acc.row(acc.timeline.steps[0])["membership_changed"]
+    acc.add_record(rec(0, 105.0))
+    acc.add_record({**rec(0, 106.0, ok=False), "error_kind": "cancelled"})  # stopped, not measured
+    acc.add_record(rec(0, 101.0))  # warmup
+    assert acc.measured(0) == 1
+    acc.add_cpu("worker-3", 105.0, 10.0)
+    assert acc.row(acc.timeline.steps[0])["workers"] == 1
 
 
 def test_write_steps_json(tmp_path):

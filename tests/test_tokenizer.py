@@ -268,11 +268,21 @@ def test_locust_run_counts_with_the_tokenizer(start_simulator, tmp_path, tokeniz
     truth = {t["id"]: t for t in read_truth(truth_path, min_rows=len(ok))}
     for r in ok:
         n = truth[r["response_id"]]["output_tokens"]
-        assert r["output_tokens_source"] == "tokenizer"
-        assert r["output_tokens"] == count(tokenizer_json, sim_text(n)) != n
-        assert r["client_output_tokens"] == n
+        # both counts are kept: the tokenizer's re-count (not this model's tokenizer: wrong) ...
+        assert r["tokenizer_output_tokens"] == count(tokenizer_json, sim_text(n)) != n
+        # ... and the chunk count, which is exact here (one token per chunk)
+        assert (r["output_tokens"] if r["output_tokens_source"] == "chunks" else r["client_output_tokens"]) == n
+    # The tokenizer is trusted until requests that ran to max_tokens (finish_reason: length) show
+    # which count is exact; then the chunk count wins, and meta.json says so.
+    by_time = sorted(ok, key=lambda r: r["sent_unix"])
+    assert by_time[0]["output_tokens_source"] == "tokenizer"
+    assert by_time[-1]["output_tokens_source"] == "chunks" and by_time[-1]["finish_reason"] == "length"
     meta = orjson.loads((tmp_path / "out" / "meta.json").read_bytes())
     assert str(tokenizer_json) in meta_text(meta)  # the run says which tokenizer counted
+    counting = meta["token_counting"]
+    assert counting["trusted"] == "chunks"
+    assert counting["disagree_over_10pct"] > 0.9 * counting["records_with_both_counts"]  # cancelled ones may agree
+    assert counting["chunks_exact_at_length"] == counting["length_finished"] > counting["tokenizer_exact_at_length"]
 
 
 def meta_text(meta: dict) -> str:

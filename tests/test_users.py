@@ -87,7 +87,8 @@ def test_cancelled_mid_stream_is_recorded(fake_llm, tmp_path):
     gevent.sleep(0.3)
     g.kill(block=True)
     assert [d["error_kind"] for d in lines(ctx)] == ["cancelled"]
-    assert len(fired) == 1 and fired[0]["exception"] is not None
+    # stopped by the test, not failed by the server: no Locust failure (a timed run exits 0)
+    assert fired == []
 
 
 def test_retries_record_every_attempt(fake_llm, tmp_path):

@@ -162,6 +162,7 @@ def test_worker_watch_keeps_lost_workers_after_locust_forgets_them():
                              get_worker_index=lambda cid: {"a": 0, "b": 1}[cid])
     changes = []
     watch = WorkerWatch(runner, changes.append)
+    watch.test_started()  # only a worker that goes while a test runs is lost
     watch.check(100.0)
     assert watch.snapshot()["count"] == 2 and changes == []
     clients["b"].state = "missing"

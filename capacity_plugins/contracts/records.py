@@ -21,7 +21,7 @@ requests.jsonl schema (one JSON object per request *attempt*, appended as it end
 | step, warmup | load step index (null outside a shape) and whether it was sent in the step's warm-up |
 | attempt | 1 for the first try; retries (--retries) are further lines with 2, 3, … |
 | ok, status | no error; HTTP status (0 when no response) |
-| error_kind | http_4xx, http_429, http_5xx, connect, timeout, stream_cut, malformed, server_error, cancelled, or null |
+| error_kind | http_4xx, http_429, http_5xx, connect, timeout, stream_cut, malformed, server_error, protocol, cancelled, or null (docs/metrics.md) |
 | error | short message (server text truncated to 300 chars; never headers or keys) |
 | scheduled_unix | open loop: when the request was due; null in closed loop |
 | sent_unix | wall clock at send |
@@ -33,8 +33,10 @@ requests.jsonl schema (one JSON object per request *attempt*, appended as it end
 | itl_ms | gaps between consecutive output chunks (chunks that arrived in one read share a stamp: gap 0) |
 | itl_tokens | tokens in each later chunk when the server says (continuous usage), else null |
 | prompt_tokens | server count when given |
-| output_tokens, output_tokens_source | count and where it came from: usage > continuous_usage > tokenizer > chunks |
+| output_tokens, output_tokens_source | count and where it came from: usage > continuous_usage > (tokenizer or chunks, by evidence: docs/metrics.md) |
 | client_output_tokens | the client's chunk count when it differs from output_tokens |
+| tokenizer_output_tokens | the local tokenizer's count of the generated text (with --tokenizer, no server count), whichever count was chosen |
+| finish_reason | why the generation ended, as the server said (`length` = max_tokens reached, `stop`, `eos_token`, …); null when it did not say |
 | max_tokens | limit asked for (per-sample from the corpus, else --max-tokens) |
 | stream | streaming request |
 | class | workload class (default "default") |
@@ -63,6 +65,7 @@ ERROR_KINDS = (
     "stream_cut",
     "malformed",
     "server_error",
+    "protocol",
     "cancelled",
 )
 TOKEN_SOURCES = ("usage", "continuous_usage", "tokenizer", "chunks")
@@ -80,6 +83,10 @@ class Timings:
     token_ns: list[int] = field(default_factory=list)  # every output event
     chunk_tokens: list[int | None] = field(default_factory=list)  # tokens per output event, if said
     end_ns: int | None = None
+    # Stream reads that brought output, and those that brought more than one output event (the
+    # client was late: a validity signal, not a record field).
+    reads: int = 0
+    backlog_reads: int = 0
 
 
 def _ms(ns: int) -> float:
@@ -116,6 +123,8 @@ class RequestRecord:
     max_tokens: int | None
     stream: bool
     workload_class: str = "default"  # JSON key "class" (a Python keyword)
+    tokenizer_output_tokens: int | None = None
+    finish_reason: str | None = None
 
     @classmethod
     def build(
@@ -139,6 +148,8 @@ class RequestRecord:
         stream: bool,
         workload_class: str = "default",
         tokenizer_output_tokens: int | None = None,
+        prefer_chunks: bool = False,
+        finish_reason: str | None = None,
     ) -> RequestRecord:
         sent = t.sent_ns
         end = t.end_ns if t.end_ns is not None else sent
@@ -157,7 +168,7 @@ class RequestRecord:
             output, source = usage_output_tokens, "usage"
         elif continuous_output_tokens is not None:
             output, source = continuous_output_tokens, "continuous_usage"
-        elif tokenizer_output_tokens is not None:
+        elif tokenizer_output_tokens is not None and not (prefer_chunks and chunks is not None):
             output, source = tokenizer_output_tokens, "tokenizer"
         elif chunks is not None:
             output, source = chunks, "chunks"
@@ -203,6 +214,8 @@ class RequestRecord:
             max_tokens=max_tokens,
             stream=stream,
             workload_class=workload_class,
+            tokenizer_output_tokens=tokenizer_output_tokens,
+            finish_reason=finish_reason,
         )
 
     def to_dict(self) -> dict[str, Any]:

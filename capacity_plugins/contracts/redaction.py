@@ -10,11 +10,12 @@ count as secrets; they never stand in for the value scrub.
 
 from __future__ import annotations
 
+import base64
 import os
 import re
 from collections.abc import Iterable, Mapping
 from typing import Any, Final
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 from capacity_plugins.errors import UserError
 
@@ -41,6 +42,20 @@ def url_password(url: str) -> str | None:
         return urlsplit(url).password
     except ValueError:
         return None
+
+
+def basic_auth(url: str | None) -> str | None:
+    """`http://user:PASS@host` → the `Authorization: Basic …` value for it (None without userinfo)."""
+    if not url:
+        return None
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return None
+    if parts.username is None:
+        return None
+    pair = f"{unquote(parts.username)}:{unquote(parts.password or '')}".encode()
+    return "Basic " + base64.b64encode(pair).decode()
 
 
 def strip_userinfo(url: str) -> str:
@@ -130,6 +145,8 @@ def run_secrets(api_key: str | None, headers: Mapping[str, str], url: str | None
                 found.add(part, what=f"header {name}")
     if url:
         found.add(url_password(url), what="the target URL's password")
+        if url_password(url):
+            found.add((basic_auth(url) or "").removeprefix("Basic "), what="the target URL's credentials")
     return found
 
 

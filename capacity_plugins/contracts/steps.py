@@ -42,6 +42,8 @@ class StepRow:
     # The worst generator process's event-loop lag in the window (its ticker woke this late).
     loop_lag_p99_ms: float | None = None
     loop_lag_max_ms: float | None = None
+    # The master's own loop (it sends no requests; a late master delays heartbeats and steps).
+    master_loop_lag_p99_ms: float | None = None
     # Share of stream reads that found more than one whole event already waiting (a starved reader).
     backlog_read_share: float | None = None
     client_limited: bool = False

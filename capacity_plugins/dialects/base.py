@@ -73,6 +73,7 @@ class Parser:
         "chunk_tokens",
         "error",
         "done",
+        "finish_reason",
         "texts",
     )
 
@@ -84,6 +85,8 @@ class Parser:
         self.chunk_tokens: int | None = None  # tokens in the last event, when the server says
         self.error: str | None = None  # an error object the server sent inside a 200 response
         self.done = False  # the server said the generation finished ([DONE], done:true, details)
+        # Why it finished, as the server says ("length": max_tokens reached; "stop" / "eos_token")
+        self.finish_reason: str | None = None
         # Generated text pieces (content, reasoning, tool-call arguments), kept only after
         # keep_text() (a --tokenizer run): without it the hot path appends nothing.
         self.texts: list[str] | None = None
@@ -106,11 +109,16 @@ class Parser:
 
 
 class Dialect(Protocol):
+    """One API. Optional: `ready_path`, a GET the preflight checks first (200 = ready to serve),
+    for APIs with a readiness route (Triton's `/v2/health/ready`)."""
+
     name: str
 
     @property
     def models_path(self) -> str | None:
-        """Where the server lists the models it serves (GET); None when this API has no listing."""
+        """Where the server lists the models it serves (GET); None when this API has no listing.
+        A `{model}` in it is the model's name (URL-quoted): an API that only answers for one
+        named model (Triton), so the model must be given."""
         ...
 
     def build(self, sample: SampleLike, params: RequestParams) -> HttpCall: ...
@@ -121,6 +129,11 @@ class Dialect(Protocol):
         """The model names in the answer at `models_path`; None when the body is not such a
         listing (not JSON, an error page, another API's answer). Never raises."""
         ...
+
+
+def reason(value: Any) -> str | None:
+    """A finish reason as the record keeps it: a short string, or None."""
+    return value[:32] if isinstance(value, str) and value else None
 
 
 def effective_max_tokens(sample: SampleLike, params: RequestParams) -> int | None:

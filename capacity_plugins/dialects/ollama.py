@@ -26,6 +26,7 @@ from capacity_plugins.dialects.base import (
     is_error_payload,
     keep_message_text,
     listed_names,
+    reason,
 )
 
 
@@ -49,6 +50,7 @@ class _OllamaParser(Parser):
             return NO_OUTPUT
         if doc.get("done"):
             self.done = True
+            self.finish_reason = reason(doc.get("done_reason"))
             evaluated = count(doc.get("eval_count"))
             if evaluated is not None:
                 self.usage_output_tokens = evaluated

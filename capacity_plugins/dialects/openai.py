@@ -27,6 +27,7 @@ from capacity_plugins.dialects.base import (
     is_error_payload,
     keep_message_text,
     listed_names,
+    reason,
 )
 
 _HEADERS = {"Content-Type": "application/json"}
@@ -129,6 +130,7 @@ class _OpenAIParser(Parser):
             self._usage(usage, final=False)
         if choice.get("finish_reason"):
             self.done = True
+            self.finish_reason = reason(choice.get("finish_reason"))
         if self.texts is not None:
             self._keep(choice, "delta")
         return self._what(choice, "delta")
@@ -149,6 +151,7 @@ class _OpenAIParser(Parser):
         if not choices:
             return NO_OUTPUT
         choice = self._first_choice(choices)
+        self.finish_reason = reason(choice.get("finish_reason"))
         if self.texts is not None:
             self._keep(choice, "message")
         return self._what(choice, "message")

@@ -25,6 +25,7 @@ from capacity_plugins.dialects.base import (
     error_text,
     is_error_payload,
     json_object,
+    reason,
 )
 
 
@@ -35,6 +36,7 @@ class _TGIParser(Parser):
         details = doc.get("details")
         if isinstance(details, dict):
             self.done = True
+            self.finish_reason = reason(details.get("finish_reason"))
             generated = count(details.get("generated_tokens"))
             if generated is not None:
                 self.usage_output_tokens = generated

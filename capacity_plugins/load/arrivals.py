@@ -15,6 +15,7 @@ without a Locust process.
 
 from __future__ import annotations
 
+import math
 import time
 import weakref
 from collections.abc import Callable
@@ -128,6 +129,8 @@ class PacerStats:
     scheduled: int = 0
     # Arrivals that came due while every user of this process was busy: the cap held them back.
     cap_hits: int = 0
+    # Arrivals dropped because the process was backing off from a server refusing connections.
+    backoff_skips: int = 0
     # How late the dispatcher woke for each due arrival (ms): event-loop / CPU lag, cap excluded.
     dispatch_lag_ms: list[float] = field(default_factory=list)
 
@@ -136,6 +139,7 @@ class PacerStats:
         return {
             "scheduled": self.scheduled,
             "cap_hits": self.cap_hits,
+            "backoff_skips": self.backoff_skips,
             "dispatch_lag_p99_ms": quantile(lags, 0.99),
         }
 
@@ -150,32 +154,44 @@ class Pacer:
     ttft_from_schedule_ms instead of vanishing (no coordinated omission).
     """
 
-    def __init__(self, clock: Callable[[], float] = time.time, idle_poll_s: float = 0.25) -> None:
+    def __init__(self, clock: Callable[[], float] = time.time, idle_poll_s: float = 0.25,
+                 paused_until: Callable[[], float] = lambda: 0.0) -> None:
         import gevent.queue
 
         self._clock = clock
         self._idle_poll_s = idle_poll_s
+        # Until when the process backs off (load/backoff.py): arrivals due before then are dropped.
+        self._paused_until = paused_until
         self._queue: gevent.queue.Queue[float] = gevent.queue.Queue()
         self._waiting = 0
         self._busy: weakref.WeakSet[Any] = weakref.WeakSet()
         self._dispatcher: Any = None
         self.step: int | None = None
+        self.end_unix = math.inf
         self.stats: dict[int, PacerStats] = {}
 
     # -- called by the rehearsal wiring -----------------------------------------------------------------
-    def begin(self, step: int, start_unix: float, offsets: np.ndarray, measure_from_unix: float | None = None) -> None:
+    def begin(self, step: int, start_unix: float, offsets: np.ndarray, measure_from_unix: float | None = None,
+              end_unix: float = math.inf) -> None:
         """Start dispatching `offsets` (this process's shard, seconds after start_unix).
 
         Counters (scheduled, cap hits, lag) cover arrivals due from `measure_from_unix` (the end of
         the step's warmup) on: users still starting up during warmup are not a generator limit.
+        Nothing is handed out at or after `end_unix` (the window's end; `extend` moves it): no
+        request starts in a drain, even one that waited in the queue.
         """
         import gevent
 
         self.stop()
         self.step = step
+        self.end_unix = end_unix
         st = self.stats.setdefault(step, PacerStats())
         since = start_unix if measure_from_unix is None else measure_from_unix
         self._dispatcher = gevent.spawn(self._dispatch, start_unix, np.asarray(offsets, dtype=float), st, since)
+
+    def extend(self, end_unix: float) -> None:
+        """The window runs longer (the step is short of measured requests)."""
+        self.end_unix = end_unix
 
     def stop(self) -> None:
         """No further arrivals; queued ones are dropped (they were never sent, so never offered to the server)."""
@@ -191,9 +207,15 @@ class Pacer:
 
         for off in offsets:
             due = start_unix + float(off)
+            if due >= self.end_unix:
+                return  # the window has closed (or will have by then): no more arrivals
             delay = due - self._clock()
             if delay > 0:
                 gevent.sleep(delay)
+            if self._paused_until() > due:
+                if due >= since:
+                    st.backoff_skips += 1
+                continue
             if due >= since:
                 st.scheduled += 1
                 st.dispatch_lag_ms.append(max(0.0, (self._clock() - due) * 1000.0))
@@ -216,6 +238,8 @@ class Pacer:
             return None
         finally:
             self._waiting -= 1
+        if self._clock() >= self.end_unix:
+            return None  # queued before the window closed, but a request must not start in a drain
         self._busy.add(me)
         return due
 

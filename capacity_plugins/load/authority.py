@@ -21,12 +21,16 @@ from typing import TYPE_CHECKING, Any
 
 import gevent
 
+from capacity_plugins.contracts.slo import judge_step
 from capacity_plugins.load import messages
 from capacity_plugins.load.arrivals import ArrivalPlan, offered_in_window
 from capacity_plugins.load.generator import HOST, GeneratorSide
 from capacity_plugins.load.results import ResultsFolder, analyse_in_background
-from capacity_plugins.load.shapes import RehearsalShape, StepPlan, plan_steps
-from capacity_plugins.load.steps import Step, StepAccounting, StepTimeline, write_steps_json
+from capacity_plugins.load.search import CapacitySearch
+from capacity_plugins.load.shapes import RehearsalShape, StepPlan, level_plan, plan_steps
+from capacity_plugins.load.steps import ClientLimits, Step, StepAccounting, StepTimeline, write_steps_json
+from capacity_plugins.load.watch import SelfWatch
+from capacity_plugins.scenario import CapacitySearchLoad
 from capacity_plugins.telemetry.wiring import RunTelemetry
 
 if TYPE_CHECKING:
@@ -38,6 +42,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 PROGRESS_INTERVAL_S = 5.0
+# A worker sends Watch every second: this long without one, it was not generating as planned.
+SILENT_AFTER_S = 5.0
 # The web UI analyses each test when it stops, after the workers' last record batches (≤ 1 s apart).
 UI_ANALYSIS_DELAY_S = 2.5
 
@@ -61,16 +67,60 @@ class StepAuthority:
         self.ready = ready  # every worker applied the test's setup (the master's handshake)
         self.plans: list[StepPlan] = plan_steps(scenario)
         self.timeline = generator.timeline if generator is not None else StepTimeline()
+        self.search = self._new_search()  # capacity_search: the levels are chosen as it goes
         self.accounting = self._new_accounting()
         self.watch_last: dict[int, tuple[float, int]] = {}  # worker → (unix, in flight) of its last Watch
-        self.pacer_by_worker: dict[tuple[int, int], dict[str, Any]] = {}  # (worker, step) → counters
+        # The master's own loop: it sends no requests, but a late master delays heartbeats and steps.
+        self.master_watch = SelfWatch("master") if self.master else None
+        self.step_workers: dict[int, list[int]] = {}  # step → workers connected when it started
         self.telemetry = RunTelemetry(scenario, environment.host, lambda t: self.timeline.lookup(t)[0])
         self.shape: RehearsalShape | None = None
         self._progress: Any = None
 
     def _new_accounting(self) -> StepAccounting:
+        return StepAccounting(self.timeline, ClientLimits.from_load(self.scenario.load),
+                              keep_slo_views=self.search is not None)
+
+    def _new_search(self) -> CapacitySearch | None:
         load = self.scenario.load
-        return StepAccounting(self.timeline, load.max_schedule_lag_p99_ms, load.max_client_cpu_pct)
+        if not isinstance(load, CapacitySearchLoad):
+            return None
+        return CapacitySearch(start=load.start, max_level=load.max_level, growth=load.growth,
+                              tolerance=load.tolerance, integer=load.loop == "closed", budget_s=load.budget_s)
+
+    def _next_plan(self, finished: Step) -> StepPlan | None:
+        """A capacity search's next step, judged from the finished one (contracts/slo.py)."""
+        if self.search is None:
+            return None
+        unit = self.search.result()["unit"]
+        invalid = self._invalid_reason(finished)
+        if invalid is not None:
+            self.search.halt(finished.level, invalid)
+            print(f"[capacity] search: {finished.level:g} {unit} → invalid ({invalid}); done: the search cannot "
+                  "steer by a step that decides nothing", flush=True)
+            self.ctx.extra_meta["search"] = self.search.result()
+            return None
+        views, requests, errors = self.accounting.slo_sample(finished.index)
+        judged, limiting = judge_step(views, requests, errors, self.scenario.slo, self.scenario.verdict.confidence)
+        if requests < self.scenario.load.min_requests and judged == "pass":
+            judged = "uncertain"  # too few requests to claim a pass (the analysis calls it insufficient)
+        spent = time.time() - (self.timeline.steps[0].start_unix if self.timeline.steps else time.time())
+        level = self.search.next(finished.level, judged, limiting, spent_s=spent)
+        print(f"[capacity] search: {finished.level:g} {unit} → {judged}"
+              + (f" ({limiting})" if limiting else "")
+              + (f"; next {level:g}" if level is not None else f"; done: {self.search.stopped}"), flush=True)
+        self.ctx.extra_meta["search"] = self.search.result()
+        return level_plan(self.scenario, level) if level is not None else None
+
+    def _invalid_reason(self, finished: Step) -> str | None:
+        """Why the analysis will call this step invalid, judged from the same row steps.json gets."""
+        self._collect_local()
+        row = self.accounting.row(finished)
+        if row.get("client_limited"):
+            return f"client limited: {row.get('client_limited_reason')}"
+        if row.get("membership_changed"):
+            return f"swarm membership changed: {row.get('membership_reason')}"
+        return "interrupted" if row.get("interrupted") else None
 
     # -- wiring ------------------------------------------------------------------------------------------
     def attach(self) -> None:
@@ -82,11 +132,14 @@ class StepAuthority:
             self.plans,
             drain_timeout_s=drain,
             in_flight=self._in_flight_since,
+            measured=lambda index: self.accounting.measured(index),
+            next_plan=self._next_plan,
             ready=self.ready,
             users_running=lambda: int(self.runner.user_count),
             settle_s=2.0 if self.master else 0.0,
             on_step_start=self._on_step_start,
             on_window_end=self._on_window_end,
+            on_window_extended=self._on_window_extended,
             on_drain_end=self._on_drain_end,
             on_finished=self._on_finished,
             on_reset=self._on_reset,
@@ -104,6 +157,8 @@ class StepAuthority:
         if self.master:
             messages.on(self.runner, messages.Watch, self._on_watch)
             env.events.test_stopping.add_listener(self._on_master_stopping)
+            assert self.master_watch is not None
+            self.master_watch.start()
         env.events.test_stopping.add_listener(self._clip_interrupted)
         env.events.quitting.add_listener(self._on_quitting)
         if not getattr(env.parsed_options, "headless", False):
@@ -144,13 +199,28 @@ class StepAuthority:
             self.accounting.add_loop_lag(name, unix, lag)
         self.telemetry.client_rows(name, w.host, w.cpu, w.loop_lag)
         for step, counters in w.steps.items():
-            self.pacer_by_worker[(w.worker, step)] = counters
+            self.accounting.set_counters(name, step, counters)
 
     def _connected_workers(self) -> list[int]:
-        return sorted(
-            i for i in (self.runner.get_worker_index(c.id) for c in self.runner.clients.all if c.state != "missing")
-            if i is not None
-        )
+        if self.ctx.membership is not None:
+            return self.ctx.membership.connected()
+        return []
+
+    def _check_membership(self, step: Step, now: float) -> None:
+        """A worker lost, joined or silent during the step's window makes the step invalid."""
+        membership = self.ctx.membership
+        if membership is None:
+            return
+        membership.check(now)
+        began = self.step_workers.get(step.index, [])
+        for lost in membership.lost_between(step.start_unix, now):
+            self.accounting.note_membership(step.index, f"worker {lost['worker']} lost ({lost['reason']})")
+        for joined in membership.joined_between(step.start_unix, now):
+            self.accounting.note_membership(step.index, f"worker {joined} joined during the step")
+        for w in began:
+            last = self.watch_last.get(w, (step.start_unix, 0))[0]
+            if now - last > SILENT_AFTER_S and now > step.warmup_end_unix:
+                self.accounting.note_membership(step.index, f"worker {w} stopped reporting for {now - last:.0f} s")
 
     def _in_flight_since(self, since: float) -> int | None:
         if self.generator is not None:
@@ -165,6 +235,13 @@ class StepAuthority:
         return total
 
     def _collect_local(self) -> None:
+        """This process's own watch: the generator's (local runner) or the master's loop lag."""
+        if self.master_watch is not None:
+            lag = self.master_watch.new_lag()
+            for unix, ms in lag:
+                self.accounting.add_master_lag(unix, ms)
+            # not a generator's CPU (it judges no step), but worth seeing next to theirs
+            self.telemetry.client_rows("master", HOST, self.master_watch.new_cpu(), lag)
         if self.generator is None:
             return
         watch = self.generator.watch
@@ -174,15 +251,8 @@ class StepAuthority:
         for unix, ms in lag:
             self.accounting.add_loop_lag("local", unix, ms)
         self.telemetry.client_rows("local", HOST, cpu, lag)
-
-    def _sync_pacer_counts(self) -> None:
-        self.accounting.clear_pacer()
-        if self.generator is not None:
-            counters = {(0, step): c for step, c in self.generator.pacer_counters().items()}
-        else:
-            counters = self.pacer_by_worker
-        for (_w, step), c in counters.items():
-            self.accounting.add_pacer(step, int(c.get("cap_hits", 0)), c.get("dispatch_lag_p99_ms"))
+        for step, counters in self.generator.step_counters().items():
+            self.accounting.set_counters("local", step, counters)
 
     # -- shape callbacks -----------------------------------------------------------------------------------
     def _plan(self, index: int) -> ArrivalPlan | None:
@@ -193,7 +263,7 @@ class StepAuthority:
         return ArrivalPlan(
             arrival=getattr(load, "arrival", "poisson"),
             rate=float(p.target_rps or 0.0),
-            duration_s=p.duration_s,
+            duration_s=p.longest_s,  # arrivals for the longest the window may run (min_requests)
             cv=float(getattr(load, "cv", 1.0)),
             seed=int(getattr(load, "seed", 0)),
             ramp_s=p.ramp_s,
@@ -205,6 +275,7 @@ class StepAuthority:
         if plan is not None:
             step.offered = offered_in_window(plan.schedule(step.index), p.warmup_s, p.duration_s)
         self.timeline.upsert(step)
+        self.step_workers[step.index] = self._connected_workers()
         unit = "rps" if p.open_loop else "users"
         print(
             f"[capacity] step {step.index + 1}/{len(self.plans)}: {step.kind} {step.level:g} {unit} "
@@ -232,7 +303,19 @@ class StepAuthority:
         else:
             messages.send(self.runner, messages.StepUpdated(step=step))
 
+    def _on_window_extended(self, step: Step) -> None:
+        p = self.plans[step.index]
+        have = self.accounting.measured(step.index)
+        print(f"[capacity] step {step.index + 1}/{len(self.plans)}: {have} of {p.min_requests} measured requests; "
+              f"window extended to {step.end_unix - step.start_unix:.0f} s", flush=True)
+        self._announce(step)
+
     def _on_window_end(self, step: Step) -> None:
+        plan = self._plan(step.index)
+        if plan is not None:  # offered = arrivals scheduled in the window as it finally ran
+            step.offered = offered_in_window(plan.schedule(step.index), self.plans[step.index].warmup_s,
+                                             step.end_unix - step.start_unix)
+        self._check_membership(step, time.time())
         self._announce(step)
 
     def _on_drain_end(self, step: Step) -> None:
@@ -256,6 +339,7 @@ class StepAuthority:
         used = bool(self.timeline.steps)
         self.timeline.steps.clear()
         self.timeline.finished = False
+        self.search = self._new_search()
         self.accounting = self._new_accounting()
         if used:
             self.results.switch()
@@ -281,6 +365,7 @@ class StepAuthority:
         try:
             while self.shape is not None and not self.shape.finished:
                 gevent.sleep(PROGRESS_INTERVAL_S)
+                self._collect_local()  # this process's own CPU / loop lag into the live view
                 step = self.shape.current
                 if step is None or self.shape.finished or self.runner.state not in ("spawning", "running"):
                     continue
@@ -298,11 +383,13 @@ class StepAuthority:
     # -- outputs ---------------------------------------------------------------------------------------------
     def write_steps(self) -> None:
         self._collect_local()
-        self._sync_pacer_counts()
         try:
             path = self.results.path / "steps.json"
             path.parent.mkdir(parents=True, exist_ok=True)
-            write_steps_json(path, self.accounting.document({"scenario": self.scenario.name}))
+            extra: dict[str, Any] = {"scenario": self.scenario.name}
+            if self.search is not None:
+                extra["search"] = self.search.result()
+            write_steps_json(path, self.accounting.document(extra))
         except Exception:
             log.exception("writing steps.json failed")
 
@@ -324,11 +411,16 @@ class StepAuthority:
 
     def _on_quitting(self, **_: Any) -> None:
         self._clip_interrupted()
+        current = self.shape.current if self.shape is not None else None
+        if current is not None:
+            self._check_membership(current, min(time.time(), current.end_unix))
         self.ctx.extra_meta["complete"] = self.timeline.finished
         self.ctx.extra_meta["steps_run"] = len(self.timeline.steps)
         if not self.timeline.finished:
             self.ctx.extra_meta["incomplete_reason"] = "stopped before the last step finished (interrupted)"
         self.write_steps()
+        if self.master_watch is not None:
+            self.master_watch.stop()
         telemetry = self.telemetry.stop()
         if telemetry is not None:
             self.ctx.extra_meta["telemetry"] = telemetry

@@ -21,10 +21,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from capacity_plugins.contracts.redaction import Secrets
+from capacity_plugins.contracts.redaction import Secrets, basic_auth
 from capacity_plugins.dialects import Dialect, RequestParams, get_dialect
 from capacity_plugins.errors import UserError
+from capacity_plugins.load.backoff import Backoff
 from capacity_plugins.load.options import LLMOptions
+from capacity_plugins.load.tokens import TokenCountEvidence
 from capacity_plugins.sinks.stats import LLMStats
 
 if TYPE_CHECKING:
@@ -33,6 +35,7 @@ if TYPE_CHECKING:
     from capacity_plugins.contracts.records import RequestRecord
     from capacity_plugins.corpus import Corpus, Sampler
     from capacity_plugins.load.arrivals import Pacer
+    from capacity_plugins.load.membership import SwarmMembership
     from capacity_plugins.scenario import Scenario
     from capacity_plugins.sinks.records import RecordsSink
     from capacity_plugins.telemetry.collector import TelemetryCollector
@@ -66,6 +69,8 @@ class RunContext:
     worker_index: int = 0
     worker_count: int = 1
     step_provider: StepProvider = no_step
+    # may_send(now_unix): False while a step drains (its window closed; in-flight requests finish).
+    may_send: Callable[[float], bool] = lambda now_unix: True
     pacer: Pacer | None = None
     record_listeners: list[RecordListener] = field(default_factory=list)
     extra_meta: dict[str, Any] = field(default_factory=dict)
@@ -77,17 +82,28 @@ class RunContext:
     # The --tokenizer, loaded once per process; None without one.
     tokenizer: Tokenizer | None = None
     tokenizer_path: str | None = None
-    # Built from --api-key-env at startup; kept out of repr so it never lands in a log line.
+    # The target as given, credentials included (environment.host shows it without them).
+    target_url: str | None = field(default=None, repr=False)
+    # Built from --api-key-env (or the target URL's user:password) at startup; kept out of repr
+    # so it never lands in a log line.
     auth_headers: dict[str, str] = field(default_factory=dict, repr=False)
     # Every secret value of the run: scrubbed from whatever it writes (records, meta, reports).
     secrets: Secrets = field(default_factory=Secrets, repr=False)
+    # The master's view of its workers (None elsewhere): lost / joined workers invalidate steps.
+    membership: SwarmMembership | None = None
+    # Connection failures pause the whole process (load/backoff.py).
+    backoff: Backoff = field(default_factory=Backoff)
+    # Which output-token count is exact for this server, when it reports none (load/tokens.py).
+    token_evidence: TokenCountEvidence = field(default_factory=TokenCountEvidence)
+    # step → [stream reads that brought output, reads that brought more than one output event]
+    read_counts: dict[int, list[int]] = field(default_factory=dict)
 
     @classmethod
     def from_options(cls, options: LLMOptions, *, role: Role = "local", results_dir: Path | None = None,
                      target_url: str | None = None) -> RunContext:
         ctx = cls(
             options=options,
-            dialect=get_dialect(options.dialect),
+            dialect=get_dialect(options.dialect, options.triton),
             params=RequestParams(),
             results_dir=results_dir or options.results_dir or Path("results"),
             role=role,
@@ -99,7 +115,7 @@ class RunContext:
         """Apply (new) options in place: a worker learns the master's options only when the test
         starts, and users hold a reference to this object."""
         self.options = options
-        self.dialect = get_dialect(options.dialect)
+        self.dialect = get_dialect(options.dialect, options.triton)
         self.params = RequestParams(
             model=options.model,
             max_tokens=options.max_tokens,
@@ -113,9 +129,13 @@ class RunContext:
         if options.tokenizer != self.tokenizer_path:  # a worker reconfigures with the same path: keep it
             self.tokenizer = load_tokenizer(options.tokenizer) if options.tokenizer else None
             self.tokenizer_path = options.tokenizer
+        if target_url is not None:
+            self.target_url = target_url
         key = options.api_key()
-        self.auth_headers = {"Authorization": f"Bearer {key}"} if key else {}
-        self.secrets = options.secrets(target_url)
+        basic = basic_auth(self.target_url)
+        # The API key wins over credentials in the URL (docs/secrets.md).
+        self.auth_headers = {"Authorization": f"Bearer {key}" if key else str(basic)} if key or basic else {}
+        self.secrets = options.secrets(self.target_url)
 
     def count_tokens(self, text: str) -> int:
         """Tokens of generated text by the local tokenizer (no BOS/EOS added)."""
@@ -130,6 +150,21 @@ class RunContext:
         headers.update(self.auth_headers)
         headers["Accept-Encoding"] = "identity"
         return headers
+
+    def ensure_pacer(self) -> Pacer:
+        """This process's pacer (open loop), created once; it drops arrivals during a backoff."""
+        if self.pacer is None:
+            from capacity_plugins.load.arrivals import Pacer
+
+            self.pacer = Pacer(paused_until=lambda: self.backoff.until)
+        return self.pacer
+
+    def count_reads(self, step: int, reads: int, backlog_reads: int) -> None:
+        counts = self.read_counts.get(step)
+        if counts is None:
+            counts = self.read_counts[step] = [0, 0]
+        counts[0] += reads
+        counts[1] += backlog_reads
 
     def next_sample(self) -> Any:  # a corpus Sample, or None before this worker has its shard
         if self.sampler is None:

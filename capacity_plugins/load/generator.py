@@ -47,6 +47,7 @@ class GeneratorSide:
 
     def attach(self) -> None:
         self.ctx.step_provider = self.timeline.lookup
+        self.ctx.may_send = lambda now: not self.timeline.in_drain(now)
         self.env.events.test_stopping.add_listener(self._on_test_stopping)
         self.env.events.quitting.add_listener(self._on_quitting)
         self.watch.start()
@@ -57,27 +58,34 @@ class GeneratorSide:
             return self.pacer.in_flight
         return int(self.runner.user_count)
 
-    def pacer_counters(self) -> dict[int, dict[str, Any]]:
-        """Cumulative pacer counters per step (cap hits, dispatch lag p99)."""
-        if self.pacer is None:
-            return {}
-        return {i: st.as_message() for i, st in self.pacer.stats.items()}
+    def step_counters(self) -> dict[int, dict[str, Any]]:
+        """Cumulative counters per step: the pacer's (cap hits, dispatch lag p99) and the
+        readers' (stream reads, reads that found a backlog)."""
+        out: dict[int, dict[str, Any]] = {}
+        if self.pacer is not None:
+            out = {i: st.as_message() for i, st in self.pacer.stats.items()}
+        for i, (reads, backlog) in self.ctx.read_counts.items():
+            out.setdefault(i, {}).update(reads=reads, backlog_reads=backlog)
+        for i, seconds in self.ctx.backoff.seconds_by_step.items():
+            out.setdefault(i, {})["backoff_s"] = round(seconds, 3)
+        return out
 
     def step_started(self, step: Step, plan: ArrivalPlan | None, shard_index: int, shard_count: int) -> None:
         self.timeline.upsert(step)
         if plan is None:
             return
-        if self.ctx.pacer is None:
-            self.ctx.pacer = Pacer()
         offsets = shard(plan.schedule(step.index), shard_index, shard_count)
-        self.ctx.pacer.begin(step.index, step.start_unix, offsets, step.warmup_end_unix)
+        self.ctx.ensure_pacer().begin(step.index, step.start_unix, offsets, step.warmup_end_unix, step.end_unix)
 
     def step_updated(self, step: Step) -> None:
         self.timeline.upsert(step)
-        if self.pacer is not None and self.pacer.step == step.index and (
-            step.drain_end_unix is not None or time.time() >= step.end_unix
-        ):
-            self.pacer.stop()  # no request starts once the step's window has closed
+        pacer = self.pacer
+        if pacer is None or pacer.step != step.index:
+            return
+        if step.drain_end_unix is not None or time.time() >= step.end_unix:
+            pacer.stop()  # no request starts once the step's window has closed
+        else:
+            pacer.extend(step.end_unix)  # the window was extended for min_requests
 
     def finished(self) -> None:
         self.timeline.finished = True
@@ -86,6 +94,7 @@ class GeneratorSide:
     def reset(self) -> None:
         self.timeline = StepTimeline()
         self.ctx.step_provider = self.timeline.lookup
+        self.ctx.may_send = lambda now: not self.timeline.in_drain(now)
 
     def _on_test_stopping(self, **_: Any) -> None:
         if self.pacer is not None:
@@ -115,9 +124,10 @@ class WorkerSide(GeneratorSide):
         messages.on(self.runner, messages.StepUpdated, lambda m: self.step_updated(m.step))
         messages.on(self.runner, messages.StepsFinished, lambda m: self.finished())
         messages.on(self.runner, messages.StepsReset, lambda m: self.reset())
-        self._reporter = gevent.spawn(self._report_loop)
 
     def _on_started(self, m: messages.StepStarted) -> None:
+        if self._reporter is None:  # a rehearsal: the master's authority listens to Watch
+            self._reporter = gevent.spawn(self._report_loop)
         k = m.shards.get(self.ctx.worker_index)
         if m.plan is not None and k is None:
             log.warning("worker %s has no shard of step %s's arrivals", self.ctx.worker_index, m.step.index)
@@ -131,7 +141,7 @@ class WorkerSide(GeneratorSide):
             try:
                 messages.send(self.runner, messages.Watch(
                     worker=self.ctx.worker_index, host=HOST, unix=time.time(), in_flight=self.in_flight(),
-                    cpu=self.watch.new_cpu(), loop_lag=self.watch.new_lag(), steps=self.pacer_counters(),
+                    cpu=self.watch.new_cpu(), loop_lag=self.watch.new_lag(), steps=self.step_counters(),
                 ))
             except Exception:
                 log.exception("sending the self-watch report failed")

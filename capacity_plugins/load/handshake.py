@@ -9,15 +9,17 @@ everywhere, or the shards are not disjoint and the results mean nothing. Then it
 
 from __future__ import annotations
 
+import base64
 import logging
 import sys
 from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
 
 import gevent
 
+from capacity_plugins.contracts.redaction import basic_auth
 from capacity_plugins.errors import UserError
 from capacity_plugins.load import messages
-from capacity_plugins.load.arrivals import Pacer
 from capacity_plugins.load.context import RunContext
 from capacity_plugins.load.options import LLMOptions
 
@@ -27,6 +29,13 @@ if TYPE_CHECKING:
     from capacity_plugins.corpus import Corpus
 
 log = logging.getLogger(__name__)
+
+
+def _with_credentials(host: str, basic: str) -> str:
+    """The master's target URL again, user:password included (they came as a Basic value)."""
+    user_pass = base64.b64decode(basic.removeprefix("Basic ")).decode()
+    scheme, sep, rest = host.partition("://")
+    return f"{scheme}{sep}{quote(user_pass, safe=':')}@{rest}" if sep else host
 
 
 def load_corpus(options: LLMOptions) -> Corpus:
@@ -49,6 +58,10 @@ class MasterHandshake:
     def attach(self) -> None:
         messages.on(self.runner, messages.Refuse, self._on_refuse)
         messages.on(self.runner, messages.Ready, lambda m: self.ready_workers.add(m.worker))
+        if self.ctx.membership is not None:
+            # A worker that joins mid-test has no options yet: everyone gets the setup again with
+            # the new shard count (shards stay disjoint); the step it joined in is invalid anyway.
+            self.ctx.membership.on_join.append(lambda _index: self.send_setup())
 
     def all_ready(self) -> bool:
         """Every connected worker applied this test's setup."""
@@ -65,7 +78,8 @@ class MasterHandshake:
         self.workers_seen.update(indices)
         self.ready_workers.clear()
         messages.send(runner, messages.Setup(options=ctx.options.to_message(), sha256=ctx.corpus.sha256,
-                                             shard_count=shard_count, open_loop=self.open_loop))
+                                             shard_count=shard_count, open_loop=self.open_loop,
+                                             basic_auth=basic_auth(ctx.target_url)))
 
     def _on_refuse(self, m: messages.Refuse) -> None:
         self.refusals.append(m.reason)
@@ -90,7 +104,9 @@ class WorkerHandshake:
         ctx = self.ctx
         try:
             options = LLMOptions.from_message(m.options)
-            ctx.reconfigure(options, target_url=self.env.host)
+            if m.basic_auth and ctx.target_url is None:
+                ctx.target_url = _with_credentials(self.env.host or "", m.basic_auth)
+            ctx.reconfigure(options)
             if ctx.corpus is None or self._corpus_source != options.corpus:
                 ctx.corpus = load_corpus(options)
                 self._corpus_source = options.corpus
@@ -105,8 +121,8 @@ class WorkerHandshake:
             return
         ctx.worker_count = m.shard_count
         ctx.sampler = ctx.corpus.sampler(options.sampling, options.seed, ctx.worker_index, ctx.worker_count)
-        if m.open_loop and ctx.pacer is None:
-            ctx.pacer = Pacer()  # users wait for arrivals from the first one they see
+        if m.open_loop:
+            ctx.ensure_pacer()  # users wait for arrivals from the first one they see
         messages.send(self.runner, messages.Ready(worker=ctx.worker_index))
 
     def _refuse(self, reason: str) -> None:

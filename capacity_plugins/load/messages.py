@@ -35,6 +35,9 @@ class Setup:
     sha256: str  # the master's corpus hash: a worker with another corpus refuses
     shard_count: int
     open_loop: bool = False  # the rehearsal's users wait for scheduled arrivals (a pacer)
+    # Basic credentials from the target URL's user:password (the host workers get has none).
+    # Only between the processes of one swarm; never written anywhere.
+    basic_auth: str | None = field(default=None, repr=False)
 
     def to_data(self) -> dict[str, Any]:
         return asdict(self)
@@ -42,7 +45,7 @@ class Setup:
     @classmethod
     def from_data(cls, d: dict[str, Any]) -> Setup:
         return cls(options=dict(d["options"]), sha256=str(d["sha256"]), shard_count=int(d["shard_count"]),
-                   open_loop=bool(d.get("open_loop")))
+                   open_loop=bool(d.get("open_loop")), basic_auth=d.get("basic_auth"))
 
 
 @dataclass

@@ -30,14 +30,17 @@ import gevent
 import locust
 from locust.runners import MasterRunner, WorkerRunner
 
+from capacity_plugins.contracts.redaction import strip_userinfo
 from capacity_plugins.errors import UserError
 from capacity_plugins.load import meta as meta_mod
 from capacity_plugins.load.context import Role, RunContext
 from capacity_plugins.load.handshake import MasterHandshake, WorkerHandshake, load_corpus
 from capacity_plugins.load.locust_compat import wait_for_workers_before_quit
+from capacity_plugins.load.membership import SwarmMembership
 from capacity_plugins.load.options import LLMOptions, add_arguments, redact_headers, redacted_options
 from capacity_plugins.load.results import ResultsFolder, choose_folder
 from capacity_plugins.load.shipping import MasterReceiving, WorkerShipping
+from capacity_plugins.load.tokens import TokenCountAudit
 from capacity_plugins.sinks.records import RecordsSink
 
 if TYPE_CHECKING:
@@ -143,6 +146,12 @@ def register(environment: Environment) -> RunContext:
         parsed.results_dir = str(folder)
     ctx = RunContext.from_options(options, role=role, results_dir=folder, target_url=environment.host)
     ctx.scenario = scenario
+    if environment.host and environment.host != strip_userinfo(environment.host):
+        # user:password in the URL becomes a Basic header (ctx.auth_headers); everything that shows
+        # the host — Locust's report and web UI, meta.json, the workers — sees it without them
+        environment.host = strip_userinfo(environment.host)
+        if parsed is not None:
+            parsed.host = environment.host
     if role == "worker":
         ctx.worker_index = int(getattr(runner, "worker_index", 0) or 0)
     if role != "worker" or scenario is not None:
@@ -160,6 +169,10 @@ def register(environment: Environment) -> RunContext:
             run.shipping = WorkerShipping(runner, sink, lambda: ctx.worker_index)
             run.shipping.start()
         elif role == "master":
+            ctx.membership = SwarmMembership(runner)
+            ctx.membership.start()
+            environment.events.test_start.add_listener(ctx.membership.test_started)
+            environment.events.test_stopping.add_listener(ctx.membership.test_stopping)
             receiving = MasterReceiving(runner, sink)
             receiving.attach()
             wait_for_workers_before_quit(runner, lambda: run.ran, receiving.wait_for_finals)
@@ -209,9 +222,7 @@ def _attach_rehearsal(environment: Environment, ctx: RunContext, run: _Run, scen
         generator = GeneratorSide(environment, ctx, "local")
         generator.attach()
         if scenario.open_loop:
-            from capacity_plugins.load.arrivals import Pacer
-
-            ctx.pacer = Pacer()  # the pool spawns before the first step and waits for arrivals
+            ctx.ensure_pacer()  # the pool spawns before the first step and waits for arrivals
     ready = run.handshake.all_ready if run.handshake is not None else (lambda: True)
     StepAuthority(environment, ctx, scenario, run.results, generator, ready).attach()
     # Locust installs its SIGTERM handler only after a headless shape run has ended
@@ -236,6 +247,8 @@ class _Run:
         self.finished = False
         self.shipping: WorkerShipping | None = None
         self.handshake: MasterHandshake | None = None
+        # chunk vs tokenizer counts over every record written here (servers without usage)
+        self.token_audit = TokenCountAudit()
 
     def attach(self) -> None:
         ev = self.env.events
@@ -251,6 +264,8 @@ class _Run:
             ev.worker_report.add_listener(self.on_worker_report)
             self.handshake = MasterHandshake(self.env, self.ctx)
             self.handshake.attach()
+        if role != "worker":
+            self.ctx.record_listeners.append(self.token_audit.add)
         if role != "worker" and self.env.host:
             gevent.spawn(self._probe)
 
@@ -277,7 +292,7 @@ class _Run:
             options = LLMOptions.from_parsed(self.env.parsed_options)
             if options.corpus != ctx.options.corpus or options.min_distinct != ctx.options.min_distinct:
                 ctx.corpus = load_corpus(options)
-            ctx.reconfigure(options, target_url=self.env.host)
+            ctx.reconfigure(options)
         except UserError as e:
             log.error("capacity: %s (keeping the previous options)", e)
         assert ctx.corpus is not None
@@ -313,7 +328,9 @@ class _Run:
             return
         if self.end_unix is None:
             self.end_unix = time.time()
-        self.write_outputs()
+        meta = self.write_outputs()
+        if meta.get("workers_lost") and self.env.process_exit_code is None:
+            self.env.process_exit_code = 1  # a worker was lost: the run is incomplete (docs/exit-codes.md)
 
     def on_report_to_master(self, data: dict[str, Any] | None = None, **_: Any) -> None:
         if data is not None:
@@ -326,9 +343,11 @@ class _Run:
             except ValueError as e:
                 log.error("capacity: %s", e)
 
-    def write_outputs(self) -> None:
+    def write_outputs(self) -> dict[str, Any]:
         self.results.write_llm_stats()
-        self.results.write_meta(self.meta())
+        meta = self.meta()
+        self.results.write_meta(meta)
+        return meta
 
     def meta(self) -> dict[str, Any]:
         ctx = self.ctx
@@ -343,6 +362,8 @@ class _Run:
             "dialect": ctx.options.dialect,
             "model": ctx.options.model,
             "target": self.env.host,
+            # the embedded simulator: every server and GPU reading of this run is simulated
+            "simulated": bool(ctx.scenario is not None and ctx.scenario.target.embedded),
             "server": self.server,
             "corpus": {
                 "source": ctx.options.corpus,
@@ -357,9 +378,47 @@ class _Run:
             "workers": {"count": ctx.worker_count, "indices": seen or [0]},
             "records": ctx.sink.accounting() if ctx.sink is not None else None,
             "refusals": handshake.refusals if handshake is not None else [],
+            "token_counting": self.token_audit.summary(),
         }
         meta.update(ctx.extra_meta)
+        if ctx.membership is not None:
+            self._account_lost_workers(meta, self._lost_workers(meta))
         return meta
+
+    def _lost_workers(self, meta: dict[str, Any]) -> list[dict[str, Any]]:
+        """Workers Locust saw go, and workers that ran but never sent their final record batch
+        (killed before Locust noticed the missing heartbeats)."""
+        assert self.ctx.membership is not None
+        lost = self.ctx.membership.lost_list()
+        known = {w["worker"] for w in lost}
+        by_worker = (meta.get("records") or {}).get("by_worker") or {}
+        for w, entry in sorted(by_worker.items()):
+            if self.finished and not entry.get("final_batch") and int(w) not in known:
+                lost.append({"worker": int(w), "client_id": None, "lost_unix": None,
+                             "reason": "stopped without its final record batch"})
+        return lost
+
+    @staticmethod
+    def _account_lost_workers(meta: dict[str, Any], lost: list[dict[str, Any]]) -> None:
+        """A lost worker makes the run incomplete; records it made after its last batch are unknown."""
+        meta["workers_lost"] = lost
+        if not lost:
+            return
+        names = ", ".join(str(w["worker"]) for w in lost)
+        meta["complete"] = False
+        meta["incomplete_reason"] = "; ".join(
+            r for r in (meta.get("incomplete_reason"), f"worker(s) {names} lost during the run") if r
+        )
+        records = meta.get("records") or {}
+        by_worker = records.get("by_worker") or {}
+        for w in lost:
+            entry = by_worker.get(str(w["worker"]))
+            if entry is not None and not entry.get("final_batch"):
+                # what it produced after its last report never reached us: unknown, not zero
+                entry["lost"] = None
+                records["lost"] = None
+                records["lost_reason"] = (f"worker(s) {names} stopped without a final batch: records made "
+                                          "after their last report (about a second, plus requests in flight) are lost")
 
 
 __all__ = ["install", "register"]

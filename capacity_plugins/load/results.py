@@ -101,6 +101,8 @@ def analyse_in_background(folder: Path) -> None:
                            capture_output=True, text=True, timeout=ANALYSIS_TIMEOUT_S)
         if r.returncode == 0:
             print(f"[capacity] analysed: {folder / 'report.html'}", flush=True)
+        elif r.returncode == 1:  # analysed, but the data could not support a decision (the report says why)
+            print(f"[capacity] analysed, no decision: {folder / 'report.html'} ({r.stderr.strip()[-200:]})", flush=True)
         else:
             print(f"[capacity] analysis of {folder} failed: {r.stderr.strip()[-300:]}", flush=True)
     except Exception as e:  # never let the analysis take the UI down

@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import gevent
@@ -51,16 +51,62 @@ class StepPlan:
     warmup_s: float  # excluded from the step's numbers (includes any ramp)
     target_rps: float | None = None
     ramp_s: float = 0.0  # open-loop peak: arrival rate ramps 0 → target over this time
+    # The window runs past duration_s until the step has min_requests measured requests, but
+    # never past max_duration_s from the step's start (0: no extension).
+    min_requests: int = 0
+    max_duration_s: float = 0.0
 
     @property
     def open_loop(self) -> bool:
         return self.target_rps is not None
 
+    @property
+    def longest_s(self) -> float:
+        """How long the window may last (the open-loop schedule is generated this far)."""
+        return max(self.duration_s, self.max_duration_s)
+
+
+# A step short of min_requests runs on up to this many times its planned length (load.max_step_s).
+DEFAULT_MAX_STEP_FACTOR = 5.0
+# Extensions are decided this long before a window ends (Locust ticks the shape once a second).
+EXTEND_LOOKAHEAD_S = 2.5
+
 
 def plan_steps(scenario: Scenario) -> list[StepPlan]:
-    from capacity_plugins.scenario import ConcurrencySweepLoad, PeakLoad, RateSweepLoad
+    load = scenario.load
+    plans = _planned(scenario)
+
+    def longest(duration_s: float) -> float:
+        cap = load.max_step_s if load.max_step_s is not None else DEFAULT_MAX_STEP_FACTOR * duration_s
+        return max(cap, duration_s)
+
+    return [replace(p, min_requests=load.min_requests, max_duration_s=longest(p.duration_s)) for p in plans]
+
+
+def level_plan(scenario: Scenario, level: float) -> StepPlan:
+    """One step at `level` for a load kind whose levels are chosen as it goes (capacity_search)."""
+    from capacity_plugins.scenario import CapacitySearchLoad
 
     load = scenario.load
+    assert isinstance(load, CapacitySearchLoad)
+    if load.loop == "closed":
+        users = max(1, int(round(level)))
+        plan = StepPlan("concurrency", float(users), users, load.spawn_rate, load.step_s, load.warmup_s)
+    else:
+        pool = load.max_concurrency
+        plan = StepPlan("rate", float(level), pool, max(POOL_SPAWN_RATE, float(pool)), load.step_s, load.warmup_s,
+                        float(level))
+    cap = load.max_step_s if load.max_step_s is not None else DEFAULT_MAX_STEP_FACTOR * plan.duration_s
+    return replace(plan, min_requests=load.min_requests, max_duration_s=max(cap, plan.duration_s))
+
+
+def _planned(scenario: Scenario) -> list[StepPlan]:
+    """The steps as the load section plans them (before any extension for min_requests)."""
+    from capacity_plugins.scenario import CapacitySearchLoad, ConcurrencySweepLoad, PeakLoad, RateSweepLoad
+
+    load = scenario.load
+    if isinstance(load, CapacitySearchLoad):  # the first level only; the search picks the rest
+        return [level_plan(scenario, load.start)]
     if isinstance(load, ConcurrencySweepLoad):
         return [
             StepPlan("concurrency", float(n), n, load.spawn_rate, load.step_s, load.warmup_s) for n in load.levels
@@ -98,6 +144,8 @@ class RehearsalShape(LoadTestShape):
         *,
         drain_timeout_s: float,
         in_flight: Callable[[float], int | None],
+        measured: Callable[[int], int] | None = None,
+        next_plan: Callable[[Step], StepPlan | None] | None = None,
         ready: Callable[[], bool] = lambda: True,
         users_running: Callable[[], int] | None = None,
         prepare_timeout_s: float = 60.0,
@@ -106,6 +154,7 @@ class RehearsalShape(LoadTestShape):
         clock: Callable[[], float] = time.time,
         on_step_start: OnStep | None = None,
         on_window_end: OnStep | None = None,
+        on_window_extended: OnStep | None = None,
         on_drain_end: OnStep | None = None,
         on_finished: Callable[[], None] | None = None,
         on_reset: Callable[[], None] | None = None,
@@ -114,10 +163,16 @@ class RehearsalShape(LoadTestShape):
         if not plans:
             raise ValueError("a rehearsal needs at least one step")
         self.plans = plans
+        self._planned = len(plans)  # a web-UI restart drops the steps a search added
         self.drain_timeout_s = drain_timeout_s
         # in_flight(since_unix): requests running across all generator processes, counting only
         # reports made after since_unix; None while some process has not reported since then.
         self.in_flight = in_flight
+        # measured(step index): requests of the step's window finished so far (None: never extend).
+        self.measured = measured
+        # next_plan(finished step): the step to run after the planned ones, chosen from what the
+        # finished one measured (a capacity search); None ends the rehearsal.
+        self.next_plan = next_plan
         # ready(): every generator can send (options applied, corpus loaded). A step that started
         # before would hand its first arrivals to processes that cannot send them.
         self.ready = ready
@@ -129,12 +184,14 @@ class RehearsalShape(LoadTestShape):
         self.clock = clock
         self.on_step_start = on_step_start
         self.on_window_end = on_window_end
+        self.on_window_extended = on_window_extended
         self.on_drain_end = on_drain_end
         self.on_finished = on_finished
         self.on_reset = on_reset
         self._reset_state()
 
     def _reset_state(self) -> None:
+        del self.plans[self._planned:]
         self.phase = "idle"  # idle → prepare → run → drain → (run …) → settle → done
         self.index = -1
         self.current: Step | None = None
@@ -187,6 +244,30 @@ class RehearsalShape(LoadTestShape):
         # start new requests during the drain (excluded from the step, but they delay the next one).
         return (0, max(plan.spawn_rate, 10.0 * plan.users))
 
+    def _extension(self, plan: StepPlan, now: float) -> float | None:
+        """A later window end when the step will be short of measured requests and may run on.
+
+        Decided EXTEND_LOOKAHEAD_S before the window ends, from the rate measured so far, so every
+        generator hears of the new end while its window is still open (a pacer that reached the
+        old end would have stopped, and a user would have stopped sending).
+        """
+        assert self.current is not None
+        step = self.current
+        if self.measured is None or not plan.min_requests or now < step.end_unix - EXTEND_LOOKAHEAD_S:
+            return None
+        cap = step.start_unix + plan.longest_s
+        if step.end_unix >= cap:
+            return None
+        have = self.measured(step.index)
+        seen_s = max(now - step.warmup_end_unix, 1e-3)
+        rate = have / seen_s if now > step.warmup_end_unix else 0.0
+        expected = have + rate * max(step.end_unix - now, 0.0)
+        if expected >= plan.min_requests:
+            return None
+        # Records reach the master up to a second late: grow by at least the look-ahead.
+        need_s = (plan.min_requests - expected) / rate if rate > 0 else plan.duration_s
+        return min(cap, step.end_unix + max(EXTEND_LOOKAHEAD_S, 1.1 * need_s))
+
     def tick(self) -> tuple[int, float] | None:
         now = self.clock()
         if self.phase == "idle":
@@ -210,6 +291,11 @@ class RehearsalShape(LoadTestShape):
         if self.phase == "run":
             assert self.current is not None
             plan = self.plans[self.index]
+            new_end = self._extension(plan, now)
+            if new_end is not None:
+                self.current.end_unix = new_end
+                if self.on_window_extended:
+                    self.on_window_extended(self.current)
             if now < self.current.end_unix:
                 return self._tuple(plan.users, plan)
             self.phase, self.phase_since = "drain", now
@@ -231,6 +317,10 @@ class RehearsalShape(LoadTestShape):
             self.current.drain_end_unix = now
             if self.on_drain_end:
                 self.on_drain_end(self.current)
+            if self.index + 1 == len(self.plans) and self.next_plan is not None:
+                chosen = self.next_plan(self.current)
+                if chosen is not None:
+                    self.plans.append(chosen)
             if self.index + 1 < len(self.plans):
                 self._start_step(self.index + 1, now)
                 nxt = self.plans[self.index]

@@ -82,6 +82,13 @@ class StepTimeline:
                 return s
         return None
 
+    def in_drain(self, now_unix: float) -> bool:
+        """Between a step's window end and its drain end: no request may start."""
+        for s in reversed(self.steps):
+            if now_unix >= s.start_unix:
+                return now_unix >= s.end_unix and (s.drain_end_unix is None or now_unix < s.drain_end_unix)
+        return False
+
     def lookup(self, now_unix: float) -> tuple[int | None, bool]:
         for s in reversed(self.steps):
             if now_unix >= s.start_unix:
@@ -92,13 +99,37 @@ class StepTimeline:
         return None, False
 
 
+@dataclass(frozen=True)
+class ClientLimits:
+    """When the generator, not the server, was the limit (the scenario's `load` section)."""
+
+    max_schedule_lag_p99_ms: float = 100.0
+    max_client_cpu_pct: float = 90.0
+    max_loop_lag_p99_ms: float = 25.0
+    # Share of stream reads that found more than one event already waiting: a reader that kept up
+    # gets one event per read (the server writes one chunk per decode step).
+    max_backlog_read_share: float = 0.5
+    # Reads fewer than this in a window say nothing about backlog (short or non-streamed steps).
+    min_reads_for_backlog: int = 200
+
+    @classmethod
+    def from_load(cls, load: Any) -> ClientLimits:
+        return cls(
+            max_schedule_lag_p99_ms=load.max_schedule_lag_p99_ms,
+            max_client_cpu_pct=load.max_client_cpu_pct,
+            max_loop_lag_p99_ms=load.max_loop_lag_p99_ms,
+        )
+
+
 @dataclass
 class _StepTally:
     sent: int = 0
+    measured: int = 0  # sent in the window and finished, cancelled ones excluded
+    errors: int = 0  # of those, failed
     completed_ok: int = 0
+    # The SLO's view of the measured successful requests (only kept for a live capacity search).
+    slo_views: dict[str, list[float | None]] = field(default_factory=dict)
     lag_ms: list[float] = field(default_factory=list)
-    cap_hits: int = 0
-    dispatch_lag_p99_ms: list[float] = field(default_factory=list)
     # Live progress only (all records of the step, warmup included).
     records: int = 0
     ttft_ms: list[float] = field(default_factory=list)
@@ -107,15 +138,25 @@ class _StepTally:
 class StepAccounting:
     """Per-step generator numbers, fed on the master/local process."""
 
-    def __init__(self, timeline: StepTimeline, max_lag_p99_ms: float = 100.0, max_cpu_pct: float = 90.0) -> None:
+    def __init__(self, timeline: StepTimeline, limits: ClientLimits | None = None, keep_slo_views: bool = False) -> None:
         self.timeline = timeline
-        self.max_lag_p99_ms = max_lag_p99_ms
-        self.max_cpu_pct = max_cpu_pct
+        self.limits = limits or ClientLimits()
+        self.keep_slo_views = keep_slo_views
         self._tally: dict[int, _StepTally] = defaultdict(_StepTally)
         # process key → [(unix, cpu_pct)], 1 Hz or faster, from every generator process.
         self.cpu: dict[str, list[tuple[float, float]]] = defaultdict(list)
         # process key → [(unix, event-loop lag ms)], every tick of its ticker.
         self.loop_lag: dict[str, list[tuple[float, float]]] = defaultdict(list)
+        # The master's own loop (it generates no load, so its lag does not limit the client; it
+        # does delay heartbeats and step boundaries): reported beside the generators'.
+        self.master_lag: list[tuple[float, float]] = []
+        # (process, step) → the latest cumulative counters that process reported for the step
+        # (pacer: cap_hits, dispatch_lag_p99_ms; reader: reads, backlog_reads).
+        self.counters: dict[tuple[str, int], dict[str, Any]] = {}
+        # step → why the swarm's membership changed during its window (lost / joined / silent).
+        self.membership: dict[int, list[str]] = defaultdict(list)
+        # step → generator processes that reported during its window.
+        self.reporting: dict[int, set[str]] = defaultdict(set)
 
     # -- inputs ------------------------------------------------------------------------------------------
     def add_record(self, rec: Any) -> None:
@@ -139,6 +180,12 @@ class StepAccounting:
         anchor = scheduled if scheduled is not None else sent
         if sent is not None and w0 <= sent < w1:
             t.sent += 1
+            if get("error_kind") != "cancelled":
+                t.measured += 1
+                if not get("ok"):
+                    t.errors += 1
+                elif self.keep_slo_views:
+                    self._keep_slo_view(t, get)
         if anchor is not None and w0 <= anchor < w1 and scheduled is not None and sent is not None:
             t.lag_ms.append(max(0.0, (sent - scheduled) * 1000.0))
         e2e = get("e2e_ms")
@@ -146,23 +193,51 @@ class StepAccounting:
             # Completions inside the window: throughput the server actually delivered while the step ran.
             t.completed_ok += 1
 
+    @staticmethod
+    def _keep_slo_view(t: _StepTally, get: Any) -> None:
+        """The latencies the SLO judges (as the analysis does): open loop from the scheduled time;
+        a TPOT of null (one output token) counts as 0."""
+        scheduled = get("scheduled_unix") is not None
+        ttft = get("ttft_from_schedule_ms") if scheduled else get("ttft_ms")
+        e2e = get("e2e_from_schedule_ms") if scheduled else get("e2e_ms")
+        tpot = get("tpot_ms")
+        for key, value in (("ttft_ms", ttft), ("e2e_ms", e2e), ("tpot_ms", 0.0 if tpot is None else tpot)):
+            t.slo_views.setdefault(key, []).append(value)
+
+    def slo_sample(self, index: int) -> tuple[dict[str, list[float | None]], int, int]:
+        """(SLO views, measured requests, errors) of a step so far (keep_slo_views only)."""
+        t = self._tally.get(index)
+        if t is None:
+            return {}, 0, 0
+        return t.slo_views, t.measured, t.errors
+
     def add_cpu(self, process: str, unix: float, cpu_pct: float) -> None:
         self.cpu[process].append((unix, cpu_pct))
+        self._reported(process, unix)
 
     def add_loop_lag(self, process: str, unix: float, lag_ms: float) -> None:
         self.loop_lag[process].append((unix, lag_ms))
 
-    def clear_pacer(self) -> None:
-        """Pacer counters arrive as cumulative totals per process: clear, then add the latest of each."""
-        for t in self._tally.values():
-            t.cap_hits = 0
-            t.dispatch_lag_p99_ms = []
+    def add_master_lag(self, unix: float, lag_ms: float) -> None:
+        self.master_lag.append((unix, lag_ms))
 
-    def add_pacer(self, step: int, cap_hits: int, dispatch_lag_p99_ms: float | None) -> None:
-        t = self._tally[step]
-        t.cap_hits += cap_hits
-        if dispatch_lag_p99_ms is not None:
-            t.dispatch_lag_p99_ms.append(dispatch_lag_p99_ms)
+    def set_counters(self, process: str, step: int, counters: dict[str, Any]) -> None:
+        """A process's cumulative counters for a step (the latest report replaces the previous)."""
+        self.counters[(process, step)] = dict(counters)
+
+    def note_membership(self, step: int, reason: str) -> None:
+        if reason not in self.membership[step]:
+            self.membership[step].append(reason)
+
+    def _reported(self, process: str, unix: float) -> None:
+        index, _ = self.timeline.lookup(unix)
+        if index is not None:
+            self.reporting[index].add(process)
+
+    def measured(self, index: int) -> int:
+        """Requests sent in the step's window that have finished (cancelled ones excluded) so far."""
+        t = self._tally.get(index)
+        return t.measured if t is not None else 0
 
     def progress(self, index: int) -> tuple[int, float | None]:
         """(records so far, TTFT p95 ms so far) of a step, for the console."""
@@ -182,38 +257,73 @@ class StepAccounting:
                 continue
             top = vals[-1] if top is None else max(top, vals[-1])
             # "Stayed above": the median sample, so one GC pause or import burst does not flag a step.
-            if len(vals) >= 2 and vals[len(vals) // 2] > self.max_cpu_pct and bound is None:
+            if len(vals) >= 2 and vals[len(vals) // 2] > self.limits.max_client_cpu_pct and bound is None:
                 bound = proc
         return top, bound
 
-    def _loop_lag_in(self, w0: float, w1: float) -> tuple[float | None, float | None]:
-        """(p99, max) of the event-loop lag of the worst process in the window."""
-        p99: float | None = None
-        top: float | None = None
-        for samples in self.loop_lag.values():
-            vals = [v for (u, v) in samples if w0 <= u <= w1]
-            if not vals:
+    @staticmethod
+    def _lag_in(samples: list[tuple[float, float]], w0: float, w1: float) -> tuple[float | None, float | None]:
+        vals = [v for (u, v) in samples if w0 <= u <= w1]
+        return (quantile(vals, 0.99), max(vals)) if vals else (None, None)
+
+    def _loop_lag_in(self, w0: float, w1: float) -> tuple[float | None, float | None, str | None]:
+        """(p99, max) of the event-loop lag of the worst process in the window, and that process."""
+        worst: tuple[float | None, float | None, str | None] = (None, None, None)
+        for proc, samples in self.loop_lag.items():
+            p99, top = self._lag_in(samples, w0, w1)
+            if p99 is not None and (worst[0] is None or p99 > worst[0]):
+                worst = (p99, top, proc)
+        return worst
+
+    def _worst_backlog(self, index: int) -> tuple[float | None, int, str | None]:
+        """(share, reads, process) of the process whose reads most often found a backlog — per
+        process, so one starved worker is not averaged away by healthy ones."""
+        worst: tuple[float | None, int, str | None] = (None, 0, None)
+        for (proc, step), c in self.counters.items():
+            reads = int(c.get("reads") or 0)
+            if step != index or not reads:
                 continue
-            q = quantile(vals, 0.99)
-            assert q is not None
-            p99 = q if p99 is None else max(p99, q)
-            top = max(vals) if top is None else max(top, max(vals))
-        return p99, top
+            share = int(c.get("backlog_reads") or 0) / reads
+            enough = reads >= self.limits.min_reads_for_backlog
+            if worst[0] is None or (enough, share) > (worst[1] >= self.limits.min_reads_for_backlog, worst[0]):
+                worst = (share, reads, proc)
+        return worst
+
+    def _summed(self, index: int, key: str) -> int:
+        return sum(int(c.get(key) or 0) for (_p, step), c in self.counters.items() if step == index)
 
     def row(self, step: Step) -> dict[str, Any]:
         t = self._tally.get(step.index, _StepTally())
+        lim = self.limits
         window = step.window_s
         rate = (lambda n: n / window) if window > 0 else (lambda n: None)
+        w0, w1 = step.warmup_end_unix, step.end_unix
         lag_p99 = quantile(t.lag_ms, 0.99)
-        cpu_max, cpu_bound = self._cpu_in(step.warmup_end_unix, step.end_unix)
-        lag_loop_p99, lag_loop_max = self._loop_lag_in(step.warmup_end_unix, step.end_unix)
+        cpu_max, cpu_bound = self._cpu_in(w0, w1)
+        loop_p99, loop_max, loop_proc = self._loop_lag_in(w0, w1)
+        master_p99, _ = self._lag_in(self.master_lag, w0, w1)
+        cap_hits = self._summed(step.index, "cap_hits")
+        backlog_share, reads, backlog_proc = self._worst_backlog(step.index)
         reasons: list[str] = []
-        if lag_p99 is not None and lag_p99 > self.max_lag_p99_ms:
-            reasons.append(f"sends behind schedule: lag p99 {lag_p99:.0f} ms > {self.max_lag_p99_ms:g} ms")
+        if lag_p99 is not None and lag_p99 > lim.max_schedule_lag_p99_ms:
+            reasons.append(f"sends behind schedule: lag p99 {lag_p99:.0f} ms > {lim.max_schedule_lag_p99_ms:g} ms")
+        if loop_p99 is not None and loop_p99 > lim.max_loop_lag_p99_ms:
+            reasons.append(f"generator event loop late: lag p99 {loop_p99:.0f} ms > {lim.max_loop_lag_p99_ms:g} ms "
+                           f"({loop_proc}; starved of CPU or blocked — its timestamps are late)")
+        if backlog_share is not None and reads >= lim.min_reads_for_backlog and backlog_share > lim.max_backlog_read_share:
+            reasons.append(f"reads found responses already waiting: {backlog_share:.0%} of {reads} stream reads "
+                           f"carried more than one event (> {lim.max_backlog_read_share:.0%}; {backlog_proc})")
         if cpu_bound is not None:
-            reasons.append(f"generator CPU stayed above {self.max_cpu_pct:g} % ({cpu_bound})")
-        if t.cap_hits:
-            reasons.append(f"max_concurrency cap held back {t.cap_hits} arrivals (raise load.max_concurrency)")
+            reasons.append(f"generator CPU stayed above {lim.max_client_cpu_pct:g} % ({cpu_bound})")
+        if cap_hits:
+            reasons.append(f"max_concurrency cap held back {cap_hits} arrivals (raise load.max_concurrency)")
+        skipped = self._summed(step.index, "backoff_skips")
+        paused = sum(float(c.get("backoff_s") or 0.0) for (_p, i), c in self.counters.items() if i == step.index)
+        if skipped or paused >= 1.0:
+            reasons.append(f"the server refused connections: the generator backed off {paused:.1f} s"
+                           + (f" and dropped {skipped} arrivals" if skipped else "")
+                           + " (load not delivered as planned)")
+        changes = self.membership.get(step.index, [])
         return StepRow(
             index=step.index,
             kind=step.kind,
@@ -228,10 +338,15 @@ class StepAccounting:
             achieved_rps=rate(t.completed_ok),
             schedule_lag_p99_ms=lag_p99,
             client_cpu_max_pct=cpu_max,
-            loop_lag_p99_ms=lag_loop_p99,
-            loop_lag_max_ms=lag_loop_max,
+            loop_lag_p99_ms=loop_p99,
+            loop_lag_max_ms=loop_max,
+            master_loop_lag_p99_ms=master_p99,
+            backlog_read_share=backlog_share,
             client_limited=bool(reasons),
             client_limited_reason="; ".join(reasons) or None,
+            workers=len(self.reporting.get(step.index, ())) or None,
+            membership_changed=bool(changes),
+            membership_reason="; ".join(changes) or None,
             interrupted=step.interrupted,
         ).to_json()
 

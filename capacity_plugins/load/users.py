@@ -29,18 +29,15 @@ from geventhttpclient.url import URL
 from locust import FastHttpUser, constant, task
 
 from capacity_plugins.contracts.records import RequestRecord, Timings
-from capacity_plugins.dialects import OUTPUT, VISIBLE, MalformedEvent
-from capacity_plugins.dialects.framing import NDJSONDecoder, SSEDecoder
+from capacity_plugins.dialects import MalformedEvent
+from capacity_plugins.load.backoff import retry_after_s
 from capacity_plugins.load.context import RunContext, get_context
+from capacity_plugins.load.stream import RequestTimeout, read_body, read_stream
 
 log = logging.getLogger(__name__)
 
 RETRYABLE = frozenset({"http_429", "http_5xx", "connect"})
 _ERROR_BODY_LIMIT = 64 * 1024
-
-
-class _RequestTimeout(Exception):
-    """The whole-request deadline (--request-timeout) passed."""
 
 
 class LLMRequestError(Exception):
@@ -80,12 +77,20 @@ class LLMUser(FastHttpUser):
         self.ctx: RunContext = ctx
         self._pool = self.client.client.clientpool
         self._base = (self.host or "").rstrip("/")
+        self._retry_after_s: float | None = None
 
     @task
     def llm_request(self) -> None:
         ctx = self.ctx
         if ctx.sampler is None:  # a worker before the master's setup arrived: take no arrival yet
             gevent.sleep(0.1)
+            return
+        if not ctx.may_send(time.time()):  # the step's window closed: drain, start nothing new
+            gevent.sleep(0.05)
+            return
+        pause = ctx.backoff.remaining()
+        if pause > 0:  # the server refused connections: nobody sends for a while (load/backoff.py)
+            gevent.sleep(min(pause, 0.05) if ctx.pacer is not None else pause)
             return
         scheduled_unix = None
         if ctx.pacer is not None:
@@ -100,10 +105,16 @@ class LLMUser(FastHttpUser):
         retries = self.ctx.options.retries
         attempt = 1
         while True:
+            self._retry_after_s = None
             record = self._attempt(sample, scheduled_unix, attempt)
+            if record.error_kind in ("connect", "protocol"):
+                self.ctx.backoff.failed(record.step)
+            elif record.status:
+                self.ctx.backoff.succeeded()
             if record.ok or record.error_kind not in RETRYABLE or attempt > retries:
                 return record
-            gevent.sleep(min(0.1 * 2 ** (attempt - 1), 2.0))
+            wait = self._retry_after_s  # the server said when (429 / 503 Retry-After)
+            gevent.sleep(wait if wait is not None else min(0.1 * 2 ** (attempt - 1), 2.0))
             attempt += 1
 
     # -- one attempt ------------------------------------------------------------------------
@@ -125,20 +136,31 @@ class LLMUser(FastHttpUser):
         header_id: str | None = None
         cancelled: BaseException | None = None
         try:
-            with gevent.Timeout(ctx.options.request_timeout_s, _RequestTimeout):
+            # The gevent timeout covers waits (connect, headers, a silent server); the readers
+            # check the same deadline themselves while data keeps arriving (load/stream.py).
+            deadline_ns = t.sent_ns + int(ctx.options.request_timeout_s * 1e9)
+            with gevent.Timeout(ctx.options.request_timeout_s, RequestTimeout):
                 url = URL(self._base + call.path)
                 client = self._pool.get_client(url)
                 resp = client.request(call.method, url.request_uri, body=call.body, headers=headers)
                 status = resp.status_code
                 rid = resp.get("x-request-id")
                 header_id = rid if isinstance(rid, str) else None
+                ctype = str(resp.get("content-type") or "").lower()
                 if status >= 400:
                     kind = _status_kind(status)
+                    self._retry_after_s = retry_after_s(resp.get("retry-after"))
                     error = f"HTTP {status}: " + resp.read(_ERROR_BODY_LIMIT)[:300].decode("utf-8", "replace")
-                elif ctx.params.stream:
-                    self._read_stream(resp, parser, t)
+                elif "text/html" in ctype:
+                    # a proxy's or a load balancer's page instead of the API's answer
+                    page = resp.read(_ERROR_BODY_LIMIT)[:300].decode("utf-8", "replace")
+                    kind, error = "server_error", f"HTTP {status} with an HTML page instead of a response: {page}"
+                elif ctx.params.stream and not ("json" in ctype and parser.framing == "sse"):
+                    read_stream(resp, parser, t, deadline_ns=deadline_ns)
                 else:
-                    body = resp.read()
+                    # not streamed, or a JSON body where an event stream was asked for (servers
+                    # answer errors like that with 200): parse it whole, so its message is kept
+                    body = read_body(resp, deadline_ns=deadline_ns)
                     t.end_ns = perf_counter_ns()
                     parser.full(body)
                 if kind is None:
@@ -146,7 +168,7 @@ class LLMUser(FastHttpUser):
                         kind, error = "server_error", parser.error
                     elif ctx.params.stream and not parser.done:
                         kind, error = "stream_cut", "stream ended before the server said it was done"
-        except _RequestTimeout:
+        except RequestTimeout:
             kind, error = "timeout", f"no complete response within {ctx.options.request_timeout_s:g} s"
         except MalformedEvent as e:
             kind, error = "malformed", str(e)
@@ -156,7 +178,11 @@ class LLMUser(FastHttpUser):
             kind, error = "timeout", f"socket read timed out after {ctx.options.request_timeout_s:g} s"
         except ssl.SSLError as e:
             kind, error = "connect", f"TLS: {e.__class__.__name__}: {e}"[:300]
-        except (HTTPParseError, HTTPConnectionClosed, OSError) as e:
+        except HTTPParseError as e:
+            # Not HTTP at all (before a status) or a broken HTTP message: the server spoke, badly.
+            kind = "stream_cut" if status else "protocol"
+            error = f"{e.__class__.__name__}: {e}"[:300]
+        except (HTTPConnectionClosed, OSError) as e:
             if status:
                 kind, error = "stream_cut", f"{e.__class__.__name__}: {e}"[:300]
             else:
@@ -170,6 +196,8 @@ class LLMUser(FastHttpUser):
                 t.end_ns = perf_counter_ns()
             if resp is not None:
                 resp.release()  # returns a fully read socket to the pool, closes anything else
+        if step is not None and t.reads:
+            ctx.count_reads(step, t.reads, t.backlog_reads)
         # Counted after the last stamp, and only when the server gave no count of its own. A
         # non-streamed failure with no text keeps no count, as without a tokenizer.
         tokenizer_tokens = None
@@ -177,6 +205,8 @@ class LLMUser(FastHttpUser):
         if (text is not None and (text or ctx.params.stream)
                 and parser.usage_output_tokens is None and parser.continuous_output_tokens is None):
             tokenizer_tokens = ctx.count_tokens(text)
+        chunks = len(t.token_ns) if ctx.params.stream else None
+        ctx.token_evidence.observe(parser.finish_reason, call.max_tokens, chunks, tokenizer_tokens)
         record = RequestRecord.build(
             t,
             request_id=uuid.uuid4().hex,
@@ -196,102 +226,22 @@ class LLMUser(FastHttpUser):
             max_tokens=call.max_tokens,
             stream=ctx.params.stream,
             tokenizer_output_tokens=tokenizer_tokens,
+            prefer_chunks=ctx.token_evidence.prefer_chunks,
+            finish_reason=parser.finish_reason,
         )
         self._finish(record)
         if cancelled is not None:
             raise cancelled
         return record
 
-    def _read_stream(self, resp: Any, parser: Any, t: Timings) -> None:
-        """Read the body as it arrives; stamp each output event with the time its bytes arrived.
-
-        Every complete line already buffered is handled in one pass with one timestamp (the
-        moment the recv that brought them returned): lines that arrived together *are*
-        simultaneous, and this halves the per-event cost compared with one readline() per line
-        (bench_client.py). Works on geventhttpclient's response buffer; falls back to
-        readline(b"\\n") if that internal layout ever changes.
-        """
-        decoder = SSEDecoder() if parser.framing == "sse" else NDJSONDecoder()
-        buf = getattr(resp, "_body_buffer", None)
-        if not isinstance(buf, bytearray) or not hasattr(resp, "feed"):
-            self._read_stream_readline(resp, parser, t, decoder)
-            return
-        feed = decoder.feed
-        event = parser.event
-        token_ns = t.token_ns
-        chunk_tokens = t.chunk_tokens
-        block_size = getattr(resp, "block_size", 65536)
-        while True:
-            cut = buf.rfind(b"\n")
-            if cut >= 0:
-                block = bytes(buf[: cut + 1])
-                del buf[: cut + 1]
-                now = perf_counter_ns()
-                for line in block.split(b"\n")[:-1]:
-                    data = feed(line)
-                    if data is None:
-                        continue
-                    what = event(data)
-                    if what:
-                        if t.first_token_ns is None:
-                            t.first_token_ns = now
-                        if what == VISIBLE and t.first_visible_ns is None:
-                            t.first_visible_ns = now
-                        token_ns.append(now)
-                        chunk_tokens.append(parser.chunk_tokens)
-                    if parser.error is not None:
-                        t.end_ns = perf_counter_ns()
-                        return
-                continue
-            if resp.message_complete:
-                break
-            sock = resp._sock
-            if sock is None:
-                raise HTTPConnectionClosed("connection closed mid-body")
-            try:
-                data = sock.recv(block_size)
-                resp.feed(data)
-            except BaseException:
-                resp.release()
-                raise
-            if not data and not resp.message_complete:
-                raise HTTPConnectionClosed("connection closed mid-body")
-        if buf:  # a last line without "\n"
-            tail = bytes(buf)
-            del buf[:]
-            self._event_at(decoder.feed(tail), parser, t, perf_counter_ns())
-        self._event_at(decoder.flush(), parser, t, perf_counter_ns())
-        t.end_ns = perf_counter_ns()
-
-    def _read_stream_readline(self, resp: Any, parser: Any, t: Timings, decoder: Any) -> None:
-        while True:
-            line = resp.readline(b"\n")
-            if not line:
-                line = resp.read()  # the message is complete; a last line without "\n"
-                if not line:
-                    break
-            self._event_at(decoder.feed(line), parser, t, perf_counter_ns())
-            if parser.error is not None:
-                break
-        if parser.error is None:
-            self._event_at(decoder.flush(), parser, t, perf_counter_ns())
-        t.end_ns = perf_counter_ns()
-
-    @staticmethod
-    def _event_at(data: bytes | None, parser: Any, t: Timings, now: int) -> None:
-        if data is None or parser.error is not None:
-            return
-        what = parser.event(data)
-        if what >= OUTPUT:
-            if t.first_token_ns is None:
-                t.first_token_ns = now
-            if what == VISIBLE and t.first_visible_ns is None:
-                t.first_visible_ns = now
-            t.token_ns.append(now)
-            t.chunk_tokens.append(parser.chunk_tokens)
-
     def _finish(self, record: RequestRecord) -> None:
         ctx = self.ctx
+        if ctx.sink is not None:
+            ctx.sink.add(record)  # first: whatever happens below, the record is kept
+        if record.error_kind == "cancelled":
+            # Stopped by the test, not failed by the server: recorded (above), but neither a Locust
+            # failure (a timed run would "fail" every CI pipeline) nor a live error.
+            return
         output = record.output_tokens or 0
         ctx.llm_stats.record(
             ctx.request_name,
@@ -315,5 +265,3 @@ class LLMUser(FastHttpUser):
             url=None,
             start_time=record.sent_unix,
         )
-        if ctx.sink is not None:
-            ctx.sink.add(record)

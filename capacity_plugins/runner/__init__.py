@@ -20,12 +20,12 @@ import json
 import os
 import signal
 import sys
-from collections.abc import Callable
+import tempfile
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from capacity_plugins.contracts.folders import new_results_folder
-from capacity_plugins.contracts.redaction import Secrets, run_secrets
+from capacity_plugins.contracts.redaction import Secrets, run_secrets, strip_userinfo
 from capacity_plugins.errors import (
     EXIT_BAD_INPUT,
     EXIT_GATE_FAILED,
@@ -63,19 +63,55 @@ def build_parser() -> argparse.ArgumentParser:
                    help="exit 3 when the SLO gate fails (same rule as `capacity analyze --fail-on-slo`)")
     p.add_argument("--fail-on-verdict", choices=("scale", "observe", "dont_scale_yet"),
                    help="exit 3 when the verdict is this one")
+    p.add_argument("--repeat", type=int, metavar="N",
+                   help="run the whole load N times, one folder each, and report the run-to-run spread "
+                        "(default: the scenario's `repeat`, 1)")
     p.add_argument("--no-analyze", action="store_true", help="skip the analysis at the end")
     p.add_argument("--skip-preflight", action="store_true", help="do not check the target before the run")
     return p
 
 
+def _port(flag: str, value: int | None, allow_zero: bool = False) -> None:
+    low = 0 if allow_zero else 1
+    if value is not None and not low <= value <= 65535:
+        raise UserError(f"{flag}: must be a port between {low} and 65535, got {value}")
+
+
+def _writable_parent(flag: str, path: Path) -> None:
+    """The results go under `path`: it must be (or become) a folder this user can write."""
+    if path.exists() and not path.is_dir():
+        raise UserError(f"{flag} {path}: exists and is not a folder")
+    probe = path
+    while not probe.exists():
+        probe = probe.parent
+    if not probe.is_dir():
+        raise UserError(f"{flag} {path}: {probe} is not a folder")
+    try:  # permissions alone do not tell (root, read-only mounts, /proc): try, and leave nothing behind
+        os.rmdir(tempfile.mkdtemp(prefix=".capacity-probe-", dir=probe))
+    except OSError as e:
+        raise UserError(f"{flag} {path}: cannot create a results folder there ({e.strerror})") from None
+
+
 def _parse(argv: list[str]) -> argparse.Namespace:
+    """The flags, checked before anything happens (no folder, no simulator, no preflight): exit 2."""
     args = build_parser().parse_args(argv)
     if args.master and args.worker:
         raise UserError("--master and --worker exclude each other")
     if args.processes is not None and (args.processes == 0 or args.processes < -1):
         raise UserError("--processes: must be a positive number (or -1 for one per CPU)")
+    if args.processes is not None and (args.master or args.worker):
+        raise UserError("--processes runs its own master and workers: drop --master / --worker")
     if args.web and args.worker:
         raise UserError("--web has no meaning on a worker")
+    if args.master and args.expect_workers < 1:
+        raise UserError(f"--expect-workers: a master needs at least 1 worker, got {args.expect_workers}")
+    if args.repeat is not None and args.repeat < 1:
+        raise UserError(f"--repeat: must be at least 1, got {args.repeat}")
+    if args.web and args.repeat not in (None, 1):
+        raise UserError("--repeat has no meaning with --web (each test started in the UI is its own run)")
+    for flag, value in (("--web-port", args.web_port), ("--master-bind-port", args.master_bind_port),
+                        ("--master-port", args.master_port), ("--exporter-port", args.exporter_port)):
+        _port(flag, value)
     return args
 
 
@@ -117,20 +153,16 @@ def _check_corpus(s: Scenario) -> None:
         raise UserError(f"{where}corpus: {e}") from None
 
 
-def main(argv: list[str]) -> int:
-    args = _parse(argv)
-    scenario = load_scenario(args.scenario)
-    env = dict(os.environ)
-    env["PYTHONUNBUFFERED"] = "1"
+@dataclass
+class _Outcome:
+    folder: Path
+    rc: int
+    stopped_by: int | None  # the signal that interrupted the run (Ctrl-C, SIGTERM), or None
 
-    if args.worker:
-        print(f"[capacity] worker of {args.master_host}:{args.master_port} for scenario {scenario.name}", flush=True)
-        rc, _ = run_child(locust_command(scenario, args, None, None, None), env)
-        return EXIT_OK if rc in (0, -signal.SIGTERM) else (EXIT_BAD_INPUT if rc == 2 else EXIT_RUN_FAILED)
 
-    _check_corpus(scenario)
+def _run_once(args: argparse.Namespace, scenario: Scenario, folder: Path, env: dict[str, str]) -> _Outcome:
+    """One run of the whole load into `folder`: embedded simulator, preflight, the Locust child."""
     sim = None
-    folder = results_folder(scenario, args.output)
     try:
         if scenario.target.embedded:
             from capacity_plugins.simulator.config import SimConfig
@@ -149,67 +181,132 @@ def main(argv: list[str]) -> int:
         model = scenario.target.model
         if not args.skip_preflight:
             model = preflight(scenario, url, scenario_secrets(scenario))
-            print(f"[capacity] preflight ok: {url} serves {model or 'its model'}", flush=True)
+            print(f"[capacity] preflight ok: {strip_userinfo(url)} serves {model or 'its model'}", flush=True)
         folder.mkdir(parents=True, exist_ok=True)
         print(f"[capacity] results → {folder}", flush=True)
+        if args.web:
+            print(f"[capacity] web UI at http://{args.bind}:{args.web_port} — the scenario drives the load: "
+                  "press Start (the user count field is not used); Ctrl-C here ends the session", flush=True)
         rc, stopped_by = run_child(locust_command(scenario, args, url, model, folder), env)
     finally:
         if sim is not None:
             sim.stop()
-    interrupted = stopped_by is not None
-
-    if rc == 2 and not interrupted:
+    if rc == 2 and stopped_by is None:
         raise UserError("Locust rejected the options (see the message above)")
-    if args.web:
-        # Ctrl-C is how a web session ends; each test was analysed when it stopped (rehearsal.py).
-        print(f"[capacity] results: {folder.parent}", flush=True)
-        return EXIT_OK
-    if interrupted:
+    if stopped_by is not None:
         _mark_incomplete(folder, "interrupted (Ctrl-C / SIGTERM)")
     elif rc != 0:
         _mark_incomplete(folder, f"locust exited with code {rc}")
-        if not (folder / "steps.json").exists():
-            raise RunError(f"locust exited with code {rc} before any step finished; results (if any) in {folder}")
+    return _Outcome(folder, rc, stopped_by)
+
+
+def _incomplete_reason(outcome: _Outcome) -> str | None:
+    """Why this run cannot stand as a complete measurement (None: it can)."""
+    folder = outcome.folder
+    if not (folder / "steps.json").exists():
+        return f"locust exited with code {outcome.rc} before any step finished"
+    records = folder / "requests.jsonl"
+    if not records.exists() or records.stat().st_size == 0:
+        return "no requests were recorded"
+    try:
+        meta = json.loads((folder / "meta.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        meta = {}
+    if meta.get("complete") is False:
+        return str(meta.get("incomplete_reason") or "the run did not complete")
+    if outcome.rc != 0:
+        return f"locust exited with code {outcome.rc}"
+    return None
+
+
+def _analyse(args: argparse.Namespace, folder: Path) -> int:
+    """Analyse a run (or a repeat set); EXIT_OK, or the code the analysis or a gate gives."""
+    from capacity_plugins.cli import ANALYSIS_INSTALL, missing_analysis_libs
+
+    if missing_analysis_libs():
+        # A worker-only install: the run is done and its folder complete; analyse it elsewhere.
+        print(f"[capacity] not analysed here: the analysis needs: {ANALYSIS_INSTALL}; "
+              f"then: capacity analyze {folder}", flush=True)
+        if args.fail_on_slo or args.fail_on_verdict:
+            print("[capacity] --fail-on-slo / --fail-on-verdict: no gate without the analysis",
+                  file=sys.stderr, flush=True)
+            return EXIT_BAD_INPUT
+        return EXIT_OK
+    from capacity_plugins.analysis import analyze
+    from capacity_plugins.analysis.gate import gate
+    from capacity_plugins.analysis.outcome import exit_code
+
+    try:
+        summary = analyze(folder, progress=lambda m: print(f"[capacity] {m}", flush=True))
+    except UserError as e:
+        print(f"[capacity] analysis failed: {e}", file=sys.stderr, flush=True)
+        return EXIT_RUN_FAILED
+    verdict = (summary.get("verdict") or {}).get("decision")
+    if verdict:
+        print(f"[capacity] verdict: {verdict}", flush=True)
+    if (folder / "report.html").exists():
+        print(f"[capacity] report: {folder / 'report.html'}", flush=True)
+    failed = gate(summary, args.fail_on_slo, args.fail_on_verdict)
+    for line in failed:
+        print(f"[capacity] {line}", file=sys.stderr, flush=True)
+    for reason in summary["outcome"]["reasons"]:
+        print(f"[capacity] no decision: {reason}", file=sys.stderr, flush=True)
+    return exit_code(summary, failed)
+
+
+def _write_repeat_set(folder: Path, runs: list[Path], scenario: Scenario) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    doc = {"scenario": scenario.name, "repeats": [r.name for r in runs]}
+    (folder / "repeats.json").write_text(json.dumps(doc, indent=2), encoding="utf-8")
+
+
+def main(argv: list[str]) -> int:
+    args = _parse(argv)
+    scenario = load_scenario(args.scenario)
+    env = dict(os.environ)
+    env["PYTHONUNBUFFERED"] = "1"
+
+    if args.worker:
+        print(f"[capacity] worker of {args.master_host}:{args.master_port} for scenario {scenario.name}", flush=True)
+        rc, _ = run_child(locust_command(scenario, args, None, None, None), env)
+        return EXIT_OK if rc in (0, -signal.SIGTERM) else (EXIT_BAD_INPUT if rc == 2 else EXIT_RUN_FAILED)
+
+    _writable_parent("--output" if args.output else "output", Path(args.output or scenario.output))
+    _check_corpus(scenario)
+    scenario_secrets(scenario)  # a secret too short to redact is bad input, before anything starts
+    repeats = args.repeat or scenario.repeat
+    folder = results_folder(scenario, args.output)
+    if args.web:
+        _run_once(args, scenario, folder, env)
+        # Ctrl-C is how a web session ends; each test was analysed when it stopped.
+        print(f"[capacity] results: {folder.parent}", flush=True)
+        return EXIT_OK
+
+    outcomes: list[_Outcome] = []
+    for i in range(1, repeats + 1):
+        run_folder = folder / f"repeat-{i}" if repeats > 1 else folder
+        if repeats > 1:
+            print(f"[capacity] repeat {i}/{repeats}", flush=True)
+            _write_repeat_set(folder, [folder / f"repeat-{k}" for k in range(1, i + 1)], scenario)
+        outcome = _run_once(args, scenario, run_folder, env)
+        outcomes.append(outcome)
+        if outcome.stopped_by is not None:
+            break
+        if outcome.rc != 0 and not (run_folder / "steps.json").exists():
+            raise RunError(f"locust exited with code {outcome.rc} before any step finished; "
+                           f"results (if any) in {run_folder}")
 
     code = EXIT_OK
-    if not args.no_analyze and (folder / "steps.json").exists():
-        from capacity_plugins.cli import ANALYSIS_INSTALL, missing_analysis_libs
-
-        analyze: Callable[..., dict[str, Any]] | None = None
-        if missing_analysis_libs():
-            # A worker-only install: the run is done and its folder complete; analyse it elsewhere.
-            print(f"[capacity] not analysed here: the analysis needs: {ANALYSIS_INSTALL}; "
-                  f"then: capacity analyze {folder}", flush=True)
-            if args.fail_on_slo or args.fail_on_verdict:
-                print("[capacity] --fail-on-slo / --fail-on-verdict: no gate without the analysis",
-                      file=sys.stderr, flush=True)
-                code = EXIT_BAD_INPUT
-        else:
-            from capacity_plugins.analysis import analyze as analyze_folder
-
-            analyze = analyze_folder
-        if analyze is not None:
-            try:
-                summary = analyze(folder, progress=lambda m: print(f"[capacity] {m}", flush=True))
-            except UserError as e:
-                print(f"[capacity] analysis failed: {e}", file=sys.stderr, flush=True)
-                summary = None
-            if summary is not None:
-                verdict = (summary.get("verdict") or {}).get("decision")
-                if verdict:
-                    print(f"[capacity] verdict: {verdict}", flush=True)
-                if (folder / "report.html").exists():
-                    print(f"[capacity] report: {folder / 'report.html'}", flush=True)
-                from capacity_plugins.analysis.gate import gate
-
-                for failed in gate(summary, args.fail_on_slo, args.fail_on_verdict):
-                    print(f"[capacity] {failed}", file=sys.stderr, flush=True)
-                    code = EXIT_GATE_FAILED
-    print(f"[capacity] results: {folder}" + (" (incomplete: interrupted)" if interrupted else ""), flush=True)
+    if not args.no_analyze and any((o.folder / "steps.json").exists() for o in outcomes):
+        code = _analyse(args, folder)
+    stopped_by = outcomes[-1].stopped_by
+    reasons = [r for r in (_incomplete_reason(o) for o in outcomes) if r]
+    suffix = " (incomplete: interrupted)" if stopped_by is not None else (" (incomplete)" if reasons else "")
+    print(f"[capacity] results: {folder}{suffix}", flush=True)
     if stopped_by is not None:
         return 128 + stopped_by if code == EXIT_OK else code  # 130 Ctrl-C, 143 SIGTERM
-    if rc != 0 and code == EXIT_OK:
-        # Locust crashed after some steps: what finished is analysed, but the run was not done.
-        print(f"[capacity] locust exited with code {rc}: the run is incomplete", file=sys.stderr, flush=True)
+    if reasons and code in (EXIT_OK, EXIT_GATE_FAILED):
+        # What finished is analysed, but the run was not done: a decision cannot rest on it.
+        print(f"[capacity] the run is incomplete: {reasons[0]}", file=sys.stderr, flush=True)
         return EXIT_RUN_FAILED
     return code

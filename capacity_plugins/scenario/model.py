@@ -9,7 +9,7 @@ from typing import Any
 import yaml
 from pydantic import Field, model_validator
 
-from capacity_plugins.contracts.planning import CapacityConfig, SLOConfig
+from capacity_plugins.contracts.planning import CapacityConfig, SLOConfig, VerdictConfig
 from capacity_plugins.contracts.redaction import (
     REDACTED,
     Secrets,
@@ -17,7 +17,13 @@ from capacity_plugins.contracts.redaction import (
     strip_userinfo,
     url_password,
 )
-from capacity_plugins.scenario.loads import ConcurrencySweepLoad, LoadConfig, PeakLoad, RateSweepLoad
+from capacity_plugins.scenario.loads import (
+    CapacitySearchLoad,
+    ConcurrencySweepLoad,
+    LoadConfig,
+    PeakLoad,
+    RateSweepLoad,
+)
 from capacity_plugins.scenario.sections import (
     CorpusConfig,
     RequestConfig,
@@ -36,6 +42,8 @@ class Scenario(_Strict):
     load: LoadConfig = Field(default_factory=ConcurrencySweepLoad)
     slo: SLOConfig = Field(default_factory=SLOConfig)
     capacity: CapacityConfig = Field(default_factory=CapacityConfig)
+    # The thresholds of the analysis's decisions (verdict, intervals, plan refusal, compare).
+    verdict: VerdictConfig = Field(default_factory=VerdictConfig)
     telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
     output: str = "results/"
     # Run the whole load this many times (capacity run --repeat overrides): the analysis reports
@@ -81,6 +89,8 @@ class Scenario(_Strict):
 
     @property
     def open_loop(self) -> bool:
+        if isinstance(self.load, CapacitySearchLoad):
+            return self.load.loop == "open"
         return isinstance(self.load, RateSweepLoad) or self.peak_rps is not None
 
     def corpus_path(self) -> str:

@@ -9,6 +9,11 @@ what each worker said it produced, and meta.json reports the difference (`accoun
 
 Every line written passes the run's `Secrets` scrub: a server that echoes a key into an error
 body does not put it into the file. No Locust or gevent here: transport is the load side's job.
+
+Writing is off the event loop: `add` / `receive` only append to a list (under a real lock); a
+native thread (telemetry/_native.py) serialises, scrubs and writes it every `FLUSH_INTERVAL_S` and
+flushes, so a master ingesting thousands of records a second never delays its heartbeats, and a
+`kill -9` loses at most the last interval. `close()` writes everything left before it returns.
 """
 
 from __future__ import annotations
@@ -22,8 +27,12 @@ import orjson
 from capacity_plugins.contracts.folders import RECORDS_FILE
 from capacity_plugins.contracts.records import RequestRecord
 from capacity_plugins.contracts.redaction import Secrets
+from capacity_plugins.telemetry._native import NativeLoop, real_lock
 
 log = logging.getLogger(__name__)
+
+
+FLUSH_INTERVAL_S = 0.25
 
 
 class RecordsSink:
@@ -36,10 +45,15 @@ class RecordsSink:
         self.secrets = secrets if secrets is not None else Secrets()
         # Called with every record written here (live views, step accounting); must not raise.
         self._emit = emit or (lambda record: None)
+        self._buffer: list[dict[str, Any]] = []  # worker: records waiting to be shipped
+        # local / master: records waiting for the writer thread (RequestRecord or its dict)
+        self._pending: list[RequestRecord | dict[str, Any]] = []
+        self._lock = real_lock()  # guards _pending (hub appends, the writer takes)
+        self._io_lock = real_lock()  # one drain at a time (writer thread, or close / accounting)
+        self._writer: NativeLoop | None = None
         self._file: IO[bytes] | None = None
-        self._buffer: list[dict[str, Any]] = []
         self.produced = 0  # worker/local: records made here
-        self.written = 0  # local/master: lines written
+        self.written = 0  # local/master: lines written (by the writer thread)
         self.received_by_worker: dict[int, int] = {}
         self.produced_by_worker: dict[int, int] = {}
         self.final_from: set[int] = set()
@@ -48,19 +62,32 @@ class RecordsSink:
     # -- lifecycle ----------------------------------------------------------------------------
 
     def open(self) -> None:
-        if self.role != "worker" and self._file is None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._file = self.path.open("ab")
+        if self.role == "worker" or self._writer is not None:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._file = self.path.open("ab")
+        self._writer = NativeLoop("records-writer", FLUSH_INTERVAL_S, self._drain, final=self._drain)
+        self._writer.start()
 
     def close(self) -> None:
-        """Flush and close (safe to call more than once)."""
+        """Write everything pending and close the file (safe to call more than once)."""
         if self.closed:
             return
         self.closed = True
+        self._stop_writer()
+
+    def _stop_writer(self) -> None:
+        writer, self._writer = self._writer, None
+        if writer is not None:
+            writer.stop()  # its final drain writes what is left
+        self._drain()  # anything added while it stopped
         if self._file is not None:
-            self._file.flush()
             self._file.close()
             self._file = None
+
+    def flush(self) -> None:
+        """Write what is pending now (the caller's thread), e.g. before reading the file."""
+        self._drain()
 
     def rotate(self, results_dir: Path) -> None:
         """Continue in another folder (a new test started from the web UI is its own run).
@@ -70,17 +97,14 @@ class RecordsSink:
         """
         if self.role == "worker":
             return
-        if self._file is not None:
-            self._file.flush()
-            self._file.close()
-            self._file = None
+        self._stop_writer()
         self.path = Path(results_dir) / RECORDS_FILE
         self.closed = False
-        self.open()
         self.produced = self.written = 0
         self.received_by_worker.clear()
         self.produced_by_worker.clear()
         self.final_from.clear()
+        self.open()
 
     # -- records ------------------------------------------------------------------------------
 
@@ -89,16 +113,30 @@ class RecordsSink:
         if self.role == "worker":
             self._buffer.append(record.to_dict())
             return
-        self._write(record.to_json_bytes())
+        with self._lock:
+            self._pending.append(record)
         self._emit(record)
 
-    def _write(self, line: bytes) -> None:
+    def _drain(self) -> None:
+        """Serialise, scrub and write what is pending, then flush (the writer thread, or close)."""
+        with self._io_lock:
+            self._drain_locked()
+
+    def _drain_locked(self) -> None:
+        with self._lock:
+            items, self._pending = self._pending, []
+        if not items:
+            return
+        lines = b"".join(
+            r.to_json_bytes() if isinstance(r, RequestRecord) else orjson.dumps(r, option=orjson.OPT_APPEND_NEWLINE)
+            for r in items
+        )
         if self._file is None:  # a record after close (a straggler at quit): reopen and append
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._file = self.path.open("ab")
-        self._file.write(self.secrets.scrub_bytes(line))
+        self._file.write(self.secrets.scrub_bytes(lines))
         self._file.flush()
-        self.written += 1
+        self.written += len(items)
 
     # -- worker side --------------------------------------------------------------------------
 
@@ -110,9 +148,10 @@ class RecordsSink:
     # -- master side --------------------------------------------------------------------------
 
     def receive(self, worker: int, records: list[dict[str, Any]], produced: int, final: bool) -> None:
-        """A batch from a worker: write it, and note what the worker says it has produced so far."""
+        """A batch from a worker: queue it for writing, and note what the worker says it has produced."""
+        with self._lock:
+            self._pending.extend(records)
         for d in records:
-            self._write(orjson.dumps(d, option=orjson.OPT_APPEND_NEWLINE))
             try:
                 self._emit(RequestRecord.from_dict(d))
             except TypeError:
@@ -124,6 +163,7 @@ class RecordsSink:
 
     def accounting(self) -> dict[str, Any]:
         """For meta.json: what was written and what we know was lost."""
+        self._drain()  # what is counted as written is in the file
         if self.role == "local":
             return {"written": self.written, "produced": self.produced, "lost": self.produced - self.written}
         produced = sum(self.produced_by_worker.values())

@@ -5,9 +5,8 @@ owns nothing the measurement core owns: LLM numbers come from `ctx.llm_stats` (m
 the current step from the rehearsal's shape (`environment.shape_class.current`), telemetry from the
 rehearsal's collector when one runs. Besides reading, it keeps two small things of its own:
 
-- `WorkerWatch` (master): which workers went missing (Locust stops hearing heartbeats after
-  HEARTBEAT_LIVENESS s and later forgets them entirely), so a worker that died stays visible as
-  lost in the UI, /llm/stats and meta.json (`workers_lost`) for the rest of the run.
+- the master's `SwarmMembership` (load/membership.py): which workers went missing, so a worker
+  that died stays visible as lost in the UI, /llm/stats and meta.json (`workers_lost`).
 - `History`: TTFT/E2E per time bucket from every finished record, for the charts page (the
   cumulative LLMStats percentiles cannot show how latency moved during the run).
 """
@@ -20,8 +19,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import gevent
-
+from capacity_plugins.load.membership import SwarmMembership
 from capacity_plugins.webui.history import History
 
 log = logging.getLogger(__name__)
@@ -69,72 +67,9 @@ def telemetry_summary(latest: dict[str, Any]) -> dict[str, float | None]:
 # -- workers ----------------------------------------------------------------------------------------
 
 
-class WorkerWatch:
-    """Master only: remembers every worker that went missing, even after Locust drops it."""
-
-    def __init__(self, runner: Any, on_change: Callable[[list[dict[str, Any]]], None]) -> None:
-        self.runner = runner
-        self.on_change = on_change
-        self.lost: dict[str, dict[str, Any]] = {}
-        self._greenlet: Any = None
-
-    def start(self) -> None:
-        if self._greenlet is None:
-            self._greenlet = gevent.spawn(self._loop)
-
-    def stop(self) -> None:
-        if self._greenlet is not None:
-            self._greenlet.kill(block=False)
-            self._greenlet = None
-
-    def _loop(self) -> None:
-        while True:
-            try:
-                self.check()
-            except Exception:  # the watch must outlive a surprise in Locust's state
-                log.exception("worker watch failed")
-            gevent.sleep(WATCH_INTERVAL_S)
-
-    def check(self, now_unix: float | None = None) -> None:
-        changed = False
-        for c in list(self.runner.clients.all):
-            if c.state == "missing" and c.id not in self.lost:
-                self.lost[c.id] = {
-                    "worker": self._index(c.id),
-                    "client_id": c.id,
-                    "lost_unix": now_unix if now_unix is not None else time.time(),
-                    "reason": "no heartbeat (Locust marked it missing)",
-                }
-                log.warning("capacity: worker %s (%s) is lost; the run goes on with the others",
-                            self.lost[c.id]["worker"], c.id)
-                changed = True
-        if changed:
-            self.on_change(self.lost_list())
-
-    def _index(self, client_id: str) -> int | None:
-        try:
-            idx = self.runner.get_worker_index(client_id)
-        except Exception:
-            return None
-        return int(idx) if idx is not None else None
-
-    def lost_list(self) -> list[dict[str, Any]]:
-        return sorted(self.lost.values(), key=lambda d: (d["worker"] is None, d["worker"] or 0, d["lost_unix"]))
-
-    def snapshot(self) -> dict[str, Any]:
-        clients = list(self.runner.clients.all)
-        connected = [
-            {"worker": self._index(c.id), "client_id": c.id, "state": c.state, "users": c.user_count,
-             "cpu_pct": c.cpu_usage}
-            for c in clients if c.state != "missing"
-        ]
-        connected.sort(key=lambda d: (d["worker"] is None, d["worker"] or 0))
-        return {
-            "mode": "distributed",
-            "count": len(connected),
-            "connected": connected,
-            "lost": self.lost_list(),
-        }
+# The master's swarm membership lives on the load side (its steps' validity depends on it); the
+# live view only shows it. The old name stays for code that built one directly.
+WorkerWatch = SwarmMembership
 
 
 # -- the view ---------------------------------------------------------------------------------------
@@ -147,11 +82,12 @@ class LiveView:
         self.env = environment
         self.ctx = ctx
         self.history = History()
-        self.workers: WorkerWatch | None = None
+        self.workers: SwarmMembership | None = None
         self.registry: Any = None  # the Prometheus registry /metrics serves (set by webui.attach)
         self.exporter: Any = None  # the --exporter-port server, when asked for
         if ctx.role == "master":
-            self.workers = WorkerWatch(environment.runner, self._on_lost)
+            self.workers = ctx.membership or SwarmMembership(environment.runner)
+            self.workers.on_change = self._on_lost
 
     def attach(self) -> None:
         self.ctx.record_listeners.append(self.history.add)

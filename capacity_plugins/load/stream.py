@@ -1,0 +1,171 @@
+"""Reading a response body as it arrives: one timestamp per receive, bounded, never stuck.
+
+How each event is timed: every complete line already buffered is handled in one pass with one
+timestamp — the moment the receive that brought them returned. Lines that arrived together *are*
+simultaneous, and this halves the per-event cost compared with one readline() per line
+(bench_client.py). It works on geventhttpclient's response buffer, with readline() as the
+fallback should that internal layout ever change.
+
+What a hostile or broken server cannot do to the generator:
+
+- **Hang it with a line that never ends.** A line (an SSE event, an NDJSON document) longer than
+  `max_line_bytes` (16 MiB by default) ends the request as `malformed`. Only new bytes are
+  searched for a newline, so a long line costs linear time, not quadratic.
+- **Keep it from the hub.** A server that streams faster than it is read always has data
+  waiting, so a receive never blocks and the greenlet never yields: no gevent timeout fires, no
+  signal is handled, no other user runs. The reader yields every `YIELD_EVERY` receives and
+  checks the request's deadline itself.
+- **Make it buffer a whole body in memory.** A non-streamed body larger than `max_body_bytes`
+  ends as `malformed` after reading that much.
+"""
+
+from __future__ import annotations
+
+from time import perf_counter_ns
+from typing import Any
+
+import gevent
+from geventhttpclient.response import HTTPConnectionClosed
+
+from capacity_plugins.contracts.records import Timings
+from capacity_plugins.dialects import OUTPUT, VISIBLE, MalformedEvent
+from capacity_plugins.dialects.base import Parser
+from capacity_plugins.dialects.framing import NDJSONDecoder, SSEDecoder
+
+DEFAULT_MAX_LINE_BYTES = 16 * 1024 * 1024
+DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
+# Receives between two voluntary yields to the hub (a fast stream never blocks on its own).
+YIELD_EVERY = 32
+
+
+class RequestTimeout(Exception):
+    """The whole-request deadline (--request-timeout) passed."""
+
+
+def _check(deadline_ns: int) -> None:
+    if perf_counter_ns() >= deadline_ns:
+        raise RequestTimeout
+
+
+def _stamp(t: Timings, parser: Parser, what: int, now: int) -> None:
+    if t.first_token_ns is None:
+        t.first_token_ns = now
+    if what == VISIBLE and t.first_visible_ns is None:
+        t.first_visible_ns = now
+    t.token_ns.append(now)
+    t.chunk_tokens.append(parser.chunk_tokens)
+
+
+def _event_at(data: bytes | None, parser: Parser, t: Timings, now: int) -> None:
+    if data is None or parser.error is not None:
+        return
+    what = parser.event(data)
+    if what >= OUTPUT:
+        _stamp(t, parser, what, now)
+
+
+def read_stream(resp: Any, parser: Parser, t: Timings, *, deadline_ns: int,
+                max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> None:
+    """Read a streamed body into `parser`, stamping output events on `t`. Raises MalformedEvent,
+    RequestTimeout, HTTPConnectionClosed / OSError (the caller classifies)."""
+    decoder = SSEDecoder() if parser.framing == "sse" else NDJSONDecoder()
+    buf = getattr(resp, "_body_buffer", None)
+    if not isinstance(buf, bytearray) or not hasattr(resp, "feed"):
+        _read_by_lines(resp, parser, t, decoder, deadline_ns, max_line_bytes)
+        return
+    feed = decoder.feed
+    event = parser.event
+    token_ns = t.token_ns
+    block_size = getattr(resp, "block_size", 65536)
+    scanned = 0  # bytes at the front of buf already known to hold no newline
+    receives = 0
+    while True:
+        cut = buf.rfind(b"\n", scanned)
+        if cut >= 0:
+            block = bytes(buf[: cut + 1])
+            del buf[: cut + 1]
+            scanned = 0
+            now = perf_counter_ns()
+            outputs = len(token_ns)
+            for line in block.split(b"\n")[:-1]:
+                if len(line) > max_line_bytes:
+                    raise MalformedEvent(f"a line of {len(line)} bytes (over {max_line_bytes}): not an event stream")
+                data = feed(line)
+                if data is None:
+                    continue
+                what = event(data)
+                if what:
+                    _stamp(t, parser, what, now)
+                if parser.error is not None:
+                    t.end_ns = perf_counter_ns()
+                    return
+            # A reader that keeps up finds one output event per read (one chunk per decode
+            # step); several at once mean they waited for us: the client was late.
+            arrived = len(token_ns) - outputs
+            if arrived:
+                t.reads += 1
+                t.backlog_reads += arrived > 1
+            continue
+        scanned = len(buf)
+        if scanned > max_line_bytes:
+            raise MalformedEvent(f"over {max_line_bytes} bytes without a line end: not an event stream")
+        if resp.message_complete:
+            break
+        _check(deadline_ns)
+        sock = resp._sock
+        if sock is None:
+            raise HTTPConnectionClosed("connection closed mid-body")
+        try:
+            data = sock.recv(block_size)
+            resp.feed(data)
+        except BaseException:
+            resp.release()
+            raise
+        if not data and not resp.message_complete:
+            raise HTTPConnectionClosed("connection closed mid-body")
+        receives += 1
+        if receives % YIELD_EVERY == 0:
+            gevent.sleep(0)  # let timers, signals and the other users run
+    if buf:  # a last line without "\n"
+        tail = bytes(buf)
+        del buf[:]
+        _event_at(feed(tail), parser, t, perf_counter_ns())
+    _event_at(decoder.flush(), parser, t, perf_counter_ns())
+    t.end_ns = perf_counter_ns()
+
+
+def _read_by_lines(resp: Any, parser: Parser, t: Timings, decoder: SSEDecoder | NDJSONDecoder,
+                   deadline_ns: int, max_line_bytes: int) -> None:
+    """The portable path: geventhttpclient's readline (bounded by its own line limit)."""
+    while True:
+        _check(deadline_ns)
+        line = resp.readline(b"\n")
+        if not line:
+            line = resp.read(max_line_bytes + 1)  # the message is complete; a last line without "\n"
+            if not line:
+                break
+        if len(line) > max_line_bytes:
+            raise MalformedEvent(f"a line of over {max_line_bytes} bytes: not an event stream")
+        _event_at(decoder.feed(line), parser, t, perf_counter_ns())
+        if parser.error is not None:
+            break
+    if parser.error is None:
+        _event_at(decoder.flush(), parser, t, perf_counter_ns())
+    t.end_ns = perf_counter_ns()
+
+
+def read_body(resp: Any, *, deadline_ns: int, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> bytes:
+    """A whole non-streamed body, bounded in size and time."""
+    parts: list[bytes] = []
+    size = 0
+    while True:
+        _check(deadline_ns)
+        chunk = resp.read(65536)
+        if not chunk:
+            return b"".join(parts)
+        size += len(chunk)
+        if size > max_body_bytes:
+            raise MalformedEvent(f"a response body of over {max_body_bytes} bytes")
+        parts.append(chunk)
+        if len(parts) % YIELD_EVERY == 0:
+            gevent.sleep(0)

@@ -1,0 +1,45 @@
+"""A finished request is never lost, and a `kill -9` loses at most the last flush interval: records
+are written off the event loop by a native thread that flushes every FLUSH_INTERVAL_S."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import time
+
+import pytest
+from fixtures_core import write_corpus
+from locust_runs import LOCUST, LOCUSTFILE, ROOT, env_with
+
+from capacity_plugins.sinks.records import FLUSH_INTERVAL_S
+
+pytestmark = pytest.mark.slow
+
+
+def test_kill_9_loses_at_most_the_last_flush(fake_llm, tmp_path):
+    corpus = write_corpus(tmp_path / "c.jsonl", 1200)
+    out = tmp_path / "out"
+    p = subprocess.Popen(
+        [LOCUST, "-f", LOCUSTFILE, "--headless", "-u", "8", "-r", "8", "-t", "60s", "--host", fake_llm,
+         "--corpus", str(corpus), "--min-distinct", "1000", "--max-tokens", "16", "--results-dir", str(out),
+         "--only-summary"],
+        cwd=ROOT, env=env_with(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.time() + 30
+        path = out / "requests.jsonl"
+        while time.time() < deadline and (not path.exists() or path.stat().st_size < 20_000):
+            time.sleep(0.2)
+        time.sleep(2.0)
+        p.send_signal(signal.SIGKILL)
+        killed = time.time()
+        p.wait(timeout=10)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    recs = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]  # every line whole
+    assert len(recs) > 50
+    last_end = max(r["sent_unix"] + r["e2e_ms"] / 1000.0 for r in recs)
+    # finished more than one flush interval before the kill → on disk (0.5 s slack for a loaded box)
+    assert last_end >= killed - FLUSH_INTERVAL_S - 0.5, killed - last_end

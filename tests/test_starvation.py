@@ -1,0 +1,92 @@
+"""A starved load generator is detected whatever starves it, and a healthy one on a busy host is not.
+
+The real case (a vLLM-CPU server on the generator's cores, in another scheduling group) inflated
+TTFT tenfold while the generator's CPU read a few percent. A process paused 50 ms of every 100 ms
+(SIGSTOP / SIGCONT) is the deterministic stand-in: its event loop wakes late and its reads find
+responses already waiting, exactly as when the kernel does not schedule it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import subprocess
+import threading
+import time
+
+import psutil
+import pytest
+from fixtures_run import CAPACITY, ROOT, env, read_steps, results_dir, write_scenario
+
+pytestmark = pytest.mark.slow
+
+SCENARIO = {
+    "target": {"url": "embedded", "simulator": {"max_num_seqs": 8}},
+    "request": {"max_tokens": 32, "timeout_s": 30},
+    "load": {"kind": "concurrency_sweep", "levels": [2, 4], "step_s": 6, "warmup_s": 1, "min_requests": 20},
+}
+
+
+def _locust_child(p: subprocess.Popen[str], timeout_s: float = 60.0) -> psutil.Process:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for c in psutil.Process(p.pid).children(recursive=True):
+            if "locust" in " ".join(c.cmdline()):
+                return c
+        time.sleep(0.1)
+    raise AssertionError("capacity run started no Locust child")
+
+
+def _duty_cycle(proc: psutil.Process, stop: threading.Event, paused_s: float = 0.05, period_s: float = 0.1) -> None:
+    with contextlib.suppress(psutil.NoSuchProcess):
+        while not stop.is_set():
+            proc.send_signal(signal.SIGSTOP)
+            time.sleep(paused_s)
+            proc.send_signal(signal.SIGCONT)
+            time.sleep(period_s - paused_s)
+    with contextlib.suppress(psutil.NoSuchProcess):
+        proc.send_signal(signal.SIGCONT)
+
+
+def _burners(n: int) -> list[subprocess.Popen[bytes]]:
+    return [subprocess.Popen(["python3", "-c", "while True: pass"]) for _ in range(n)]
+
+
+def test_a_paused_generator_flags_every_step(tmp_path):
+    sc = write_scenario(tmp_path, "starved", **SCENARIO)
+    p = subprocess.Popen([*CAPACITY, "run", str(sc), "--no-analyze"], stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, text=True, env=env(), cwd=ROOT)
+    stop = threading.Event()
+    try:
+        child = _locust_child(p)
+        pauser = threading.Thread(target=_duty_cycle, args=(child, stop), daemon=True)
+        pauser.start()
+        out, _ = p.communicate(timeout=240)
+    finally:
+        stop.set()
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == 0, out[-3000:]
+    steps = read_steps(results_dir(out))
+    assert len(steps) == 2
+    for s in steps:
+        assert s["client_limited"], s
+        assert "event loop late" in s["client_limited_reason"], s["client_limited_reason"]
+        assert s["loop_lag_p99_ms"] >= 25.0
+
+
+def test_a_healthy_generator_on_a_busy_host_flags_nothing(tmp_path):
+    sc = write_scenario(tmp_path, "busy", **SCENARIO)
+    burners = _burners(2)
+    try:
+        p = subprocess.run([*CAPACITY, "run", str(sc), "--no-analyze"], capture_output=True, text=True,
+                           env=env(), cwd=ROOT, timeout=240)
+    finally:
+        for b in burners:
+            b.kill()
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    steps = read_steps(results_dir(p.stdout))
+    assert len(steps) == 2
+    for s in steps:
+        assert not s["client_limited"], s["client_limited_reason"]
+        assert s["loop_lag_p99_ms"] is not None and s["backlog_read_share"] is not None
