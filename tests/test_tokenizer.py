@@ -1,9 +1,8 @@
 """--tokenizer / request.tokenizer: output tokens counted by a local tokenizer.json when the server
 reports no usage (docs/metrics.md: usage > continuous usage > tokenizer > chunks).
 
-The tokenizer is a tiny byte-level BPE trained here, offline, on a few sentences: it splits most
-simulator words into several tokens, so its count differs from the chunk count and a test can
-tell which source was used.
+The tokenizer is helpers.tokenizer's tiny byte-level BPE: it splits most simulator words into
+several tokens, so its count differs from the chunk count and a test can tell which source was used.
 """
 
 from __future__ import annotations
@@ -16,8 +15,8 @@ import pytest
 from helpers.processes import run_locust
 from helpers.results import read_records
 from helpers.scenarios import write_corpus
+from helpers.tokenizer import count, make_tokenizer, sim_text
 from helpers.users import local_user
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from capacity_plugins.dialects import get_dialect
 from capacity_plugins.errors import UserError
@@ -25,35 +24,12 @@ from capacity_plugins.load.context import RunContext, load_tokenizer
 from capacity_plugins.load.options import LLMOptions
 from capacity_plugins.record import RequestRecord, Timings
 from capacity_plugins.scenario import load_scenario
-from capacity_plugins.simulator.tokens import output_text
 from capacity_plugins.simulator.truth import read_truth
-
-SENTENCES = ["the cat sat on the mat", "a dog and the cat were in the house", "it was the best of times"]
-
-
-def make_tokenizer(path: Path) -> Path:
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=300, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-                                  show_progress=False)
-    tok.train_from_iterator(SENTENCES, trainer)
-    tok.save(str(path))
-    return path
 
 
 @pytest.fixture
 def tokenizer_json(tmp_path: Path) -> Path:
     return make_tokenizer(tmp_path / "tokenizer.json")
-
-
-def count(path: Path, text: str) -> int:
-    return len(Tokenizer.from_file(str(path)).encode(text, add_special_tokens=False).ids)
-
-
-def sim_text(n: int) -> str:
-    """What the simulator generates for n output tokens (reasoning first, then content)."""
-    return "".join(output_text(i) for i in range(n))
 
 
 # -- parsers keep the generated text only when asked ---------------------------------------------------
