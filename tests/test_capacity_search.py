@@ -2,6 +2,13 @@
 
 from __future__ import annotations
 
+import json
+
+import pytest
+from helpers.processes import capacity
+from helpers.results import read_steps, results_dir
+from helpers.scenarios import write_scenario
+
 from capacity_plugins.load.search import CapacitySearch
 
 
@@ -63,12 +70,6 @@ def test_an_invalid_step_halts_the_search():
 
 
 # -- end to end on the simulator ------------------------------------------------------------------
-
-import json  # noqa: E402
-
-import pytest  # noqa: E402
-from fixtures_run import capacity, read_steps, results_dir, write_scenario  # noqa: E402
-
 
 @pytest.mark.slow
 def test_search_finds_the_simulators_slot_count(tmp_path):
