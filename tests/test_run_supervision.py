@@ -7,11 +7,13 @@ import contextlib
 import os
 import signal
 import subprocess
+import time
 from pathlib import Path
 
 import psutil
 import pytest
 from helpers.processes import CAPACITY, popen, read_until
+from helpers.results import read_meta, read_steps, results_dir
 from helpers.scenarios import write_scenario
 
 pytestmark = pytest.mark.slow
@@ -90,8 +92,7 @@ def test_a_worker_killed_mid_step_invalidates_the_step_and_the_run(tmp_path):
         tmp_path, "lossy", target=SIM, request={"max_tokens": 16, "timeout_s": 30},
         load={"kind": "concurrency_sweep", "levels": [2, 4, 4], "step_s": 8, "warmup_s": 1, "min_requests": 10},
     )
-    p = subprocess.Popen([*CAPACITY, "run", str(sc), "--processes", "2", "--no-analyze"], stdout=subprocess.PIPE,
-                         stderr=subprocess.STDOUT, text=True, env=env(), cwd=ROOT)
+    p = popen([*CAPACITY, "run", str(sc), "--processes", "2", "--no-analyze"])
     try:
         assert p.stdout is not None
         out = []
@@ -110,8 +111,6 @@ def test_a_worker_killed_mid_step_invalidates_the_step_and_the_run(tmp_path):
             p.kill()
     text = "".join(out)
     assert p.returncode == 1, text[-3000:]  # incomplete: a smaller swarm measured part of it
-    from fixtures_run import read_meta, read_steps, results_dir
-
     folder = results_dir(text)
     meta = read_meta(folder)
     assert meta["complete"] is False and meta["workers_lost"], meta.get("workers_lost")
