@@ -56,6 +56,11 @@ def test_the_runner_imports_neither_locust_gevent_nor_the_load_package():
     assert loaded("capacity_plugins.runner", [*GEVENT_FREE, "capacity_plugins.load"]) == []
 
 
+def test_the_matrix_imports_neither_locust_gevent_nor_the_load_package():
+    # `capacity matrix` starts servers and `capacity run`s; it never becomes a load generator itself.
+    assert loaded("capacity_plugins.matrix", [*GEVENT_FREE, "capacity_plugins.load"]) == []
+
+
 def test_importing_the_package_alone_loads_nothing_heavy():
     # The public names are lazy (capacity_plugins.__getattr__): `capacity analyze` and the
     # supervisor pay for Locust or pandas only when they touch a name that needs it.

@@ -144,6 +144,20 @@ class Watch:
         return ""
 
 
+def processes_with(token: str) -> list[int]:
+    """Pids whose command line contains `token` (to see that a teardown left nothing running)."""
+    found = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                continue
+            if token in cmd and "pytest" not in cmd:
+                found.append(int(d.name))
+    return found
+
+
 def read_until(proc: subprocess.Popen, prefix: str, timeout: float) -> str | None:
     """Read `proc`'s text stdout line by line until one starts with `prefix` (returned), the output
     ends or `timeout` s have passed (None). The clock is checked as each line arrives."""
