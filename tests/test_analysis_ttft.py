@@ -13,7 +13,7 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
-from fixtures_analysis import make_results
+from helpers.analysis_data import make_results
 
 from capacity_plugins.analysis import analyze
 from capacity_plugins.analysis.ttft_breakdown import (

@@ -16,7 +16,9 @@ import statistics
 from collections import Counter
 
 import pytest
-from fixtures_run import capacity, read_records, read_steps, results_dir, write_scenario
+from helpers.processes import capacity
+from helpers.results import read_records, read_steps, results_dir
+from helpers.scenarios import write_scenario
 
 from capacity_plugins.contracts.planning import VerdictConfig
 from capacity_plugins.simulator.truth import read_truth

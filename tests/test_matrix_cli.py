@@ -5,15 +5,13 @@ always). Real processes and servers on 127.0.0.1; the sweeps themselves are in t
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
-from conftest import free_port
-from fixtures_run import capacity, write_scenario
+from helpers.ports import free_port
+from helpers.processes import CAPACITY, capacity, popen, processes_with
+from helpers.scenarios import write_scenario
 
 
 def write_matrix(tmp_path: Path, entries: list[dict], scenario: Path, **top) -> Path:
@@ -21,20 +19,6 @@ def write_matrix(tmp_path: Path, entries: list[dict], scenario: Path, **top) -> 
     p.write_text(yaml.safe_dump({"scenario": str(scenario), "output": str(tmp_path / "out"), "entries": entries,
                                  **top}))
     return p
-
-
-def processes_with(token: str) -> list[int]:
-    """Pids whose command line contains `token` (to see that a teardown left nothing running)."""
-    found = []
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            except OSError:
-                continue
-            if token in cmd and "pytest" not in cmd:
-                found.append(int(d.name))
-    return found
 
 
 def test_bad_matrix_is_one_line_exit_2_and_nothing_starts(tmp_path):
@@ -65,6 +49,7 @@ def test_a_scenario_the_matrix_cannot_run_is_exit_2_before_anything_starts(tmp_p
     assert not marker.exists() and not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow  # the wrong-model entry reaches `capacity run`
 def test_failing_entries_become_rows_with_their_reason_and_exit_1(tmp_path):
     sc = write_scenario(tmp_path, target={"url": "http://127.0.0.1:9", "model": "sim-model"})
     token = "31.4159"  # a sleep nobody else runs: its process must be gone after the teardown
@@ -103,25 +88,12 @@ def test_failing_entries_become_rows_with_their_reason_and_exit_1(tmp_path):
     assert (root / "matrix.html").exists() and (root / "matrix.yaml").exists()
 
 
-def test_the_matrix_package_imports_neither_locust_nor_the_load_side():
-    code = ("import sys, capacity_plugins.matrix, capacity_plugins.matrix.entry, capacity_plugins.matrix.report\n"
-            "import capacity_plugins.runner\n"
-            "loaded = [m for m in ('locust', 'gevent', 'capacity_plugins.load') if m in sys.modules]\n"
-            "assert not loaded, loaded\n")
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                       env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)})
-    assert r.returncode == 0, r.stderr
-
-
 def test_sigterm_tears_the_current_entry_down_and_skips_the_rest(tmp_path):
-    from fixtures_run import CAPACITY, ROOT, env
-
     sc = write_scenario(tmp_path, target={"url": "http://127.0.0.1:9"})
     token = "27.1828"
     entries = [{"name": "waits", "command": f"sleep {token}", "ready": {"timeout_s": 60}},
                {"name": "later", "command": "true"}]
-    proc = subprocess.Popen([*CAPACITY, "matrix", str(write_matrix(tmp_path, entries, sc))], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, env=env(), cwd=ROOT)
+    proc = popen([*CAPACITY, "matrix", str(write_matrix(tmp_path, entries, sc))])
     assert proc.stdout is not None
     for line in proc.stdout:  # the command is running: the matrix waits for it to be ready
         if "waits: started" in line:

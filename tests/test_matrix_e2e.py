@@ -18,12 +18,13 @@ the fixed-length requests' lock-step bursts, as in test_e2e_capacity.py.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 import yaml
-from fixtures_run import capacity, read_meta, read_steps, write_scenario
-from test_matrix_cli import processes_with
+from helpers.paths import ROOT
+from helpers.processes import capacity, processes_with
+from helpers.results import read_meta, read_steps
+from helpers.scenarios import write_scenario
 
 from capacity_plugins.simulator.config import SimConfig
 
@@ -95,7 +96,6 @@ def test_two_configurations_and_a_broken_one(tmp_path):
 
 
 def test_shipped_example_names_files_that_exist():
-    root = Path(__file__).resolve().parent.parent
-    doc = yaml.safe_load((root / "scenarios" / "matrix-simulator.yaml").read_text())
-    assert (root / "scenarios" / doc["scenario"]).is_file()
+    doc = yaml.safe_load((ROOT / "scenarios" / "matrix-simulator.yaml").read_text())
+    assert (ROOT / "scenarios" / doc["scenario"]).is_file()
     assert all("{port}" in e["command"] for e in doc["entries"])

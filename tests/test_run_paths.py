@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import subprocess
-
 import pytest
-from fixtures_run import CAPACITY, env, write_scenario
+from helpers.processes import capacity
+from helpers.scenarios import write_scenario
 
 
 @pytest.mark.slow
@@ -16,8 +15,7 @@ def test_relative_output_from_another_directory(tmp_path):
     work.mkdir()
     sc = write_scenario(tmp_path, "rel", target={"url": "embedded"}, request={"max_tokens": 8},
                         load={"levels": [1], "step_s": 2, "warmup_s": 0})
-    r = subprocess.run([*CAPACITY, "run", str(sc), "--output", "out", "--no-analyze"], capture_output=True,
-                       text=True, timeout=120, env=env(), cwd=work)
+    r = capacity("run", str(sc), "--output", "out", "--no-analyze", timeout=120, cwd=work)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     [folder] = (work / "out").iterdir()
     assert (folder / "requests.jsonl").stat().st_size > 0

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import pytest
 import yaml
-from conftest import free_port
-from fixtures_run import capacity, results_dir, write_scenario
+from helpers.ports import free_port
+from helpers.processes import capacity
+from helpers.results import results_dir
+from helpers.scenarios import write_scenario
 
 from capacity_plugins.errors import UserError
 from capacity_plugins.runner import _parse, with_target_url
@@ -27,6 +29,7 @@ def test_a_bad_url_is_a_user_error(tmp_path, url, says):
         with_target_url(s, url)
 
 
+@pytest.mark.slow  # `capacity run`
 def test_no_meaning_on_a_worker_nor_with_an_embedded_scenario(tmp_path):
     with pytest.raises(UserError, match="--target-url has no meaning on a worker"):
         _parse(["s.yaml", "--worker", "--target-url", "http://h:1"])
@@ -36,6 +39,7 @@ def test_no_meaning_on_a_worker_nor_with_an_embedded_scenario(tmp_path):
     assert not (tmp_path / "results").exists()
 
 
+@pytest.mark.slow  # `capacity run`
 def test_the_preflight_checks_the_override_not_the_scenario_url(tmp_path, simulator):
     """The scenario names a live simulator; the override names a closed port: the run must fail on the override."""
     dead = free_port()
