@@ -1,10 +1,11 @@
 """Reading a response body as it arrives: one timestamp per receive, bounded, never stuck.
 
 How each event is timed: every complete line already buffered is handled in one pass with one
-timestamp — the moment the receive that brought them returned. Lines that arrived together *are*
-simultaneous, and this halves the per-event cost compared with one readline() per line
-(bench_client.py). It works on geventhttpclient's response buffer, with readline() as the
-fallback should that internal layout ever change.
+timestamp — the moment the receive that brought them returned, taken before anything is parsed.
+Lines that arrived together *are* simultaneous, and the per-chunk work is then per block:
+dialects/fastpath.py recognises the chunk envelope a response repeats (vLLM, SGLang, OpenAI) and
+parses fully only what is not that envelope. It works on geventhttpclient's response buffer,
+with readline() as the fallback should that internal layout ever change.
 
 What a hostile or broken server cannot do to the generator:
 
@@ -13,7 +14,7 @@ What a hostile or broken server cannot do to the generator:
   searched for a newline, so a long line costs linear time, not quadratic.
 - **Keep it from the hub.** A server that streams faster than it is read always has data
   waiting, so a receive never blocks and the greenlet never yields: no gevent timeout fires, no
-  signal is handled, no other user runs. The reader yields every `YIELD_EVERY` receives and
+  signal is handled, no other user runs. The reader yields after `YIELD_NS` without blocking and
   checks the request's deadline itself.
 - **Make it buffer a whole body in memory.** A non-streamed body larger than `max_body_bytes`
   ends as `malformed` after reading that much.
@@ -30,12 +31,19 @@ from geventhttpclient.response import HTTPConnectionClosed
 from capacity_plugins.contracts.records import Timings
 from capacity_plugins.dialects import OUTPUT, VISIBLE, MalformedEvent
 from capacity_plugins.dialects.base import Parser
+from capacity_plugins.dialects.fastpath import BodyEvents
 from capacity_plugins.dialects.framing import NDJSONDecoder, SSEDecoder
 
 DEFAULT_MAX_LINE_BYTES = 16 * 1024 * 1024
 DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
-# Receives between two voluntary yields to the hub (a fast stream never blocks on its own).
+# Receives between two voluntary yields to the hub in read_body.
 YIELD_EVERY = 32
+# A streamed body being read yields to the hub after this long without blocking (a fast stream
+# never blocks on its own).
+YIELD_NS = 1_000_000
+# Bytes asked of one receive: a reader that fell behind takes what waits in one go (one stamp:
+# those chunks did wait), a reader that keeps up gets what one write sent.
+RECV_BYTES = 256 * 1024
 
 
 class RequestTimeout(Exception):
@@ -68,69 +76,53 @@ def read_stream(resp: Any, parser: Parser, t: Timings, *, deadline_ns: int,
                 max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> None:
     """Read a streamed body into `parser`, stamping output events on `t`. Raises MalformedEvent,
     RequestTimeout, HTTPConnectionClosed / OSError (the caller classifies)."""
-    decoder = SSEDecoder() if parser.framing == "sse" else NDJSONDecoder()
     buf = getattr(resp, "_body_buffer", None)
     if not isinstance(buf, bytearray) or not hasattr(resp, "feed"):
+        decoder = SSEDecoder() if parser.framing == "sse" else NDJSONDecoder()
         _read_by_lines(resp, parser, t, decoder, deadline_ns, max_line_bytes)
         return
-    feed = decoder.feed
-    event = parser.event
-    token_ns = t.token_ns
-    block_size = getattr(resp, "block_size", 65536)
+    events = BodyEvents(parser, t, max_line_bytes)
+    # geventhttpclient's HTTP parser hands over every piece of a chunked body through this
+    # attribute: a C method appends it without a Python frame per HTTP chunk (vLLM: one per token).
+    resp._on_body = buf.extend
+    block_size = max(getattr(resp, "block_size", 0), RECV_BYTES)
     scanned = 0  # bytes at the front of buf already known to hold no newline
-    receives = 0
+    now = last_yield = perf_counter_ns()  # bytes that came with the headers arrived by now
     while True:
         cut = buf.rfind(b"\n", scanned)
         if cut >= 0:
             block = bytes(buf[: cut + 1])
             del buf[: cut + 1]
             scanned = 0
-            now = perf_counter_ns()
-            outputs = len(token_ns)
-            for line in block.split(b"\n")[:-1]:
-                if len(line) > max_line_bytes:
-                    raise MalformedEvent(f"a line of {len(line)} bytes (over {max_line_bytes}): not an event stream")
-                data = feed(line)
-                if data is None:
-                    continue
-                what = event(data)
-                if what:
-                    _stamp(t, parser, what, now)
-                if parser.error is not None:
-                    t.end_ns = perf_counter_ns()
-                    return
-            # A reader that keeps up finds one output event per read (one chunk per decode
-            # step); several at once mean they waited for us: the client was late.
-            arrived = len(token_ns) - outputs
-            if arrived:
-                t.reads += 1
-                t.backlog_reads += arrived > 1
+            if events.block(block, now):
+                t.end_ns = perf_counter_ns()
+                return
             continue
         scanned = len(buf)
         if scanned > max_line_bytes:
             raise MalformedEvent(f"over {max_line_bytes} bytes without a line end: not an event stream")
         if resp.message_complete:
             break
-        _check(deadline_ns)
+        if now >= deadline_ns:
+            raise RequestTimeout
+        if now - last_yield >= YIELD_NS:
+            gevent.sleep(0)  # let timers, signals and the other users run
+            last_yield = perf_counter_ns()
         sock = resp._sock
         if sock is None:
             raise HTTPConnectionClosed("connection closed mid-body")
         try:
             data = sock.recv(block_size)
+            now = perf_counter_ns()  # the stamp of every line this receive completes
             resp.feed(data)
         except BaseException:
             resp.release()
             raise
         if not data and not resp.message_complete:
             raise HTTPConnectionClosed("connection closed mid-body")
-        receives += 1
-        if receives % YIELD_EVERY == 0:
-            gevent.sleep(0)  # let timers, signals and the other users run
-    if buf:  # a last line without "\n"
-        tail = bytes(buf)
-        del buf[:]
-        _event_at(feed(tail), parser, t, perf_counter_ns())
-    _event_at(decoder.flush(), parser, t, perf_counter_ns())
+    rest = bytes(buf)  # a last line without "\n"
+    del buf[:]
+    events.finish(rest, perf_counter_ns())
     t.end_ns = perf_counter_ns()
 
 
