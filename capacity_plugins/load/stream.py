@@ -1,11 +1,16 @@
 """Reading a response body as it arrives: one timestamp per receive, bounded, never stuck.
 
 How each event is timed: every complete line already buffered is handled in one pass with one
-timestamp — the moment the receive that brought them returned, taken before anything is parsed.
-Lines that arrived together *are* simultaneous, and the per-chunk work is then per block:
-dialects/fastpath.py recognises the chunk envelope a response repeats (vLLM, SGLang, OpenAI) and
-parses fully only what is not that envelope. It works on geventhttpclient's response buffer,
-with readline() as the fallback should that internal layout ever change.
+timestamp — when the receive that brought them got its data, taken before anything is parsed.
+On plain TCP on Linux that is the kernel's own arrival stamp (SO_TIMESTAMPNS, read with
+recvmsg): a generator busy with other streams reads later, but its stamps do not move, so TTFT
+and ITL stay exact up to the load that saturates it. Elsewhere (TLS, other systems) it is the
+moment the receive returned. Lines that came in one read share its stamp (they did arrive
+together), and the per-chunk work is per block: dialects/fastpath.py recognises the chunk
+envelope a response repeats (vLLM, SGLang, OpenAI) and parses fully only what is not that
+envelope. It works on geventhttpclient's response buffer, with readline() as the fallback should
+that internal layout ever change. Bytes that came in the headers' read (geventhttpclient's)
+carry the moment this reader started.
 
 What a hostile or broken server cannot do to the generator:
 
@@ -22,7 +27,11 @@ What a hostile or broken server cannot do to the generator:
 
 from __future__ import annotations
 
-from time import perf_counter_ns
+import platform
+import socket
+import struct
+import sys
+from time import perf_counter_ns, time_ns
 from typing import Any
 
 import gevent
@@ -44,6 +53,11 @@ YIELD_NS = 1_000_000
 # Bytes asked of one receive: a reader that fell behind takes what waits in one go (one stamp:
 # those chunks did wait), a reader that keeps up gets what one write sent.
 RECV_BYTES = 256 * 1024
+# SO_TIMESTAMPNS (= its control message type): 35 on Linux x86-64 / arm64; elsewhere not used.
+_SO_TIMESTAMPNS: int | None = getattr(socket, "SO_TIMESTAMPNS", None) or (
+    35 if sys.platform == "linux" and platform.machine() in ("x86_64", "aarch64", "arm64") else None)
+_TIMESPEC = struct.Struct("@ll")  # struct timespec: native longs
+_ANCILLARY_BYTES = socket.CMSG_SPACE(_TIMESPEC.size) if hasattr(socket, "CMSG_SPACE") else 64
 
 
 class RequestTimeout(Exception):
@@ -86,15 +100,18 @@ def read_stream(resp: Any, parser: Parser, t: Timings, *, deadline_ns: int,
     # attribute: a C method appends it without a Python frame per HTTP chunk (vLLM: one per token).
     resp._on_body = buf.extend
     block_size = max(getattr(resp, "block_size", 0), RECV_BYTES)
+    kernel = _kernel_stamps(resp._sock)
+    wall_offset = time_ns() - perf_counter_ns()  # kernel stamps (CLOCK_REALTIME) → perf_counter_ns
     scanned = 0  # bytes at the front of buf already known to hold no newline
-    now = last_yield = perf_counter_ns()  # bytes that came with the headers arrived by now
+    # Bytes that came with the headers arrived by now; the kernel's stamps are never earlier.
+    now = stamp = last_yield = perf_counter_ns()
     while True:
         cut = buf.rfind(b"\n", scanned)
         if cut >= 0:
             block = bytes(buf[: cut + 1])
             del buf[: cut + 1]
             scanned = 0
-            if events.block(block, now):
+            if events.block(block, stamp):
                 t.end_ns = perf_counter_ns()
                 return
             continue
@@ -112,8 +129,18 @@ def read_stream(resp: Any, parser: Parser, t: Timings, *, deadline_ns: int,
         if sock is None:
             raise HTTPConnectionClosed("connection closed mid-body")
         try:
-            data = sock.recv(block_size)
-            now = perf_counter_ns()  # the stamp of every line this receive completes
+            if kernel:
+                data, ancillary, _, _ = sock.recvmsg(block_size, _ANCILLARY_BYTES)
+                now = perf_counter_ns()
+                arrived = now
+                for _, kind, value in ancillary:
+                    if kind == _SO_TIMESTAMPNS and len(value) >= _TIMESPEC.size:
+                        sec, nsec = _TIMESPEC.unpack_from(value)
+                        arrived = min(now, sec * 1_000_000_000 + nsec - wall_offset)
+                stamp = max(stamp, arrived)  # stamps never go back (the headers' read had none)
+            else:
+                data = sock.recv(block_size)
+                now = stamp = perf_counter_ns()
             resp.feed(data)
         except BaseException:
             resp.release()
@@ -124,6 +151,19 @@ def read_stream(resp: Any, parser: Parser, t: Timings, *, deadline_ns: int,
     del buf[:]
     events.finish(rest, perf_counter_ns())
     t.end_ns = perf_counter_ns()
+
+
+def _kernel_stamps(sock: Any) -> bool:
+    """Ask the kernel to stamp when data reaches this connection (Linux, plain TCP), so a busy
+    generator's own delays never enter a stamp. False where it cannot: TLS (the stamp would be the
+    encrypted record's, and SSL sockets have no recvmsg), other systems."""
+    if _SO_TIMESTAMPNS is None or sock is None or hasattr(sock, "do_handshake"):
+        return False
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
+    except (OSError, AttributeError):
+        return False
+    return True
 
 
 def _read_by_lines(resp: Any, parser: Parser, t: Timings, decoder: SSEDecoder | NDJSONDecoder,
