@@ -101,7 +101,7 @@ class BodyEvents:
     an error payload; MalformedEvent propagates with the events before it stamped.
     """
 
-    __slots__ = ("parser", "t", "sse", "decoder", "max_line_bytes", "head", "tail", "what", "tries")
+    __slots__ = ("parser", "t", "sse", "decoder", "max_line_bytes", "head", "tail", "joint", "what", "tries")
 
     def __init__(self, parser: Parser, t: Timings, max_line_bytes: int) -> None:
         self.parser = parser
@@ -111,6 +111,7 @@ class BodyEvents:
         self.max_line_bytes = max_line_bytes
         self.head: bytes | None = None  # b"data: " + prefix, once an envelope is known
         self.tail = b""  # suffix + b"\n\n"
+        self.joint = b""  # tail + head: one event's end and the next one's start
         self.what = 0
         self.tries = LEARN_TRIES if self.sse else 0
 
@@ -210,32 +211,40 @@ class BodyEvents:
             return  # not one SSE line, or not a string slot: never matched
         self.head = _DATA + prefix
         self.tail = suffix + b"\n\n"
+        self.joint = self.tail + self.head
         self.what = what
 
     def _run(self, block: bytes, pos: int, now: int) -> int:
-        """Events at `pos` that are the envelope with a plain text: stamped, and the position after
-        them. `pos` itself when none is; -1 when a text parsed in full was an error payload."""
-        head, tail = self.head, self.tail
+        """Events from `pos` (where `head` starts) that are the envelope with a plain text: stamped,
+        and the position after them. `pos` itself when none is; -1 when a text parsed in full was
+        an error payload."""
+        head, tail, joint = self.head, self.tail, self.joint
         assert head is not None
-        lh, lt = len(head), len(tail)
+        lh, lt, lj = len(head), len(tail), len(joint)
         startswith, find = block.startswith, block.find
         texts: list[bytes] = []
         keep = texts.append
-        start = pos
-        while startswith(head, pos):
-            a = pos + lh
+        a = pos + lh  # where this event's text starts
+        while True:
             q = find(b'"', a)
-            if q < 0:
-                break
-            if not startswith(tail, q):  # an escaped quote in the text, or not the envelope
+            if q >= 0 and startswith(joint, q):  # this text's end and the next event's head
+                keep(block[a:q])
+                a = q + lj
+                continue
+            if q < 0 or not startswith(tail, q):
+                # an escaped quote in the text (its line's end decides), or not the envelope
                 eol = find(b"\n", a)
                 q = eol + 2 - lt
                 if eol < 0 or q < a or not startswith(tail, q):
+                    pos = a - lh  # the run ends before this event
                     break
             keep(block[a:q])
             pos = q + lt
+            if not startswith(head, pos):
+                break
+            a = pos + lh
         if not texts:
-            return start
+            return pos
         if plain_texts(texts):
             self._texts(texts, now)
             return pos
