@@ -35,6 +35,7 @@ from time import perf_counter_ns, time_ns
 from typing import Any
 
 import gevent
+import gevent.socket
 from geventhttpclient.response import HTTPConnectionClosed
 
 from capacity_plugins.contracts.records import Timings
@@ -100,11 +101,15 @@ def read_stream(resp: Any, parser: Parser, t: Timings, *, deadline_ns: int,
     # attribute: a C method appends it without a Python frame per HTTP chunk (vLLM: one per token).
     resp._on_body = buf.extend
     block_size = max(getattr(resp, "block_size", 0), RECV_BYTES)
-    kernel = _kernel_stamps(resp._sock)
+    sock = _stamping(resp)
     wall_offset = time_ns() - perf_counter_ns()  # kernel stamps (CLOCK_REALTIME) → perf_counter_ns
     scanned = 0  # bytes at the front of buf already known to hold no newline
-    # Bytes that came with the headers arrived by now; the kernel's stamps are never earlier.
-    now = stamp = last_yield = perf_counter_ns()
+    now = last_yield = perf_counter_ns()
+    # Body bytes that came in the headers' read: its kernel stamp on a connection stamped since
+    # its previous response, else now (they arrived by then).
+    stamp = now
+    if sock is not None and sock.arrived:
+        stamp = max(t.sent_ns, min(now, sock.arrived - wall_offset))
     while True:
         cut = buf.rfind(b"\n", scanned)
         if cut >= 0:
@@ -125,22 +130,15 @@ def read_stream(resp: Any, parser: Parser, t: Timings, *, deadline_ns: int,
         if now - last_yield >= YIELD_NS:
             gevent.sleep(0)  # let timers, signals and the other users run
             last_yield = perf_counter_ns()
-        sock = resp._sock
-        if sock is None:
+        current = resp._sock
+        if current is None:
             raise HTTPConnectionClosed("connection closed mid-body")
         try:
-            if kernel:
-                data, ancillary, _, _ = sock.recvmsg(block_size, _ANCILLARY_BYTES)
-                now = perf_counter_ns()
-                arrived = now
-                for _, kind, value in ancillary:
-                    if kind == _SO_TIMESTAMPNS and len(value) >= _TIMESPEC.size:
-                        sec, nsec = _TIMESPEC.unpack_from(value)
-                        arrived = min(now, sec * 1_000_000_000 + nsec - wall_offset)
-                stamp = max(stamp, arrived)  # stamps never go back (the headers' read had none)
-            else:
-                data = sock.recv(block_size)
-                now = stamp = perf_counter_ns()
+            data = current.recv(block_size)
+            now = perf_counter_ns()
+            arrived = getattr(current, "arrived", 0)
+            # stamps never go back (the headers' read may have had none)
+            stamp = max(stamp, min(now, arrived - wall_offset)) if arrived else now
             resp.feed(data)
         except BaseException:
             resp.release()
@@ -153,17 +151,49 @@ def read_stream(resp: Any, parser: Parser, t: Timings, *, deadline_ns: int,
     t.end_ns = perf_counter_ns()
 
 
-def _kernel_stamps(sock: Any) -> bool:
-    """Ask the kernel to stamp when data reaches this connection (Linux, plain TCP), so a busy
-    generator's own delays never enter a stamp. False where it cannot: TLS (the stamp would be the
-    encrypted record's, and SSL sockets have no recvmsg), other systems."""
-    if _SO_TIMESTAMPNS is None or sock is None or hasattr(sock, "do_handshake"):
-        return False
+class _StampedSocket(gevent.socket.socket):
+    """A connection that keeps the kernel's arrival stamp of what each receive returned
+    (`arrived`: CLOCK_REALTIME ns of the last segment read; 0 when the kernel gave none) — for
+    this reader's receives and for geventhttpclient's read of the next response's headers, which
+    often brings the first token along."""
+
+    __slots__ = ("arrived",)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.arrived = 0
+
+    def recv(self, bufsize: int, flags: int = 0) -> bytes:
+        data, ancillary, _, _ = self.recvmsg(bufsize, _ANCILLARY_BYTES, flags)
+        arrived = 0
+        for _, kind, value in ancillary:
+            if kind == _SO_TIMESTAMPNS and len(value) >= _TIMESPEC.size:
+                sec, nsec = _TIMESPEC.unpack_from(value)
+                arrived = sec * 1_000_000_000 + nsec
+        self.arrived = arrived
+        return data
+
+
+def _stamping(resp: Any) -> _StampedSocket | None:
+    """The response's connection, as a _StampedSocket from now on (Linux, plain TCP): the kernel
+    then stamps when data reaches it, so a busy generator's own delays never enter a stamp. The
+    same file descriptor in a subclass of gevent's socket; the pool gets it back when the
+    response is released. None where it cannot: TLS (the stamp would be the encrypted record's,
+    SSL sockets have no recvmsg), other systems, a connection already gone."""
+    sock = getattr(resp, "_sock", None)
+    if type(sock) is _StampedSocket:
+        return sock
+    if _SO_TIMESTAMPNS is None or sock is None or type(sock) is not gevent.socket.socket:
+        return None
     try:
+        timeout = sock.gettimeout()
         sock.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
-    except (OSError, AttributeError):
-        return False
-    return True
+        stamped = _StampedSocket(sock.family, sock.type, sock.proto, fileno=sock.detach())
+        stamped.settimeout(timeout)
+    except (OSError, ValueError, AttributeError):
+        return None
+    resp._sock = stamped
+    return stamped
 
 
 def _read_by_lines(resp: Any, parser: Parser, t: Timings, decoder: SSEDecoder | NDJSONDecoder,
