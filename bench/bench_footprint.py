@@ -32,6 +32,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 ROOT = Path(__file__).resolve().parent.parent
 STREAMS = int(os.environ.get("BENCH_FOOTPRINT_STREAMS", "5000"))
 PLATEAU_S = float(os.environ.get("BENCH_FOOTPRINT_SECONDS", "8"))
@@ -89,6 +91,7 @@ def child(url: str, streams: int, plateau_s: float) -> dict[str, Any]:
     gc.collect()
     gevent.sleep(0.5)
     rss0 = rss_bytes()
+    cpu0 = time.process_time()
     greenlets = []
     for i in range(streams):
         greenlets.append(gevent.spawn(loop))
@@ -107,6 +110,7 @@ def child(url: str, streams: int, plateau_s: float) -> dict[str, Any]:
             peak, inflight_at_peak = rss, state["inflight"]
     state["stop"] = True
     gevent.joinall(greenlets, timeout=180)
+    cpu_s = time.process_time() - cpu0
     assert ctx.sink is not None
     ctx.sink.close()
     lines = sum(1 for _ in (Path(ctx.results_dir) / "requests.jsonl").open("rb"))
@@ -114,7 +118,7 @@ def child(url: str, streams: int, plateau_s: float) -> dict[str, Any]:
     complete = sum(1 for r in ok if r.output_tokens == r.max_tokens and r.output_tokens_source == "usage"
                    and len(r.itl_ms) + 1 == r.max_tokens)
     return {
-        "rss0": rss0, "peak": peak, "inflight": inflight_at_peak, "started": state["started"],
+        "rss0": rss0, "peak": peak, "cpu_s": cpu_s, "chunks": sum(len(r.itl_ms) + 1 for r in records if r.ok), "inflight": inflight_at_peak, "started": state["started"],
         "records": len(records), "written": lines, "ok": len(ok), "complete": complete,
         "errors": sorted({str(r.error_kind) for r in records if not r.ok}),
         # when the client stamped the first token (wall clock: sent_unix + TTFT)
@@ -132,8 +136,11 @@ def run(streams: int, tmp: Path) -> dict[str, Any]:
                        decode_per_seq_ms=0.0, prefill_tokens_per_s=10_000_000.0, force_max_tokens=True)
     with SimulatorProcess(config, truth_log=truth_path) as sim:
         env = dict(os.environ, PYTHONPATH=str(ROOT))
+        simproc = psutil.Process(sim._proc.pid)
+        c0, t0 = sum(simproc.cpu_times()[:2]), time.monotonic()
         out = subprocess.run([sys.executable, __file__, "--child", sim.url, str(streams), str(PLATEAU_S)],
                              env=env, capture_output=True, text=True, timeout=600, cwd=ROOT)
+        sim_core = (sum(simproc.cpu_times()[:2]) - c0) / (time.monotonic() - t0)
     result = next((json.loads(x[7:]) for x in out.stdout.splitlines() if x.startswith("RESULT ")), None)
     if result is None:
         raise RuntimeError(f"footprint child failed: {out.stderr[-3000:]}")
@@ -152,6 +159,7 @@ def run(streams: int, tmp: Path) -> dict[str, Any]:
     result["n"] = len(errors)
     result["p50"] = errors[max(0, math.ceil(0.5 * len(errors)) - 1)] if errors else float("nan")
     result["p99"] = errors[max(0, math.ceil(0.99 * len(errors)) - 1)] if errors else float("nan")
+    result["sim_core"] = sim_core
     result["rss_per_stream_kb"] = (result["peak"] - result["rss0"]) / max(result["inflight"], 1) / 1024
     return result
 
@@ -172,7 +180,9 @@ def main() -> int:
               f"{r['peak'] / 2**20:.0f} MiB = {r['rss_per_stream_kb']:.1f} KB/stream; records {r['records']} "
               f"(written {r['written']}, started {r['started']}), ok {r['ok']}, complete {r['complete']}, errors "
               f"{r['errors'] or 'none'}; first-token stamp - truth p50 {r['p50']:.3f} ms, p99 {r['p99']:.3f} ms (n={r['n']}); "
-              f"TTFT - truth TTFT p50 {r['ttft_diff_p50']:.3f} ms, p99 {r['ttft_diff_p99']:.3f} ms")
+              f"TTFT - truth TTFT p50 {r['ttft_diff_p50']:.3f} ms, p99 {r['ttft_diff_p99']:.3f} ms; generator "
+              f"{r['cpu_s'] / max(r['chunks'], 1) * 1e6:.0f} us CPU per chunk (one chunk per read), simulator "
+              f"{r['sim_core']:.0%} of a core")
     big, small = results[STREAMS], results[50]
     ratio = big["p99"] / small["p99"] if small["p99"] > 0 else float("nan")
     print(f"  goal 3: RSS/stream {big['rss_per_stream_kb']:.1f} KB (goal <= {GOAL_RSS_KB:g}, "

@@ -19,6 +19,7 @@ BENCH_SCALEOUT_WORKERS (default 4), BENCH_SCALEOUT_SECONDS (default 8).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -36,6 +37,7 @@ ROOT = Path(__file__).resolve().parent.parent
 WORKERS = int(os.environ.get("BENCH_SCALEOUT_WORKERS", "4"))
 SECONDS = float(os.environ.get("BENCH_SCALEOUT_SECONDS", "8"))
 USERS_PER_PROCESS = 8
+WARMUP_LIMIT_S = 20.0
 
 
 def cpu(procs: list[psutil.Process]) -> list[float]:
@@ -49,27 +51,50 @@ def cpu(procs: list[psutil.Process]) -> list[float]:
     return out
 
 
+def warm_up(server: Server, limit_s: float) -> None:
+    """Wait until two successive seconds of ingest agree within 15 %."""
+    end = time.monotonic() + limit_s
+    last = None
+    prev = server.stats()
+    while time.monotonic() < end:
+        time.sleep(1.0)
+        now = server.stats()
+        rate = (now["chunks"] - prev["chunks"]) / max(now["mono_ns"] - prev["mono_ns"], 1)
+        if last is not None and rate > 0 and abs(rate - last) <= 0.15 * max(rate, last):
+            return
+        last, prev = rate, now
+
+
 def run_locust(server: Server, tmp: Path, processes: int) -> dict[str, Any]:
     corpus = tmp / "c.jsonl"
     corpus.write_text("".join(json.dumps({"id": f"p{i}", "prompt": f"q {i}"}) + "\n" for i in range(200)))
     out = tmp / f"out-{processes}"
     users = USERS_PER_PROCESS * max(processes, 1)
-    duration = SECONDS + 6
+    duration = WARMUP_LIMIT_S + SECONDS + 4
     argv = [str(Path(sys.executable).parent / "locust"), "-f", str(ROOT / "locustfiles" / "llm.py"), "--headless",
             "-u", str(users), "-r", str(users), "-t", f"{duration:g}s", "--host", f"http://127.0.0.1:{server.port}",
             "--dialect", "openai-chat", "--model", "m", "--corpus", str(corpus), "--min-distinct", "1",
             "--max-tokens", str(TOKENS), "--results-dir", str(out), "--only-summary", "--stop-timeout", "5"]
     if processes:
         argv += ["--processes", str(processes)]
-    proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    errlog = tmp / f"locust-{processes}.err"
+    proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=errlog.open("w"),
                             env=dict(os.environ, PYTHONPATH=str(ROOT)))
     master = psutil.Process(proc.pid)
-    time.sleep(4.0)  # start, fork, spawn, warm
+    warm_up(server, WARMUP_LIMIT_S)  # start, fork, connect, spawn: until the ingest rate is steady
     workers = master.children()
     a, ca, wa = server.stats(), cpu([master]), cpu(workers)
     time.sleep(SECONDS)
     b, cb, wb = server.stats(), cpu([master]), cpu(workers)
-    _, err = proc.communicate(timeout=120)
+    try:
+        proc.wait(timeout=duration + 60)  # Locust's own end (-t): the workers' last batches, meta.json
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        for w in workers:  # psutil refuses a pid reused since: only our own workers are ended
+            with contextlib.suppress(psutil.Error):
+                w.kill()
+    err = errlog.read_text()
     run = next(p for p in out.iterdir() if p.is_dir()) if any(p.is_dir() for p in out.iterdir()) else out
     records = [json.loads(x) for x in (run / "requests.jsonl").read_text().splitlines() if x.strip()]
     meta = json.loads((run / "meta.json").read_text())
