@@ -15,8 +15,9 @@
  *
  * SIGUSR1 prints "STATS chunks requests cpu_ns mono_ns" (content chunks handed to the kernel,
  * requests finished, this process's CPU time, CLOCK_MONOTONIC). SIGTERM flushes LOGPATH (one line
- * per request: "id recv_ns first_ns", CLOCK_MONOTONIC when the request was read and just before the
- * write that carried its first content chunk — the same clock as Python's perf_counter_ns) and exits.
+ * per request: "id recv_ns first_ns", CLOCK_MONOTONIC when the request arrived — the kernel's stamp
+ * (SO_TIMESTAMPNS) of its last bytes, else when it was read — and just before the write that
+ * carried its first content chunk; the same clock as Python's perf_counter_ns) and exits.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -30,6 +31,7 @@
 #include <sys/epoll.h>
 #include <sys/socket.h>
 #include <sys/timerfd.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -63,6 +65,7 @@ typedef struct conn {
     char id[64];
     int id_len;
     long long t_recv, t_first;
+    long long arrived; /* kernel arrival of the last bytes read (CLOCK_MONOTONIC), 0 = none */
     int prompt;
     int prefill; /* paced: steps before the first token */
     struct conn *next_active, *prev_active;
@@ -83,6 +86,13 @@ static long long mono_ns(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+static long long real_minus_mono(void) {
+    struct timespec r, m;
+    clock_gettime(CLOCK_REALTIME, &r);
+    clock_gettime(CLOCK_MONOTONIC, &m);
+    return ((long long)r.tv_sec - m.tv_sec) * 1000000000LL + (r.tv_nsec - m.tv_nsec);
 }
 
 static long long cpu_ns(void) {
@@ -236,6 +246,7 @@ static int try_request(conn *c) {
     if (clen < 0 || head + (size_t)clen > IN_CAP - 1) return -1;
     if (c->in_len < head + (size_t)clen) return 0;
     c->t_recv = mono_ns();
+    if (c->arrived > 0 && c->arrived < c->t_recv) c->t_recv = c->arrived;
     c->tok_n = default_tokens;
     char save = c->in[head + clen];
     c->in[head + clen] = 0;
@@ -362,6 +373,7 @@ int main(int argc, char **argv) {
                     int fd = accept4(ls, NULL, NULL, SOCK_NONBLOCK);
                     if (fd < 0) break;
                     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+                    setsockopt(fd, SOL_SOCKET, SO_TIMESTAMPNS, &one, sizeof one);
                     conn *c = calloc(1, sizeof *c);
                     c->fd = fd;
                     struct epoll_event cev = {.events = EPOLLIN, .data.ptr = c};
@@ -377,9 +389,25 @@ int main(int argc, char **argv) {
             conn *c = p;
             int rc = 0;
             if (evs[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR)) {
-                ssize_t r = read(c->fd, c->in + c->in_len, IN_CAP - 1 - c->in_len);
+                /* recvmsg: the kernel's arrival stamp of the request, so a server delayed by other
+                 * processes on its core does not move its own "request read" time */
+                struct iovec iov = {.iov_base = c->in + c->in_len, .iov_len = IN_CAP - 1 - c->in_len};
+                char cbuf[CMSG_SPACE(sizeof(struct timespec))];
+                struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf,
+                                     .msg_controllen = sizeof cbuf};
+                ssize_t r = recvmsg(c->fd, &msg, 0);
                 if (r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR)) { close_conn(c); continue; }
-                if (r > 0) c->in_len += (size_t)r;
+                if (r > 0) {
+                    c->in_len += (size_t)r;
+                    c->arrived = 0;
+                    for (struct cmsghdr *cm = CMSG_FIRSTHDR(&msg); cm; cm = CMSG_NXTHDR(&msg, cm)) {
+                        if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_TIMESTAMPNS) {
+                            struct timespec ts;
+                            memcpy(&ts, CMSG_DATA(cm), sizeof ts);
+                            c->arrived = (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec - real_minus_mono();
+                        }
+                    }
+                }
                 rc = try_request(c);
             }
             if (rc == 0 && (evs[i].events & EPOLLOUT)) {

@@ -27,6 +27,7 @@ What a hostile or broken server cannot do to the generator:
 
 from __future__ import annotations
 
+import contextlib
 import platform
 import socket
 import struct
@@ -174,6 +175,37 @@ class _StampedSocket(gevent.socket.socket):
         return data
 
 
+def _stamped_tcp_socket(family: int, socktype: int, protocol: int) -> Any:
+    sock = _StampedSocket(family, socktype, protocol)
+    with contextlib.suppress(OSError):
+        sock.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
+    return sock
+
+
+def _stamp_pool(pool: Any) -> None:
+    """New connections of this geventhttpclient ConnectionPool are _StampedSockets from the start
+    (its documented TCP socket factory, on this instance only)."""
+    if (_SO_TIMESTAMPNS is not None and pool is not None and hasattr(pool, "_create_tcp_socket")
+            and pool.__dict__.get("_create_tcp_socket") is not _stamped_tcp_socket):
+        with contextlib.suppress(AttributeError, TypeError):
+            pool._create_tcp_socket = _stamped_tcp_socket
+
+
+def stamp_connections(client_pool: Any) -> None:
+    """Every connection `client_pool` (a geventhttpclient HTTPClientPool, LLMUser's `_pool`) opens
+    from now on is a _StampedSocket from its first response: the read of the response headers —
+    which may bring the first token — gets the kernel's stamp too. Without this call a connection
+    becomes one when read_stream first meets it, i.e. from its second response on."""
+    get_client = client_pool.get_client
+
+    def stamped_get_client(url: Any) -> Any:
+        client = get_client(url)
+        _stamp_pool(getattr(client, "_connection_pool", None))
+        return client
+
+    client_pool.get_client = stamped_get_client
+
+
 def _stamping(resp: Any) -> _StampedSocket | None:
     """The response's connection, as a _StampedSocket from now on (Linux, plain TCP): the kernel
     then stamps when data reaches it, so a busy generator's own delays never enter a stamp. The
@@ -183,6 +215,7 @@ def _stamping(resp: Any) -> _StampedSocket | None:
     sock = getattr(resp, "_sock", None)
     if type(sock) is _StampedSocket:
         return sock
+    _stamp_pool(getattr(resp, "_pool", None))  # this user's next connections, from their first response
     if _SO_TIMESTAMPNS is None or sock is None or type(sock) is not gevent.socket.socket:
         return None
     try:
