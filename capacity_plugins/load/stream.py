@@ -52,6 +52,8 @@ YIELD_EVERY = 32
 # A streamed body being read yields to the hub after this long without blocking (a fast stream
 # never blocks on its own).
 YIELD_NS = 1_000_000
+# A receive that took this long waited for data (the greenlet left the hub meanwhile).
+WAITED_NS = 200_000
 # Bytes asked of one receive: a reader that fell behind takes what waits in one go (one stamp:
 # those chunks did wait), a reader that keeps up gets what one write sent.
 RECV_BYTES = 256 * 1024
@@ -135,8 +137,11 @@ def read_stream(resp: Any, parser: Parser, t: Timings, *, deadline_ns: int,
         if current is None:
             raise HTTPConnectionClosed("connection closed mid-body")
         try:
+            asked = perf_counter_ns()
             data = current.recv(block_size)
             now = perf_counter_ns()
+            if now - asked > WAITED_NS:  # the receive waited for data: the hub ran the others
+                last_yield = now
             arrived = getattr(current, "arrived", 0)
             # stamps never go back (the headers' read may have had none)
             stamp = max(stamp, min(now, arrived - wall_offset)) if arrived else now
@@ -185,9 +190,10 @@ def _stamped_tcp_socket(family: int, socktype: int, protocol: int) -> Any:
 def _stamp_pool(pool: Any) -> None:
     """New connections of this geventhttpclient ConnectionPool are _StampedSockets from the start
     (its documented TCP socket factory, on this instance only)."""
-    if (_SO_TIMESTAMPNS is not None and pool is not None and hasattr(pool, "_create_tcp_socket")
-            and pool.__dict__.get("_create_tcp_socket") is not _stamped_tcp_socket):
-        with contextlib.suppress(AttributeError, TypeError):
+    if _SO_TIMESTAMPNS is None or pool is None or not hasattr(type(pool), "_create_tcp_socket"):
+        return
+    with contextlib.suppress(AttributeError, TypeError):  # a pool without __dict__ stays as it is
+        if vars(pool).get("_create_tcp_socket") is not _stamped_tcp_socket:
             pool._create_tcp_socket = _stamped_tcp_socket
 
 
