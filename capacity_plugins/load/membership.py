@@ -67,6 +67,9 @@ class SwarmMembership:
             if c.id not in self.seen:
                 self.seen[c.id] = self._index(c.id)
                 self.joined_unix[c.id] = now
+                if self.tracking:
+                    log.warning("capacity: worker %s joined during the test; the step it joined in is invalid",
+                                self.seen[c.id])
             if self.tracking and c.state == "missing" and c.id not in self.lost:
                 changed |= self._mark_lost(c.id, now, "no heartbeat (Locust marked it missing)")
         for client_id in self.seen:  # gone from Locust's list without our seeing it go missing
