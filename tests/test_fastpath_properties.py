@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import hypothesis_profiles  # noqa: F401  (registers and loads the settings profile)
+import helpers.hypothesis_profiles  # noqa: F401  (registers and loads the settings profile)
 import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
