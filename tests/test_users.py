@@ -185,3 +185,16 @@ def test_reset_stats_clears_llm_stats(fake_llm, tmp_path):
     assert ctx.llm_stats.rows()[0]["requests"] == 1
     env.events.reset_stats.fire()
     assert all(r["requests"] == 0 for r in ctx.llm_stats.rows())
+
+
+def test_a_users_connections_are_kernel_stamped_from_their_first_response(fake_llm, tmp_path):
+    from geventhttpclient.url import URL
+
+    from capacity_plugins.load import stream
+
+    env, ctx, user, fired = make(fake_llm, tmp_path)
+    rec = user.call(ctx.next_sample())
+    assert rec.error_kind is None and rec.ttft_ms is not None
+    pool = user._pool.get_client(URL(fake_llm))._connection_pool
+    # the pool's own socket factory makes stamped sockets: the response headers' read is stamped too
+    assert vars(pool).get("_create_tcp_socket") is stream._stamped_tcp_socket
