@@ -108,9 +108,18 @@ def test_simulator_caches_exactly_the_shared_prefix(start_simulator, tmp_path, l
     # repeat finds all but its last block; distinct corpus prompts find nothing.
     from capacity_plugins.simulator.rawclient import Connection
     from capacity_plugins.simulator.truth import read_truth
+    from capacity_plugins.telemetry.maps import SeriesTracker, normalize
+    from capacity_plugins.telemetry.scrape import ScrapeTarget
 
     truth = tmp_path / "truth.jsonl"
     sim = start_simulator(truth_log=truth, prefix_cache=True)
+    target, tracker = ScrapeTarget(f"http://127.0.0.1:{sim.port}/metrics", "simulator"), SeriesTracker()
+
+    def hit_rate(unix: float) -> float | None:
+        rows = tracker.rows(normalize("simulator", target.scrape(timeout_s=5).samples, "sim"), unix)
+        return next((r["value"] for r in rows if r["series"] == "prefix_cache_hit_rate"), None)
+
+    assert hit_rate(1.0) is None  # a ratio needs two scrapes
     shared = build_arm(long_corpus, ArmSpec("shared_prefix", prefix_tokens=320))
     repeat = build_arm(long_corpus, ArmSpec("repeat", pool_size=2))
     distinct = long_corpus.sampler("shuffle", 42, 0, 1)
@@ -125,3 +134,5 @@ def test_simulator_caches_exactly_the_shared_prefix(start_simulator, tmp_path, l
     assert cached[3:6] == [0, 320, 320]
     full = [(r["prompt_tokens"] - 1) // 16 * 16 for r in rows[6:]]
     assert cached[6:] == [0, 0, full[2], full[3]]
+    # The series the telemetry map makes of the simulator's vLLM counters: cached / queried tokens.
+    assert hit_rate(2.0) == pytest.approx(sum(cached) / sum(r["prompt_tokens"] for r in rows))
