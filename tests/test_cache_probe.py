@@ -1,0 +1,121 @@
+"""The prefix-cache probe (`load.kind: cache_probe`): the scenario model, its steps, the cache arm
+on a generator, the analysis's comparison of the arms, and end to end on the simulator."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from capacity_plugins.corpus import load_corpus
+from capacity_plugins.corpus.cache_arms import PROBE_TAG, ArmSpec
+from capacity_plugins.errors import UserError
+from capacity_plugins.scenario import CacheProbeLoad, parse_scenario
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def probe(load: dict | None = None, **sections) -> object:
+    data = {"target": {"url": "embedded"}, "load": {"kind": "cache_probe", **(load or {})}, **sections}
+    return parse_scenario(data, "probe.yaml")
+
+
+# -- scenario ---------------------------------------------------------------------------------------
+
+
+def test_defaults_and_the_embedded_simulators_cache_turned_on():
+    s = probe()
+    assert isinstance(s.load, CacheProbeLoad)
+    assert (s.load.loop, s.load.levels, s.load.arm, s.load.prefix_tokens, s.load.pool_size) == \
+        ("closed", [1.0, 4.0], "shared_prefix", 1024, None)
+    assert s.target.simulator == {"prefix_cache": True} and not s.open_loop
+    # The copy in the results folder says so, and reads back the same.
+    again = parse_scenario(yaml.safe_load(s.resolved_yaml()), "copy.yaml")
+    assert again.load == s.load and again.target.simulator == {"prefix_cache": True}
+    # An explicit setting wins (a probe of a server without a cache), and a real target is left alone.
+    off = probe(target={"url": "embedded", "simulator": {"prefix_cache": False, "max_num_seqs": 4}})
+    assert off.target.simulator == {"prefix_cache": False, "max_num_seqs": 4}
+    assert probe(target={"url": "http://gpu:8000"}).target.simulator is None
+    rep = probe({"arm": "repeat", "loop": "open", "levels": [0.5, 2]})
+    assert (rep.load.pool_size, rep.load.prefix_tokens, rep.open_loop) == (8, None, True)
+
+
+@pytest.mark.parametrize("load, message", [
+    ({"pool_size": 4}, "load.pool_size: only used with arm: repeat (arm is shared_prefix)"),
+    ({"arm": "repeat", "prefix_tokens": 512}, "load.prefix_tokens: only used with arm: shared_prefix"),
+    ({"levels": [1, 2.5]}, "load.levels: closed-loop levels are users: whole numbers"),
+    ({"levels": []}, "load.levels: List should have at least 1 item"),
+    ({"arm": "warm"}, "load.arm: Input should be 'shared_prefix' or 'repeat'"),
+    ({"prefix_tokens": 8}, "load.prefix_tokens: Input should be greater than or equal to 16"),
+    ({"step_s": 5, "warmup_s": 5}, "load: warmup_s (5) must be shorter than step_s (5)"),
+    ({"levls": [1]}, "load.levls: unknown key for load kind cache_probe"),
+])
+def test_bad_keys_are_one_line_naming_the_field(load, message):
+    with pytest.raises(UserError) as e:
+        probe(load)
+    assert str(e.value).startswith(f"probe.yaml: {message}") and "\n" not in str(e.value)
+
+
+def test_cli_bad_probe_exits_2_with_one_line(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("target: {url: embedded}\nload: {kind: cache_probe, arm: repeat, prefix_tokens: 256}\n")
+    r = subprocess.run([sys.executable, "-m", "capacity_plugins", "run", str(bad)], capture_output=True, text=True,
+                       timeout=60, cwd=ROOT)
+    assert r.returncode == 2
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "bad.yaml: load.prefix_tokens: only used with arm: shared_prefix" in lines[0]
+
+
+# -- steps ------------------------------------------------------------------------------------------
+
+
+def test_each_level_runs_the_distinct_arm_then_the_cache_arm():
+    from capacity_plugins.load.shapes import plan_steps
+
+    s = probe({"levels": [1, 4], "step_s": 6, "warmup_s": 1, "prefix_tokens": 512}, corpus={"seed": 5})
+    plans = plan_steps(s)
+    assert [(p.kind, p.level, p.users, p.arm) for p in plans] == [
+        ("concurrency", 1, 1, "distinct"), ("concurrency", 1, 1, "shared_prefix"),
+        ("concurrency", 4, 4, "distinct"), ("concurrency", 4, 4, "shared_prefix")]
+    assert [p.arm_spec for p in plans[::2]] == [None, None]
+    assert ArmSpec.from_message(plans[1].arm_spec) == ArmSpec("shared_prefix", prefix_tokens=512, seed=5)
+    assert all(p.duration_s == 6 and p.warmup_s == 1 for p in plans)
+    opened = plan_steps(probe({"loop": "open", "levels": [2.5], "arm": "repeat", "pool_size": 3}))
+    assert [(p.kind, p.target_rps, p.arm) for p in opened] == [("rate", 2.5, "distinct"), ("rate", 2.5, "repeat")]
+
+
+def test_steps_json_rows_carry_the_arm_and_older_rows_still_read():
+    from capacity_plugins.contracts.steps import StepRow
+    from capacity_plugins.load.steps import Step, StepAccounting, StepTimeline
+
+    timeline = StepTimeline()
+    step = Step(0, "concurrency", 2.0, 100.0, 101.0, 110.0, arm="repeat", arm_spec={"arm": "repeat"})
+    timeline.upsert(Step.from_message(step.to_message()))  # as a worker receives it
+    assert timeline.get(0) == step
+    row = StepAccounting(timeline).row(step)
+    assert row["arm"] == "repeat" and "arm_spec" not in row
+    assert StepRow.from_json(row, "steps[0]").arm == "repeat"
+    old = {k: v for k, v in row.items() if k != "arm"}
+    assert StepRow.from_json(old, "steps[0]").arm is None
+
+
+def test_a_generator_sends_the_cache_arm_only_while_a_cache_arm_step_runs():
+    from capacity_plugins.load.cache_arm import CacheArmSource
+    from capacity_plugins.load.steps import Step, StepTimeline
+
+    class Ctx:
+        corpus = load_corpus("synthetic:prompt_tokens=200,output_tokens=4,n=50,seed=2", min_distinct=10)
+        worker_index, worker_count = 1, 2
+
+    timeline = StepTimeline()
+    timeline.upsert(Step(0, "concurrency", 1, 0.0, 1.0, 10.0, drain_end_unix=11.0, arm="distinct"))
+    timeline.upsert(Step(1, "concurrency", 1, 11.0, 12.0, 20.0, arm="shared_prefix",
+                         arm_spec=ArmSpec("shared_prefix", prefix_tokens=64).to_message()))
+    source = CacheArmSource(Ctx(), lambda: timeline)  # type: ignore[arg-type]
+    assert source(5.0) is None and source(10.5) is None  # the distinct arm, and its drain
+    got = [source(15.0) for _ in range(3)]
+    assert all(s is not None and s.text.startswith(PROBE_TAG) and s.id.endswith("+prefix") for s in got)
+    assert source.prepare(timeline.get(1).arm_spec) is source.prepare(timeline.get(1).arm_spec)  # built once
