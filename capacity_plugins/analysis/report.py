@@ -18,6 +18,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+from capacity_plugins.analysis import cache_probe  # noqa: E402
 from capacity_plugins.analysis.load import RunData  # noqa: E402
 from capacity_plugins.analysis.report_text import (  # noqa: E402
     DECISION_TEXT,
@@ -165,6 +166,16 @@ def _img(data: bytes | None, alt: str) -> str:
     return f'<figure><img alt="{html.escape(alt)}" src="data:image/png;base64,{base64.b64encode(data).decode()}"/></figure>'
 
 
+def _probe_html(probe: dict[str, Any]) -> str:
+    """The "Prefix-cache probe" section: the answer, how to read it, the arms per level."""
+    e = html.escape
+    head, rows = cache_probe.table(probe)
+    return ('<h2>Prefix-cache probe</h2><ul id="cache-probe">'
+            + "".join(f"<li>{e(x)}</li>" for x in cache_probe.section_lines(probe)) + "</ul><table><tr>"
+            + "".join(f"<th>{e(h)}</th>" for h in head) + "</tr>"
+            + "".join("<tr>" + "".join(f"<td>{e(c)}</td>" for c in r) + "</tr>" for r in rows) + "</table>")
+
+
 def html_page(summary: dict[str, Any], figs: dict[str, bytes | None]) -> str:
     e = html.escape
     v = summary["verdict"]
@@ -210,6 +221,7 @@ tr.needs_human td{{background:#fff6d6}} tr.pass td{{background:#e8f6ec}} img{{ma
 <ul>{''.join(f'<li>{e(h)}</li>' for h in head[1:] if h not in alerts)}</ul>
 {('<ul class="notes">' + ''.join(f'<li>{e(n)}</li>' for n in notes) + '</ul>') if notes else ''}
 {('<h2>Capacity search</h2><ul id="search">' + ''.join(f'<li>{e(x)}</li>' for x in search_lines(summary)) + '</ul>') if summary.get('search') else ''}
+{_probe_html(summary["cache_probe"]) if summary.get("cache_probe") else ''}
 <h2>Throughput and latency against load</h2>{_img(figs.get('throughput_latency'), 'throughput and latency vs load')}
 <h2>Latency distributions per step</h2>{_img(figs.get('latency_distributions'), 'TTFT and E2E per step')}
 {('<h2>GPU and queue timeline</h2>' + _img(figs.get('timeline'), 'GPU and queue timeline')) if figs.get('timeline') else '<p>No telemetry in this run.</p>'}
