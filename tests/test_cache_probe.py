@@ -190,6 +190,19 @@ def test_no_effect_is_said_as_such_and_a_cache_that_serves_nothing_is_named(tmp_
     assert probe["levels"][0]["cache"]["prefix_cache_hit_rate"] is None and "hit rate" not in probe["answer"]
 
 
+def test_whether_the_server_says_its_prefix_caching_is_on():
+    from capacity_plugins.analysis.cache_probe import server_prefix_caching
+
+    def meta(*flags: str) -> dict:
+        targets = {f"http://s{i}/metrics": {"info": {"vllm:cache_config_info": {"enable_prefix_caching": f}}}
+                   for i, f in enumerate(flags)}
+        return {"telemetry": {"provenance": {"targets": targets}}}
+
+    assert server_prefix_caching(meta("True")) is True and server_prefix_caching(meta("False")) is False
+    assert server_prefix_caching(meta("False", "True")) is True  # one server caching is enough to flatter
+    assert server_prefix_caching({}) is None and server_prefix_caching({"telemetry": {"provenance": {}}}) is None
+
+
 def test_an_unsound_step_leaves_its_level_uncompared(tmp_path):
     limited = {"client_limited": True, "client_limited_reason": "generator CPU stayed above 90 %"}
     summary = analyze(probe_folder(tmp_path / "run", cache_e2e=150.0, step_extra=[{}, {}, {}, limited]))
@@ -204,3 +217,73 @@ def test_other_runs_have_no_probe_and_no_arm_column(tmp_path):
     assert summary["cache_probe"] is None and all(r["arm"] is None for r in summary["steps"])
     md = (tmp_path / "run" / "summary.md").read_text()
     assert "Prefix-cache probe" not in md and "| arm |" not in md
+
+
+# -- end to end on the simulator ------------------------------------------------------------------
+
+from fixtures_run import capacity, read_steps, results_dir, write_scenario  # noqa: E402
+
+from capacity_plugins.simulator.truth import read_truth  # noqa: E402
+
+# 2048-token prompts (2054 with the chat template) of plain English, 1536 of them shared; prefill
+# 10 000 tokens/s. With one user every request joins an idle engine, so TTFT = one step = decode
+# (8 + 1 ms) + its uncached prompt / R: the shared arm's is lower by exactly 1536 / R = 153.6 ms,
+# and the simulator's hit rate in that arm is 1536 / 2054 = 0.75 per request.
+PREFILL_RATE, PREFIX = 10000.0, 1536
+PROBE_SIM = {"max_num_seqs": 4, "prefill_tokens_per_s": PREFILL_RATE}
+PROBE_LOAD = {"kind": "cache_probe", "levels": [1], "step_s": 4, "warmup_s": 1, "min_requests": 10,
+              "max_loop_lag_p99_ms": 200}
+PROBE_CORPUS = {"path": "synthetic:prompt_tokens=2048,output_tokens=4,n=1000,seed=1", "min_distinct": 1000}
+
+
+def run_probe(tmp_path: Path, name: str, simulator: dict, load: dict) -> tuple[Path, dict, str]:
+    sc = write_scenario(tmp_path, name, target={"url": "embedded", "simulator": simulator}, corpus=PROBE_CORPUS,
+                        request={"max_tokens": 4, "ignore_eos": True, "timeout_s": 20},
+                        load={**PROBE_LOAD, **load}, slo={"ttft_p95_ms": 2000, "tpot_p95_ms": None})
+    r = capacity("run", str(sc), timeout=300)
+    assert r.returncode in (0, 1), r.stdout[-3000:] + r.stderr[-3000:]
+    folder = results_dir(r.stdout)
+    return folder, json.loads((folder / "summary.json").read_text()), r.stdout
+
+
+@pytest.mark.slow
+def test_shared_prefixes_cut_ttft_by_the_cached_prefill_time(tmp_path):
+    folder, summary, out = run_probe(tmp_path, "probe", PROBE_SIM, {"prefix_tokens": PREFIX})
+    assert [s["arm"] for s in read_steps(folder)] == ["distinct", "shared_prefix"]
+    # The server's own account: nothing cached in the distinct arm, the prefix in the shared arm
+    # (all but its very first request, which put the prefix in the cache).
+    truth = read_truth(folder / "simulator_truth.jsonl", 1)
+    distinct = [t["cached_tokens"] for t in truth if t["prompt_tokens"] > 100 and t["cached_tokens"] == 0]
+    shared = [t["cached_tokens"] for t in truth if t["cached_tokens"]]
+    assert shared and set(shared) == {PREFIX} and len(distinct) >= 10
+    probe = summary["cache_probe"]
+    level = probe["levels"][0]
+    assert level["compared"] and probe["status"] == "cache_flatters", probe
+    p50 = level["deltas"]["ttft_p50_ms"]
+    assert p50["judgement"] == "cache_flatters"
+    expected_ms = PREFIX / PREFILL_RATE * 1000
+    assert 0.75 * expected_ms <= p50["distinct"] - p50["cache"] <= 1.25 * expected_ms, p50
+    assert level["distinct"]["prompt_tokens_mean"] == level["cache"]["prompt_tokens_mean"] == 2054
+    assert level["distinct"]["prefix_cache_hit_rate"] <= 0.02
+    assert 0.6 <= level["cache"]["prefix_cache_hit_rate"] <= 0.76
+    assert "overstate capacity" in probe["answer"] and "[capacity] prefix-cache probe: TTFT" in out
+    assert probe["server_prefix_caching"] is True
+    # Capacity counts the distinct arm only.
+    assert [r["valid"] for r in summary["steps"]] == [True, False]
+    assert 1 in summary["capacity"]["excluded_steps"]
+
+
+@pytest.mark.slow
+def test_without_a_prefix_cache_repeats_show_no_effect(tmp_path):
+    # The same probe on exact repeats, with the simulator's cache explicitly off: the arms are the
+    # same work, so the analysis must find no effect — and say the server cached nothing.
+    folder, summary, _ = run_probe(tmp_path, "probe-off", {**PROBE_SIM, "prefix_cache": False},
+                                   {"arm": "repeat", "pool_size": 3})
+    assert [s["arm"] for s in read_steps(folder)] == ["distinct", "repeat"]
+    assert {r["prompt_id"] for r in map(json.loads, (folder / "requests.jsonl").read_text().splitlines())
+            if r["step"] == 1} <= {f"s{i}#repeat" for i in range(1000)}
+    probe = summary["cache_probe"]
+    assert probe["status"] == "no_effect", probe
+    # A server with caching off queries no cache: its hit rate is unknown, and it says it is off.
+    assert probe["levels"][0]["cache"]["prefix_cache_hit_rate"] is None and probe["server_prefix_caching"] is False
+    assert probe["answer"].startswith("No cache effect beyond noise") and "reports prefix caching off" in probe["answer"]

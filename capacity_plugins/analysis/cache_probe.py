@@ -60,11 +60,13 @@ def cache_probe(run: RunData, rows: list[dict[str, Any]], meta: dict[str, Any] |
         entry["deltas"] = {key: _delta(d, c, key, ci_key, hib, vs.min_detectable_difference)
                            for key, ci_key, _w, hib in COMPARED} if d and c else {}
         levels.append(entry)
-    status, answer, notes = _answer(levels, cache_arm)
+    caching = server_prefix_caching(meta or {})
+    status, answer, notes = _answer(levels, cache_arm, caching)
     return {
         "arm": cache_arm,
         "counted_arm": DISTINCT,
         "spec": (meta or {}).get("cache_probe"),
+        "server_prefix_caching": caching,
         "min_detectable_difference": vs.min_detectable_difference,
         "levels": levels,
         "status": status,
@@ -133,6 +135,17 @@ def _hit_rate(run: RunData, st: Step) -> float | None:
     return float(values.mean()) if len(values) else None
 
 
+def server_prefix_caching(meta: dict[str, Any]) -> bool | None:
+    """Whether a scraped server says its prefix caching is on (vLLM's, and the simulator's,
+    `vllm:cache_config_info{enable_prefix_caching}` in meta.json's telemetry provenance)."""
+    targets = ((meta.get("telemetry") or {}).get("provenance") or {}).get("targets") or {}
+    said = {str(((t.get("info") or {}).get("vllm:cache_config_info") or {}).get("enable_prefix_caching")).lower()
+            for t in targets.values() if isinstance(t, dict)}
+    if "true" in said:
+        return True
+    return False if "false" in said else None
+
+
 def _pct(x: float) -> str:
     return f"{abs(x) * 100:.0f} %"
 
@@ -146,7 +159,7 @@ def _judged_ttft(e: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     return "P50", e["deltas"]["ttft_p50_ms"]
 
 
-def _answer(levels: list[dict[str, Any]], arm: str | None) -> tuple[str, str, list[str]]:
+def _answer(levels: list[dict[str, Any]], arm: str | None, caching: bool | None) -> tuple[str, str, list[str]]:
     """(status, the one-line answer, notes) to "is the cache hiding the real load?"."""
     words = ARM_WORDS.get(arm or "", "in the cache arm")
     notes: list[str] = []
@@ -189,7 +202,9 @@ def _answer(levels: list[dict[str, Any]], arm: str | None) -> tuple[str, str, li
         + (f"{d['noise'] / d['distinct'] * 100:.0f} %" if d["noise"] is not None and d["distinct"] else "∞")
         + f" at {e['level']:g} {e['unit']}" for e, label, d in judged)
     answer = f"No cache effect beyond noise: TTFT {spread} {words}{hit_text}"
-    if known and max(known) < 0.05:
+    if caching is False:
+        answer += " — the server reports prefix caching off (vllm:cache_config_info enable_prefix_caching)"
+    elif known and max(known) < 0.05:
         answer += " — the server cached next to nothing: is prefix caching off?"
     elif known:
         answer += " — the cache served tokens, but prefill is not where the time goes at these levels"
