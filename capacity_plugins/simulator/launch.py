@@ -30,7 +30,9 @@ class SimulatorProcess:
                  truth_log: Path | None = None, start_timeout_s: float = 30.0) -> None:
         self.config = config or SimConfig()
         self.host = host
-        self.truth_log = Path(truth_log) if truth_log is not None else None
+        # Absolute: the simulator runs in the package's root, not in the caller's working directory
+        # (a relative `output:` of a scenario run from elsewhere would name a folder that is not there).
+        self.truth_log = Path(truth_log).resolve() if truth_log is not None else None
         argv = [sys.executable, "-m", "capacity_plugins.simulator", "--host", host, "--port", str(port),
                 "--exit-on-stdin-eof"]
         if self.truth_log is not None:
