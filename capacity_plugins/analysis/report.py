@@ -107,6 +107,7 @@ def plot_distributions(run: RunData, summary: dict[str, Any], out: Path) -> byte
     m = req[req["ok"] & ~req["warmup"] & (req["step"] >= 0)]
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     levels = {s.index: s.level for s in run.steps}
+    arms = {s.index: s.arm for s in run.steps}  # a cache probe measures each level twice
     for ax, col, title in ((axes[0], "ttft_ms", "TTFT per step"), (axes[1], "e2e_ms", "E2E per step")):
         data, labels = [], []
         for idx in sorted(levels):
@@ -114,7 +115,7 @@ def plot_distributions(run: RunData, summary: dict[str, Any], out: Path) -> byte
             if v.size > 20000:  # a box plot of 20 k points is as exact as one of 2 M
                 v = np.random.default_rng(0).choice(v, 20000, replace=False)
             data.append(v if v.size else np.array([np.nan]))
-            labels.append(f"{levels[idx]:g}")
+            labels.append(f"{levels[idx]:g}" + (f"\n{arms[idx]}" if arms[idx] else ""))
         if any(np.isfinite(d).any() and np.nanmax(d) > 0 for d in data):
             ax.boxplot(data, whis=(1, 99), showfliers=False)
             ax.set_xticks(range(1, len(labels) + 1), labels)
