@@ -275,11 +275,12 @@ def test_shared_prefixes_cut_ttft_by_the_cached_prefill_time(tmp_path):
 
 @pytest.mark.slow
 def test_without_a_prefix_cache_repeats_show_no_effect(tmp_path):
-    # The same probe on exact repeats, with the simulator's cache explicitly off: the arms are the
-    # same work, so the analysis must find no effect — and say the server cached nothing.
+    # The same probe on exact repeats, open loop, with the simulator's cache explicitly off: the
+    # arms are the same work, so the analysis must find no effect — and say the server caches nothing.
     folder, summary, _ = run_probe(tmp_path, "probe-off", {**PROBE_SIM, "prefix_cache": False},
-                                   {"arm": "repeat", "pool_size": 3})
-    assert [s["arm"] for s in read_steps(folder)] == ["distinct", "repeat"]
+                                   {"arm": "repeat", "pool_size": 3, "loop": "open", "levels": [3]})
+    assert [(s["arm"], s["kind"], s["target_rps"]) for s in read_steps(folder)] == \
+        [("distinct", "rate", 3), ("repeat", "rate", 3)]
     assert {r["prompt_id"] for r in map(json.loads, (folder / "requests.jsonl").read_text().splitlines())
             if r["step"] == 1} <= {f"s{i}#repeat" for i in range(1000)}
     probe = summary["cache_probe"]

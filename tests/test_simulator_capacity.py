@@ -194,13 +194,3 @@ def test_seed_makes_output_lengths_reproducible(start_simulator):
 
     a, b, c = (start_simulator(seed=s, decode_base_ms=0.5, decode_per_seq_ms=0.0) for s in (7, 7, 8))
     assert lengths(a) == lengths(b) != lengths(c)
-
-
-def test_a_relative_truth_log_is_the_callers(start_simulator, tmp_path, monkeypatch):
-    # `capacity run` from any folder with a relative `output:` hands the simulator a relative path;
-    # the simulator runs in the package's root, so the path must mean the caller's folder.
-    monkeypatch.chdir(tmp_path)
-    sim = start_simulator(truth_log=Path("truth.jsonl"))
-    with Connection(sim.port) as conn:
-        assert conn.request("POST", "/v1/completions", {"prompt": "hi", "max_tokens": 1}).status == 200
-    assert read_truth(tmp_path / "truth.jsonl", 1)

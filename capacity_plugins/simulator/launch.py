@@ -30,8 +30,7 @@ class SimulatorProcess:
                  truth_log: Path | None = None, start_timeout_s: float = 30.0) -> None:
         self.config = config or SimConfig()
         self.host = host
-        # Absolute: the simulator runs in the package's root, not in the caller's working directory
-        # (a relative `output:` of a scenario run from elsewhere would name a folder that is not there).
+        # absolute: the simulator runs with the repository as its working directory
         self.truth_log = Path(truth_log).resolve() if truth_log is not None else None
         argv = [sys.executable, "-m", "capacity_plugins.simulator", "--host", host, "--port", str(port),
                 "--exit-on-stdin-eof"]
