@@ -49,6 +49,7 @@ def test_defaults_and_the_embedded_simulators_cache_turned_on():
     ({"arm": "repeat", "prefix_tokens": 512}, "load.prefix_tokens: only used with arm: shared_prefix"),
     ({"levels": [1, 2.5]}, "load.levels: closed-loop levels are users: whole numbers"),
     ({"levels": []}, "load.levels: List should have at least 1 item"),
+    ({"levels": [2, 2]}, "load.levels: each level once: both arms run at every level"),
     ({"arm": "warm"}, "load.arm: Input should be 'shared_prefix' or 'repeat'"),
     ({"prefix_tokens": 8}, "load.prefix_tokens: Input should be greater than or equal to 16"),
     ({"step_s": 5, "warmup_s": 5}, "load: warmup_s (5) must be shorter than step_s (5)"),

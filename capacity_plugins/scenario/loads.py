@@ -158,6 +158,8 @@ class CacheProbeLoad(_OpenLoop):
     def _users_are_whole(cls, v: list[float], info: ValidationInfo) -> list[float]:
         if info.data.get("loop", "closed") == "closed" and any(level != int(level) for level in v):
             raise ValueError("closed-loop levels are users: whole numbers (loop: open for requests/s)")
+        if len(set(v)) != len(v):
+            raise ValueError("each level once: both arms run at every level")
         return v
 
     @model_validator(mode="after")
