@@ -4,19 +4,21 @@ on a generator, the analysis's comparison of the arms, and end to end on the sim
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
+from helpers.analysis_data import make_results
+from helpers.processes import capacity
+from helpers.results import read_steps, results_dir
+from helpers.scenarios import write_scenario
 
+from capacity_plugins.analysis import analyze
 from capacity_plugins.corpus import load_corpus
 from capacity_plugins.corpus.cache_arms import PROBE_TAG, ArmSpec
 from capacity_plugins.errors import UserError
 from capacity_plugins.scenario import CacheProbeLoad, parse_scenario
-
-ROOT = Path(__file__).resolve().parent.parent
+from capacity_plugins.simulator.truth import read_truth
 
 
 def probe(load: dict | None = None, **sections) -> object:
@@ -64,8 +66,7 @@ def test_bad_keys_are_one_line_naming_the_field(load, message):
 def test_cli_bad_probe_exits_2_with_one_line(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("target: {url: embedded}\nload: {kind: cache_probe, arm: repeat, prefix_tokens: 256}\n")
-    r = subprocess.run([sys.executable, "-m", "capacity_plugins", "run", str(bad)], capture_output=True, text=True,
-                       timeout=60, cwd=ROOT)
+    r = capacity("run", str(bad), timeout=60)
     assert r.returncode == 2
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and "bad.yaml: load.prefix_tokens: only used with arm: shared_prefix" in lines[0]
@@ -124,11 +125,6 @@ def test_a_generator_sends_the_cache_arm_only_while_a_cache_arm_step_runs():
 
 
 # -- analysis ---------------------------------------------------------------------------------------
-
-from fixtures_analysis import make_results  # noqa: E402
-
-from capacity_plugins.analysis import analyze  # noqa: E402
-
 
 def probe_folder(path: Path, *, cache_e2e: float, hit: tuple[float, float] | None = (0.0, 0.75),
                  step_extra: list[dict] | None = None) -> Path:
@@ -221,10 +217,6 @@ def test_other_runs_have_no_probe_and_no_arm_column(tmp_path):
 
 
 # -- end to end on the simulator ------------------------------------------------------------------
-
-from fixtures_run import capacity, read_steps, results_dir, write_scenario  # noqa: E402
-
-from capacity_plugins.simulator.truth import read_truth  # noqa: E402
 
 # 2048-token prompts (2054 with the chat template) of plain English, 1536 of them shared; prefill
 # 10 000 tokens/s. With one user every request joins an idle engine, so TTFT = one step = decode
