@@ -209,6 +209,24 @@ def test_an_unsound_step_leaves_its_level_uncompared(tmp_path):
     assert probe["status"] == "cache_flatters"  # level 1 still answers
 
 
+def test_where_ttft_goes_draws_a_bar_per_arm():
+    # Both arms of a level are steps at the same level: each keeps its own bar, labelled with its arm.
+    import matplotlib.pyplot as plt
+
+    from capacity_plugins.analysis.report_ttft import plot_ttft_breakdown
+
+    rows = [{"level": lv, "arm": arm, "client_ttft_mean_ms": t, "server_queue_mean_ms": 1.0,
+             "server_prefill_mean_ms": t - 5, "server_ttft_mean_ms": t - 2, "client_remainder_ms": 2.0}
+            for lv in (1, 4) for arm, t in (("distinct", 160.0), ("shared_prefix", 20.0))]
+    fig = plot_ttft_breakdown({"steps": rows})
+    try:
+        ticks = [t.get_text() for t in fig.axes[0].get_xticklabels()]
+        assert ticks == ["1\ndistinct", "1\nshared_prefix", "4\ndistinct", "4\nshared_prefix"]
+        assert len(fig.axes[1].patches) == 4 * 4  # queue, prefill, server rest, client rest per step
+    finally:
+        plt.close(fig)
+
+
 def test_other_runs_have_no_probe_and_no_arm_column(tmp_path):
     summary = analyze(make_results(tmp_path / "run", levels=[1, 2, 4], rps=[2.0, 4.0, 8.0]))
     assert summary["cache_probe"] is None and all(r["arm"] is None for r in summary["steps"])
