@@ -63,6 +63,7 @@ def test_bad_keys_are_one_line_naming_the_field(load, message):
     assert str(e.value).startswith(f"probe.yaml: {message}") and "\n" not in str(e.value)
 
 
+@pytest.mark.slow  # `capacity run`
 def test_cli_bad_probe_exits_2_with_one_line(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("target: {url: embedded}\nload: {kind: cache_probe, arm: repeat, prefix_tokens: 256}\n")
