@@ -33,7 +33,7 @@ def sweep_kind(run: RunData) -> str:
     kinds = Counter(s.kind for s in run.steps)
     if kinds:
         return kinds.most_common(1)[0][0]
-    return {"rate": "rate", "rate_sweep": "rate", "peak": "peak"}.get(run.load_kind or "", "concurrency")
+    return {"rate": "rate", "rate_sweep": "rate", "peak": "peak", "trace": "trace"}.get(run.load_kind or "", "concurrency")
 
 
 def summarise(run: RunData, progress: Callable[[str], None] | None = None) -> dict[str, Any]:

@@ -21,7 +21,7 @@ import time
 from typing import Any
 
 from capacity_plugins.analysis.settings import Settings
-from capacity_plugins.contracts.steps import StepRow
+from capacity_plugins.contracts.steps import OPEN_LOOP_KINDS, StepRow
 
 
 def _clock(unix: float) -> str:
@@ -96,7 +96,7 @@ def step_validity(st: StepRow, *, requests: int, ok_requests: int, window_s: flo
     if not limited and _over(st.loop_lag_p99_ms, settings.max_loop_lag_p99_ms):
         limited, why = True, (f"event-loop lag p99 {st.loop_lag_p99_ms:.0f} ms > {settings.max_loop_lag_p99_ms:g} ms "
                               "(load.max_loop_lag_p99_ms): send and receive times were stamped late")
-    if not limited and st.kind in ("rate", "peak") and _over(st.schedule_lag_p99_ms, settings.max_schedule_lag_p99_ms):
+    if not limited and st.kind in OPEN_LOOP_KINDS and _over(st.schedule_lag_p99_ms, settings.max_schedule_lag_p99_ms):
         limited, why = True, (f"sends {st.schedule_lag_p99_ms:.0f} ms behind schedule (p99) > "
                               f"{settings.max_schedule_lag_p99_ms:g} ms (load.max_schedule_lag_p99_ms)")
     changed, changed_why = st.membership_changed, st.membership_reason

@@ -72,6 +72,8 @@ class RunContext:
     # may_send(now_unix): False while a step drains (its window closed; in-flight requests finish).
     may_send: Callable[[float], bool] = lambda now_unix: True
     pacer: Pacer | None = None
+    # Trace replay: tokens per hash_ids block of the requests the pacer hands out (corpus/trace.py).
+    trace_block_tokens: int = 512
     record_listeners: list[RecordListener] = field(default_factory=list)
     extra_meta: dict[str, Any] = field(default_factory=dict)
     # The telemetry collector (master/local, when the scenario scrapes endpoints or NVML): its

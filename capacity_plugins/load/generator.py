@@ -75,7 +75,12 @@ class GeneratorSide:
         if plan is None:
             return
         offsets = shard(plan.schedule(step.index), shard_index, shard_count)
-        self.ctx.ensure_pacer().begin(step.index, step.start_unix, offsets, step.warmup_end_unix, step.end_unix)
+        requests = None
+        if plan.requests is not None:  # trace replay: the same shard of the window's requests
+            requests = list(plan.requests)[shard_index::shard_count]
+            self.ctx.trace_block_tokens = plan.block_tokens
+        self.ctx.ensure_pacer().begin(step.index, step.start_unix, offsets, step.warmup_end_unix, step.end_unix,
+                                      requests=requests)
 
     def step_updated(self, step: Step) -> None:
         self.timeline.upsert(step)

@@ -29,6 +29,7 @@ from geventhttpclient.url import URL
 from locust import FastHttpUser, constant, task
 
 from capacity_plugins.contracts.records import RequestRecord, Timings
+from capacity_plugins.corpus.trace import trace_sample
 from capacity_plugins.dialects import MalformedEvent
 from capacity_plugins.load.backoff import retry_after_s
 from capacity_plugins.load.context import RunContext, get_context
@@ -93,12 +94,20 @@ class LLMUser(FastHttpUser):
             gevent.sleep(min(pause, 0.05) if ctx.pacer is not None else pause)
             return
         scheduled_unix = None
+        request = None
         if ctx.pacer is not None:
-            scheduled_unix = ctx.pacer.wait_next()
-            if scheduled_unix is None:
+            arrival = ctx.pacer.wait_arrival()
+            if arrival is None:
                 gevent.sleep(0.05)  # no arrival for us right now; ask again shortly
                 return
-        self.call(ctx.next_sample(), scheduled_unix)
+            scheduled_unix, request = arrival
+        # A trace replay's arrival names its own request (lengths, shared prefix blocks).
+        sample = trace_sample(request, ctx.trace_block_tokens) if request is not None else ctx.next_sample()
+        try:
+            self.call(sample, scheduled_unix)
+        finally:
+            if ctx.pacer is not None and scheduled_unix is not None:
+                ctx.pacer.release()
 
     def call(self, sample: Any, scheduled_unix: float | None = None) -> RequestRecord:
         """Send one sample (with opt-in retries); every attempt is recorded. Returns the last."""

@@ -22,6 +22,7 @@ from capacity_plugins.scenario.loads import (
     LoadConfig,
     PeakLoad,
     RateSweepLoad,
+    TraceLoad,
 )
 from capacity_plugins.scenario.model import Scenario
 from capacity_plugins.scenario.sections import (
@@ -47,6 +48,7 @@ __all__ = [
     "Scenario",
     "ScrapeTarget",
     "TargetConfig",
+    "TraceLoad",
     "TelemetryConfig",
     "format_loc",
     "load_scenario",
