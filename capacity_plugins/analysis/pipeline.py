@@ -21,6 +21,7 @@ from capacity_plugins.analysis.plan import make_cost, make_plan
 from capacity_plugins.analysis.runfacts import redact_url, run_facts
 from capacity_plugins.analysis.stability import stability
 from capacity_plugins.analysis.table import step_rows
+from capacity_plugins.analysis.trace_windows import trace_summary
 from capacity_plugins.analysis.ttft_breakdown import breakdown_notes
 from capacity_plugins.analysis.validity import meta_warnings
 from capacity_plugins.analysis.verdict import checklists, decide
@@ -49,6 +50,10 @@ def summarise(run: RunData, progress: Callable[[str], None] | None = None) -> di
     facts = run_facts(run.path, run.meta, run.settings, run.steps, rows)
     verdict = decide(rows, knee, cap, plan, bool(series & {"gpu_util_pct", "sm_active"}), run.slo, run.verdict,
                      run.settings.max_client_cpu_pct, facts["simulated"])
+    trace = trace_summary(rows, run.settings.load, run.slo)
+    if trace is not None:  # a replay is judged window by window: where in the traffic it broke comes first
+        verdict["reasons"].insert(0, trace["line"])
+        verdict["trace_first_broken_window"] = trace["first_broken_window"]
     warnings = meta_warnings(run.meta) + list(run.warnings)
     if not len(run.requests):
         warnings.insert(0, f"requests.jsonl: {NO_REQUESTS}")
@@ -76,6 +81,8 @@ def summarise(run: RunData, progress: Callable[[str], None] | None = None) -> di
         "stability": stability(run.requests, run.telemetry, run.load_kind),
         # A capacity search's own account: the bracket it found and why it stopped (meta.json).
         "search": run.meta.get("search"),
+        # A trace replay's windows: offered vs achieved rate, SLO per window, the first broken one.
+        "trace": trace,
         "warnings": warnings,
         "meta": _meta(run),
     }

@@ -16,6 +16,7 @@ without a Locust process.
 from __future__ import annotations
 
 import math
+import random
 import time
 import weakref
 from collections.abc import Callable
@@ -249,7 +250,9 @@ class Pacer:
         self._busy.discard(me)
         self._waiting += 1
         try:
-            due, i = self._queue.get(timeout=self._idle_poll_s)
+            # A jittered poll: a pool started at once would otherwise time out and nap in step,
+            # leaving moments where no idle user waits and an arrival counts as a cap hit.
+            due, i = self._queue.get(timeout=self._idle_poll_s * (0.5 + random.random()))
         except gevent.queue.Empty:
             return None
         finally:
