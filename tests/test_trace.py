@@ -117,7 +117,8 @@ def test_same_hash_ids_same_prefix_text_and_exact_lengths():
 def test_a_sample_asks_for_the_recorded_output_length_and_keeps_a_given_prompt():
     s = trace_sample((3, 100, 42, [1], None))
     assert s.max_tokens == 42 and s.id == "trace-3" and count_tokens(s.prompt or "") == 100
-    assert trace_sample([4, 2, 5, [], "hi there"]).prompt == "hi there"  # msgpack gives lists
+    assert trace_sample([4, 2, 5, [], "hi there", "rag"]).prompt == "hi there"  # msgpack gives lists
+    assert trace_sample([4, 2, 5, [], None, "rag"]).workload_class == "rag"  # the record's `class`
 
 
 def test_arrival_plan_carries_the_window_and_shards_partition_it(tmp_path):

@@ -38,11 +38,12 @@ def test_at_1x_the_slo_holds_in_every_window(tmp_path):
     assert [w["trace_start_s"] for w in trace["windows"]] == [50, 70]
     assert trace["first_broken_window"] is None and all(w["slo_pass"] for w in trace["windows"])
     assert "the SLO held in every window" in s["verdict"]["reasons"][0]
-    # every request asked for its recorded output length, and the simulator's prefix cache saw sharing
+    # every request asked for its recorded output length and carries its class
     by_row = {f"trace-{i}": r for i, r in enumerate(read_trace(TRACE))}
     recs = [r for r in read_records(folder) if r["ok"]]
     assert recs and all(r["max_tokens"] == by_row[r["prompt_id"]].output_length for r in recs)
     assert all(r["output_tokens"] == r["max_tokens"] for r in recs)  # ignore_eos
+    assert all(r["class"] == by_row[r["prompt_id"]].cls for r in recs)  # the trace's class, per request
 
 
 @pytest.mark.slow

@@ -153,7 +153,7 @@ class TraceWindow:
 
 def request_payload(r: TraceRequest, row: int) -> tuple[Any, ...]:
     """What a load generator needs to send one trace request (msgpack-safe: shipped to workers)."""
-    return (row, r.input_length, r.output_length, list(r.hash_ids), r.prompt)
+    return (row, r.input_length, r.output_length, list(r.hash_ids), r.prompt, r.cls)
 
 
 def trace_windows(rows: list[TraceRequest], *, speedup: float = 1.0, start_s: float = 0.0,
@@ -228,8 +228,18 @@ def synth_prompt(input_length: int, hash_ids: list[int] | tuple[int, ...], row: 
     return text
 
 
-def trace_sample(payload: tuple[Any, ...] | list[Any], block_tokens: int = DEFAULT_BLOCK_TOKENS) -> Sample:
+@dataclass(frozen=True)
+class TraceSample(Sample):
+    """A trace request's prompt; its `class` goes into the record's `class` field."""
+
+    workload_class: str = "default"
+
+
+def trace_sample(payload: tuple[Any, ...] | list[Any], block_tokens: int = DEFAULT_BLOCK_TOKENS) -> TraceSample:
     """The Sample a trace arrival sends (payload: `request_payload`)."""
-    row, inp, out, ids, prompt = payload
+    row, inp, out, ids, prompt = payload[:5]
+    klass = payload[5] if len(payload) > 5 and payload[5] else "default"
     text = prompt if prompt is not None else synth_prompt(int(inp), ids, int(row), block_tokens)
-    return Sample.make(f"trace-{row}", prompt=text, max_tokens=int(out))
+    base = Sample.make(f"trace-{row}", prompt=text, max_tokens=int(out))
+    return TraceSample(base.id, base.prompt, base.messages, base.max_tokens, base.prompt_chars, base.prompt_tokens_est,
+                       workload_class=str(klass))

@@ -234,6 +234,7 @@ class LLMUser(FastHttpUser):
             prompt_tokens=parser.prompt_tokens,
             max_tokens=call.max_tokens,
             stream=ctx.params.stream,
+            workload_class=getattr(sample, "workload_class", "default"),  # a trace request's `class`
             tokenizer_output_tokens=tokenizer_tokens,
             prefer_chunks=ctx.token_evidence.prefer_chunks,
             finish_reason=parser.finish_reason,
