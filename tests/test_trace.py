@@ -156,7 +156,55 @@ def test_the_shipped_example_trace_is_what_its_script_writes_and_has_a_burst():
     spec.loader.exec_module(mod)
     shipped = [json.loads(line) for line in (ROOT / "scenarios/traces/burst.jsonl").read_text().splitlines()]
     assert shipped == mod.build()
+    conv = [json.loads(line) for line in (ROOT / "scenarios/traces/sessions.jsonl").read_text().splitlines()]
+    assert conv == mod.build_sessions()
     rows = read_trace(ROOT / "scenarios/traces/burst.jsonl")
     rates = [w.offered_rps for w in trace_windows(rows, window_s=30.0)]
     assert rates[2] > 3 * max(rates[0], rates[1], rates[3])  # the burst is 60–90 s
     assert sum(1 for r in rows if r.hash_ids[:1] == (0,)) > 50  # shared prefixes
+
+
+def test_session_turns_and_the_session_shard_keep_a_conversation_on_one_process(tmp_path):
+    from capacity_plugins.corpus.trace import session_shard, session_turns
+
+    lines = [{"timestamp": i * 100, "input_length": 5, "output_length": 2, "session_id": f"s{i % 3}"} for i in range(9)]
+    lines += [{"timestamp": 950, "input_length": 5, "output_length": 2}]  # no session: round-robin
+    rows = read_trace(_write(tmp_path, lines))
+    assert session_turns(rows) == [1, 1, 1, 2, 2, 2, 3, 3, 3, None]
+    reqs = trace_windows(rows, window_s=100.0)[0].requests
+    assert [r[6:] for r in reqs[:4]] == [("s0", 1), ("s1", 1), ("s2", 1), ("s0", 2)]
+    parts = [session_shard(reqs, k, 2) for k in range(2)]
+    assert sorted(parts[0] + parts[1]) == list(range(len(reqs)))  # every arrival exactly once
+    for part in parts:
+        sids = {reqs[i][6] for i in part if reqs[i][6] is not None}
+        assert all(reqs[i][6] not in sids for other in parts if other is not part for i in other)
+
+
+def test_a_session_turn_sends_the_history_then_its_own_message():
+    s = trace_sample((5, 10, 7, [], None, "chat", "s1", 2),
+                     history=[{"role": "user", "content": "first"}, {"role": "assistant", "content": "answer"}])
+    assert s.messages is not None and [m["role"] for m in s.messages] == ["user", "assistant", "user"]
+    assert count_tokens(s.messages[-1]["content"]) == 10
+    assert (s.session_id, s.turn, s.max_tokens) == ("s1", 2, 7)
+
+
+def test_session_store_orders_turns_and_keeps_answers():
+    import gevent
+
+    from capacity_plugins.load.sessions import SessionStore
+
+    store = SessionStore()
+    order: list[str] = []
+
+    def turn(name: str, hold: float) -> None:
+        history = store.begin("s", timeout_s=5)
+        order.append(f"{name} sees {len(history)}")
+        gevent.sleep(hold)
+        store.end("s", f"q-{name}", f"a-{name}")
+
+    a = gevent.spawn(turn, "t1", 0.05)
+    gevent.sleep(0)  # t1 is in flight
+    b = gevent.spawn(turn, "t2", 0.0)  # arrives early: waits for t1's answer
+    gevent.joinall([a, b], timeout=5)
+    assert order == ["t1 sees 0", "t2 sees 2"]
+    assert store.begin("s", timeout_s=1)[-1] == {"role": "assistant", "content": "a-t2"}

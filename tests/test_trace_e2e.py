@@ -86,3 +86,30 @@ def test_a_bad_trace_line_is_exit_2_naming_file_line_and_field(tmp_path):
     assert r.returncode == 2
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].endswith(f"{trace}:2: output_length: must be a whole number ≥ 1, got 'many'"), r.stderr
+
+
+@pytest.mark.slow
+def test_multi_turn_sessions_grow_prompts_and_hit_the_prefix_cache_across_processes(tmp_path):
+    # scenarios/sessions_replay.yaml: 16 conversations × 4 turns, simulator prefix cache on
+    r = capacity("run", str(ROOT / "scenarios/sessions_replay.yaml"), "--output", str(tmp_path / "results"),
+                 "--processes", "2", timeout=300)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    folder = results_dir(r.stdout)
+    recs = [x for x in read_records(folder) if x["ok"]]
+    by_session: dict[str, list[dict]] = {}
+    for x in recs:
+        by_session.setdefault(x["session_id"], []).append(x)
+    assert len(by_session) == 16
+    for turns in by_session.values():
+        turns.sort(key=lambda x: x["turn"])
+        assert [x["turn"] for x in turns] == [1, 2, 3, 4]
+        assert len({x["worker"] for x in turns}) == 1  # a conversation stays in one process
+        prompts = [x["prompt_tokens"] for x in turns]
+        assert prompts == sorted(prompts) and prompts[-1] > prompts[0]  # the history grows
+        for prev, nxt in zip(turns, turns[1:], strict=False):  # a turn starts after the previous answer
+            assert nxt["sent_unix"] >= prev["sent_unix"] + prev["e2e_ms"] / 1000.0 - 1e-3
+    assert {x["worker"] for x in recs} == {0, 1}
+    turns = json.loads((folder / "summary.json").read_text())["trace"]["turns"]
+    assert [t["turn"] for t in turns] == [1, 2, 3, 4]
+    # the first turn prefills ~1200 tokens; later ones only what the cache lacks (~150 tokens)
+    assert all(t["ttft_p50_ms"] < turns[0]["ttft_p50_ms"] for t in turns[1:])

@@ -50,7 +50,7 @@ def summarise(run: RunData, progress: Callable[[str], None] | None = None) -> di
     facts = run_facts(run.path, run.meta, run.settings, run.steps, rows)
     verdict = decide(rows, knee, cap, plan, bool(series & {"gpu_util_pct", "sm_active"}), run.slo, run.verdict,
                      run.settings.max_client_cpu_pct, facts["simulated"])
-    trace = trace_summary(rows, run.settings.load, run.slo)
+    trace = trace_summary(rows, run.settings.load, run.slo, run.requests)
     if trace is not None:  # a replay is judged window by window: where in the traffic it broke comes first
         verdict["reasons"].insert(0, trace["line"])
         verdict["trace_first_broken_window"] = trace["first_broken_window"]

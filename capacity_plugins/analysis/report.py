@@ -182,6 +182,12 @@ def html_page(summary: dict[str, Any], figs: dict[str, bytes | None]) -> str:
             + "".join(f"<td>{e(trace_cell(w, k))}</td>" for _, k in TRACE_COLS) + "</tr>" for w in trace["windows"])
         trace_html = (f'<h2>Trace replay</h2><p id="trace">{e(trace["line"])}</p><table>'
                       + "".join(f"<th>{e(h)}</th>" for h, _ in TRACE_COLS) + trace_rows + "</table>")
+        if trace.get("turns"):
+            trace_html += ('<table id="turns"><tr><th>turn</th><th>requests</th><th>prompt tokens (mean)</th>'
+                           "<th>TTFT p50 ms</th><th>TTFT p95 ms</th></tr>" + "".join(
+                               f"<tr><td>{t['turn']}</td><td>{t['requests']}</td><td>{e(fmt(t['prompt_tokens_mean'], 0))}</td>"
+                               f"<td>{e(fmt(t['ttft_p50_ms'], 0))}</td><td>{e(fmt(t['ttft_p95_ms'], 0))}</td></tr>"
+                               for t in trace["turns"]) + "</table>")
     trs = "".join(
         "<tr" + ("" if r["valid"] else ' class="invalid"') + ">"
         + "".join(f"<td>{e(cell(r, k, d, ci))}</td>" for k, _, d, ci in cols)

@@ -258,6 +258,10 @@ def markdown(summary: dict[str, Any]) -> str:
         out += ["", "## Trace replay", "", f"- {summary['trace']['line']}", ""]
         out += ["| " + " | ".join(h for h, _ in TRACE_COLS) + " |", "|" + "---|" * len(TRACE_COLS)]
         out += ["| " + " | ".join(trace_cell(w, k) for _, k in TRACE_COLS) + " |" for w in summary["trace"]["windows"]]
+        if summary["trace"].get("turns"):
+            out += ["", "| turn | requests | prompt tokens (mean) | TTFT p50 ms | TTFT p95 ms |", "|---|---|---|---|---|"]
+            out += [f"| {t['turn']} | {t['requests']} | {fmt(t['prompt_tokens_mean'], 0)} | {fmt(t['ttft_p50_ms'], 0)} "
+                    f"| {fmt(t['ttft_p95_ms'], 0)} |" for t in summary["trace"]["turns"]]
     out += ["", "## Load table", "",
             f"Intervals in brackets: {(summary.get('run') or {}).get('confidence', 0.95):.0%}; ∞ = the step has too few "
             "requests to bound that percentile.", ""]

@@ -11,10 +11,28 @@ from __future__ import annotations
 from typing import Any
 
 from capacity_plugins.analysis.verdict import missed_limits
+from capacity_plugins.contracts.percentiles import quantile
 from capacity_plugins.contracts.planning import SLOConfig
 
 
-def trace_summary(rows: list[dict[str, Any]], load: dict[str, Any], slo: SLOConfig) -> dict[str, Any] | None:
+def session_turns(requests: Any) -> list[dict[str, Any]]:
+    """Per turn of the replayed conversations (records with a `turn`): successful measured requests,
+    their mean prompt tokens (the history grows) and TTFT percentiles (a prefix cache shows here)."""
+    if requests is None or "turn" not in requests or not requests["turn"].notna().any():
+        return []
+    ok = requests[requests["ok"] & ~requests["warmup"] & requests["turn"].notna()]
+    out = []
+    for turn, g in ok.groupby("turn"):
+        ttft = [float(x) for x in g["ttft_ms"].dropna()]
+        prompt = g["prompt_tokens"].dropna()
+        out.append({"turn": int(turn), "requests": len(g),
+                    "prompt_tokens_mean": round(float(prompt.mean()), 1) if len(prompt) else None,
+                    "ttft_p50_ms": quantile(ttft, 0.5), "ttft_p95_ms": quantile(ttft, 0.95)})
+    return out
+
+
+def trace_summary(rows: list[dict[str, Any]], load: dict[str, Any], slo: SLOConfig,
+                  requests: Any = None) -> dict[str, Any] | None:
     """The summary's `trace` section (SCHEMA.md), or None when the run was not a trace replay."""
     if load.get("kind") != "trace":
         return None
@@ -47,7 +65,8 @@ def trace_summary(rows: list[dict[str, Any]], load: dict[str, Any], slo: SLOConf
         if not first["valid"]:
             line += " — that window is flagged: " + "; ".join(first["invalid_reasons"] or ["invalid"])
     return {"speedup": speedup, "window_s": window_s, "start_s": start_s, "path": load.get("path"),
-            "windows": windows, "first_broken_window": None if first is None else first["window"], "line": line}
+            "windows": windows, "first_broken_window": None if first is None else first["window"], "line": line,
+            "turns": session_turns(requests)}
 
 
 def _rate(v: Any) -> str:

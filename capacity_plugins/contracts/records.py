@@ -125,6 +125,9 @@ class RequestRecord:
     workload_class: str = "default"  # JSON key "class" (a Python keyword)
     tokenizer_output_tokens: int | None = None
     finish_reason: str | None = None
+    # A multi-turn trace replay (load.sessions): the conversation and the turn (1 = its first).
+    session_id: str | None = None
+    turn: int | None = None
 
     @classmethod
     def build(
@@ -150,6 +153,8 @@ class RequestRecord:
         tokenizer_output_tokens: int | None = None,
         prefer_chunks: bool = False,
         finish_reason: str | None = None,
+        session_id: str | None = None,
+        turn: int | None = None,
     ) -> RequestRecord:
         sent = t.sent_ns
         end = t.end_ns if t.end_ns is not None else sent
@@ -216,6 +221,8 @@ class RequestRecord:
             workload_class=workload_class,
             tokenizer_output_tokens=tokenizer_output_tokens,
             finish_reason=finish_reason,
+            session_id=session_id,
+            turn=turn,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -260,5 +267,6 @@ ANALYSIS_COLUMNS: dict[str, str] = {
     "output_tokens": "f",
     "prompt_tokens": "f",
     "class": "s",
+    "turn": "i",
 }
 assert set(ANALYSIS_COLUMNS) <= set(RECORD_FIELDS), "ANALYSIS_COLUMNS names a field records do not have"

@@ -31,6 +31,7 @@ from __future__ import annotations
 import functools
 import math
 import random
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -151,9 +152,36 @@ class TraceWindow:
         return len(self.offsets) / self.wall_s if self.wall_s > 0 else 0.0
 
 
-def request_payload(r: TraceRequest, row: int) -> tuple[Any, ...]:
-    """What a load generator needs to send one trace request (msgpack-safe: shipped to workers)."""
-    return (row, r.input_length, r.output_length, list(r.hash_ids), r.prompt, r.cls)
+def request_payload(r: TraceRequest, row: int, turn: int | None = None) -> tuple[Any, ...]:
+    """What a load generator needs to send one trace request (msgpack-safe: shipped to workers):
+    (row, input_length, output_length, hash_ids, prompt, class, session_id, turn)."""
+    return (row, r.input_length, r.output_length, list(r.hash_ids), r.prompt, r.cls, r.session_id, turn)
+
+
+def session_turns(rows: list[TraceRequest]) -> list[int | None]:
+    """Each row's turn in its session (1, 2, … in timestamp order); None without a session_id."""
+    seen: dict[str, int] = {}
+    out: list[int | None] = []
+    for r in rows:
+        if r.session_id is None:
+            out.append(None)
+            continue
+        seen[r.session_id] = seen.get(r.session_id, 0) + 1
+        out.append(seen[r.session_id])
+    return out
+
+
+def session_shard(requests: list[Any] | tuple[Any, ...], index: int, count: int) -> list[int]:
+    """Positions of the arrivals process `index` of `count` sends when sessions are on: a session's
+    turns all go to one process (a stable hash of its id), the rest round-robin (k, k+n, …). Every
+    position goes to exactly one process."""
+    out = []
+    for i, req in enumerate(requests):
+        sid = req[6] if len(req) > 6 else None
+        owner = zlib.crc32(str(sid).encode()) % count if sid is not None else i % count
+        if owner == index:
+            out.append(i)
+    return out
 
 
 def trace_windows(rows: list[TraceRequest], *, speedup: float = 1.0, start_s: float = 0.0,
@@ -174,6 +202,7 @@ def trace_windows(rows: list[TraceRequest], *, speedup: float = 1.0, start_s: fl
         raise UserError(f"load.start_s: {start_s:g} s is past the trace's end ({length:g} s)")
     t0 = rows[0].timestamp_ms
     base = [(r.timestamp_ms - t0) / 1000.0 for r in rows]
+    turns = session_turns(rows)
     end = start_s + duration_s
     # Every arrival in [start_s, end): the trace, repeated every `length` seconds when looping.
     times: list[tuple[float, int]] = []
@@ -195,7 +224,7 @@ def trace_windows(rows: list[TraceRequest], *, speedup: float = 1.0, start_s: fl
         while j < len(times) and times[j][0] < we:
             tt, i = times[j]
             offs.append((tt - ws) / speedup)
-            reqs.append(request_payload(rows[i], i))
+            reqs.append(request_payload(rows[i], i, turns[i]))
             j += 1
         out.append(TraceWindow(w, ws, we, (we - ws) / speedup, tuple(offs), tuple(reqs)))
     return out
@@ -233,13 +262,24 @@ class TraceSample(Sample):
     """A trace request's prompt; its `class` goes into the record's `class` field."""
 
     workload_class: str = "default"
+    session_id: str | None = None
+    turn: int | None = None
 
 
-def trace_sample(payload: tuple[Any, ...] | list[Any], block_tokens: int = DEFAULT_BLOCK_TOKENS) -> TraceSample:
-    """The Sample a trace arrival sends (payload: `request_payload`)."""
+def trace_sample(payload: tuple[Any, ...] | list[Any], block_tokens: int = DEFAULT_BLOCK_TOKENS,
+                 history: list[dict[str, Any]] | None = None) -> TraceSample:
+    """The Sample a trace arrival sends (payload: `request_payload`). With `history` (a session's
+    earlier messages, answers included) the request is a conversation: the history, then this
+    turn's text as the next user message."""
     row, inp, out, ids, prompt = payload[:5]
     klass = payload[5] if len(payload) > 5 and payload[5] else "default"
+    sid = payload[6] if len(payload) > 6 else None
+    turn = payload[7] if len(payload) > 7 else None
     text = prompt if prompt is not None else synth_prompt(int(inp), ids, int(row), block_tokens)
-    base = Sample.make(f"trace-{row}", prompt=text, max_tokens=int(out))
+    if history is not None:
+        base = Sample.make(f"trace-{row}", messages=[*history, {"role": "user", "content": text}], max_tokens=int(out))
+    else:
+        base = Sample.make(f"trace-{row}", prompt=text, max_tokens=int(out))
     return TraceSample(base.id, base.prompt, base.messages, base.max_tokens, base.prompt_chars, base.prompt_tokens_est,
-                       workload_class=str(klass))
+                       workload_class=str(klass), session_id=None if sid is None else str(sid),
+                       turn=None if turn is None else int(turn))

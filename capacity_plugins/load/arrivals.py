@@ -107,6 +107,8 @@ class ArrivalPlan:
     offsets: tuple[float, ...] | list[float] | None = None
     requests: tuple[Any, ...] | list[Any] | None = None
     block_tokens: int = 0
+    # Multi-turn sessions: a session's turns all go to one process (corpus.trace.session_shard).
+    sessions: bool = False
 
     def schedule(self, step: int) -> np.ndarray:
         if self.offsets is not None:

@@ -59,6 +59,7 @@ class StepPlan:
     # Trace replay: the window's arrivals and requests (corpus.trace.TraceWindow); never extended.
     trace: Any = None
     block_tokens: int = 0
+    sessions: bool = False
 
     @property
     def open_loop(self) -> bool:
@@ -157,7 +158,7 @@ def trace_plans(scenario: Scenario) -> list[StepPlan]:
     spawn = max(POOL_SPAWN_RATE, float(pool))
     # A window shorter than the warmup (the last one) keeps none: it would measure nothing.
     return [StepPlan("trace", w.offered_rps, pool, spawn, w.wall_s, min(load.warmup_s, w.wall_s / 2), w.offered_rps,
-                     trace=w, block_tokens=load.block_tokens) for w in windows]
+                     trace=w, block_tokens=load.block_tokens, sessions=load.sessions) for w in windows]
 
 
 # Callbacks the wiring installs; all optional.

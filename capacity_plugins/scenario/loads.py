@@ -135,6 +135,9 @@ class TraceLoad(_LoadBase):
     warmup_s: float = Field(default=0.0, ge=0)  # wall seconds excluded at the start of every window
     # Windows are fixed slices of the trace: a quiet one is judged on what it has.
     min_requests: int = Field(default=20, ge=1)
+    # Lines with a session_id are turns of one conversation: each sends the history so far (the
+    # earlier turns and the server's answers) plus its own message, after the previous turn ended.
+    sessions: bool = False
 
     @model_validator(mode="after")
     def _sane(self) -> TraceLoad:
