@@ -39,7 +39,8 @@ requests.jsonl schema (one JSON object per request *attempt*, appended as it end
 | finish_reason | why the generation ended, as the server said (`length` = max_tokens reached, `stop`, `eos_token`, …); null when it did not say |
 | max_tokens | limit asked for (per-sample from the corpus, else --max-tokens) |
 | stream | streaming request |
-| class | workload class (default "default") |
+| class | workload class (default "default"; a trace replay: the trace line's `class`) |
+| session_id, turn | a multi-turn trace replay (`load.sessions`): the conversation and the turn in it (1 = first); null otherwise |
 
 Differences from peers (docs/metrics.md): vLLM bench stamps TTFT at the first SSE message with
 `choices`, even a role-only one, and so reports a smaller TTFT; we skip role-only and empty
