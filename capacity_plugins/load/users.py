@@ -232,7 +232,8 @@ class LLMUser(FastHttpUser):
         tokenizer_tokens = None
         text = parser.generated_text()
         self._last_text = text
-        if (text is not None and (text or ctx.params.stream)
+        # (a session keeps the text without a tokenizer: then there is nothing to count with)
+        if (ctx.tokenizer is not None and text is not None and (text or ctx.params.stream)
                 and parser.usage_output_tokens is None and parser.continuous_output_tokens is None):
             tokenizer_tokens = ctx.count_tokens(text)
         chunks = len(t.token_ns) if ctx.params.stream else None
