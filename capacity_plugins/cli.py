@@ -20,6 +20,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "matrix": ("capacity_plugins.matrix", "run one scenario against several server configurations, one table"),
     "simulate": ("capacity_plugins.simulator.cli", "start the embedded inference simulator"),
     "corpus": ("capacity_plugins.corpus.cli", "corpus tools: stats, build"),
+    "trace": ("capacity_plugins.corpus.trace_cli", "make a replayable trace: from-records, from-log"),
     "gpu-agent": ("capacity_plugins.telemetry.agent", "Prometheus exporter of NVML GPU readings"),
 }
 

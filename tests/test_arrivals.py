@@ -107,3 +107,31 @@ def test_pacer_hands_arrivals_on_time_and_counts_cap_hits():
     assert pacer.stats[1].cap_hits >= 5
     lags = [sent - due for due, sent in got]
     assert max(lags) > 0.05  # late sends keep their scheduled time: the wait is visible, not omitted
+
+
+def test_pacer_hands_each_arrival_its_trace_request_and_frees_a_user_when_done():
+    import time
+
+    import gevent
+
+    from capacity_plugins.load.arrivals import Pacer
+
+    pacer = Pacer(idle_poll_s=0.05)
+    got: list[tuple[float, object]] = []
+    reqs = [("r0",), ("r1",), ("r2",)]
+    start = time.time() + 0.05
+    pacer.begin(0, start, np.array([0.0, 0.02, 0.04]), requests=reqs)
+
+    def user() -> None:
+        while len(got) < 3:
+            arrival = pacer.wait_arrival()
+            if arrival is None:  # nothing due yet
+                continue
+            got.append(arrival)
+            pacer.release()  # its request is done: nothing held once it stops asking (a drain)
+
+    g = gevent.spawn(user)
+    g.join(timeout=2)
+    assert [r for _, r in got] == reqs
+    assert [d for d, _ in got] == pytest.approx([start, start + 0.02, start + 0.04])
+    assert pacer.in_flight == 0  # before the release, a user that stopped asking stayed "in flight"

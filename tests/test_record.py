@@ -8,7 +8,7 @@ DOCUMENTED_FIELDS = {
     "error_kind", "error", "scheduled_unix", "sent_unix", "ttft_ms", "first_visible_ms", "e2e_ms",
     "ttft_from_schedule_ms", "e2e_from_schedule_ms", "tpot_ms", "itl_ms", "itl_tokens",
     "prompt_tokens", "output_tokens", "output_tokens_source", "client_output_tokens", "max_tokens",
-    "stream", "class", "tokenizer_output_tokens", "finish_reason",
+    "stream", "class", "tokenizer_output_tokens", "finish_reason", "session_id", "turn",
 }
 MS = 1_000_000
 

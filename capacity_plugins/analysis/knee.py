@@ -210,9 +210,11 @@ def find_knee(rows: list[dict[str, Any]], sweep_kind: str) -> dict[str, Any]:
         offered = [r["offered_rps"] if r["offered_rps"] is not None else r["target_rps"] for r in valid]
         knee = rate_knee([r["level"] for r in valid], [r["achieved_rps"] for r in valid], offered,
                          [boundary_noise(o, r["e2e_mean_ms"], r["window_s"]) for o, r in zip(offered, valid, strict=True)])
-    elif sweep_kind == "peak" or len(valid) < 2:
-        knee = _no_knee("users" if sweep_kind == "concurrency" else "rps", "none",
-                        "not a sweep (one valid level): no knee to find" if len(valid) < 2 else "peak rehearsal: no sweep")
+    elif sweep_kind in ("peak", "trace") or len(valid) < 2:
+        why = ("not a sweep (one valid level): no knee to find" if len(valid) < 2 else
+               "trace replay: windows of recorded traffic, not a sweep" if sweep_kind == "trace" else
+               "peak rehearsal: no sweep")
+        knee = _no_knee("users" if sweep_kind == "concurrency" else "rps", "none", why)
     else:
         levels = [r["level"] for r in valid]
         xs = [r["rps"] or 0.0 for r in valid]

@@ -22,6 +22,7 @@ from capacity_plugins.analysis.plan import make_cost, make_plan
 from capacity_plugins.analysis.runfacts import redact_url, run_facts
 from capacity_plugins.analysis.stability import stability
 from capacity_plugins.analysis.table import step_rows
+from capacity_plugins.analysis.trace_windows import trace_summary
 from capacity_plugins.analysis.ttft_breakdown import breakdown_notes
 from capacity_plugins.analysis.validity import meta_warnings
 from capacity_plugins.analysis.verdict import checklists, decide
@@ -34,7 +35,7 @@ def sweep_kind(run: RunData) -> str:
     kinds = Counter(s.kind for s in run.steps)
     if kinds:
         return kinds.most_common(1)[0][0]
-    return {"rate": "rate", "rate_sweep": "rate", "peak": "peak"}.get(run.load_kind or "", "concurrency")
+    return {"rate": "rate", "rate_sweep": "rate", "peak": "peak", "trace": "trace"}.get(run.load_kind or "", "concurrency")
 
 
 def summarise(run: RunData, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
@@ -54,6 +55,10 @@ def summarise(run: RunData, progress: Callable[[str], None] | None = None) -> di
     facts = run_facts(run.path, run.meta, run.settings, run.steps, rows)
     verdict = decide(rows, knee, cap, plan, bool(series & {"gpu_util_pct", "sm_active"}), run.slo, run.verdict,
                      run.settings.max_client_cpu_pct, facts["simulated"])
+    trace = trace_summary(rows, run.settings.load, run.slo, run.requests)
+    if trace is not None:  # a replay is judged window by window: where in the traffic it broke comes first
+        verdict["reasons"].insert(0, trace["line"])
+        verdict["trace_first_broken_window"] = trace["first_broken_window"]
     warnings = meta_warnings(run.meta) + list(run.warnings)
     if not len(run.requests):
         warnings.insert(0, f"requests.jsonl: {NO_REQUESTS}")
@@ -83,6 +88,8 @@ def summarise(run: RunData, progress: Callable[[str], None] | None = None) -> di
         "search": run.meta.get("search"),
         # A cache probe's comparison of its arms, and its answer (analysis/cache_probe.py).
         "cache_probe": probe,
+        # A trace replay's windows: offered vs achieved rate, SLO per window, the first broken one.
+        "trace": trace,
         "warnings": warnings,
         "meta": _meta(run),
     }

@@ -22,6 +22,7 @@ from capacity_plugins.analysis import cache_probe  # noqa: E402
 from capacity_plugins.analysis.load import RunData  # noqa: E402
 from capacity_plugins.analysis.report_text import (  # noqa: E402
     DECISION_TEXT,
+    TRACE_COLS,
     alert_lines,
     cell,
     facts_lines,
@@ -30,6 +31,7 @@ from capacity_plugins.analysis.report_text import (  # noqa: E402
     markdown,
     search_lines,
     table_columns,
+    trace_cell,
 )
 from capacity_plugins.analysis.report_ttft import plot_ttft_breakdown, section  # noqa: E402
 
@@ -184,6 +186,20 @@ def html_page(summary: dict[str, Any], figs: dict[str, bytes | None]) -> str:
     head = headline(summary)
     alerts = alert_lines(summary)
     cols = table_columns(summary)
+    trace = summary.get("trace")
+    trace_html = ""
+    if trace:
+        trace_rows = "".join(
+            "<tr" + (' class="fail"' if w["slo_pass"] is False else "") + ">"
+            + "".join(f"<td>{e(trace_cell(w, k))}</td>" for _, k in TRACE_COLS) + "</tr>" for w in trace["windows"])
+        trace_html = (f'<h2>Trace replay</h2><p id="trace">{e(trace["line"])}</p><table>'
+                      + "".join(f"<th>{e(h)}</th>" for h, _ in TRACE_COLS) + trace_rows + "</table>")
+        if trace.get("turns"):
+            trace_html += ('<table id="turns"><tr><th>turn</th><th>requests</th><th>prompt tokens (mean)</th>'
+                           "<th>TTFT p50 ms</th><th>TTFT p95 ms</th></tr>" + "".join(
+                               f"<tr><td>{t['turn']}</td><td>{t['requests']}</td><td>{e(fmt(t['prompt_tokens_mean'], 0))}</td>"
+                               f"<td>{e(fmt(t['ttft_p50_ms'], 0))}</td><td>{e(fmt(t['ttft_p95_ms'], 0))}</td></tr>"
+                               for t in trace["turns"]) + "</table>")
     trs = "".join(
         "<tr" + ("" if r["valid"] else ' class="invalid"') + ">"
         + "".join(f"<td>{e(cell(r, k, d, ci))}</td>" for k, _, d, ci in cols)
@@ -222,6 +238,7 @@ tr.needs_human td{{background:#fff6d6}} tr.pass td{{background:#e8f6ec}} img{{ma
 {('<div>Measure next: ' + e('; '.join(v['measure_next'])) + '</div>') if v['measure_next'] else ''}</div>
 <ul>{''.join(f'<li>{e(h)}</li>' for h in head[1:] if h not in alerts)}</ul>
 {('<ul class="notes">' + ''.join(f'<li>{e(n)}</li>' for n in notes) + '</ul>') if notes else ''}
+{trace_html}
 {('<h2>Capacity search</h2><ul id="search">' + ''.join(f'<li>{e(x)}</li>' for x in search_lines(summary)) + '</ul>') if summary.get('search') else ''}
 {_probe_html(summary["cache_probe"]) if summary.get("cache_probe") else ''}
 <h2>Throughput and latency against load</h2>{_img(figs.get('throughput_latency'), 'throughput and latency vs load')}

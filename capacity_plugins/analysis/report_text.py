@@ -233,6 +233,23 @@ def cell(r: dict[str, Any], key: str, digits: int | None, ci_key: str | None = N
     return text
 
 
+TRACE_COLS = [("window", "window"), ("trace s", "span"), ("offered req/s", "offered_rps"),
+              ("achieved req/s", "achieved_rps"), ("requests", "requests"), ("TTFT p95 ms", "ttft_p95_ms"),
+              ("TTFT p95 from schedule ms", "ttft_from_schedule_p95_ms"), ("SLO", "slo")]
+
+
+def trace_cell(w: dict[str, Any], key: str) -> str:
+    """One cell of the trace-replay table (markdown and HTML)."""
+    if key == "window":
+        return str(w["window"] + 1)
+    if key == "span":
+        return f"{w['trace_start_s']:g}–{w['trace_end_s']:g}"
+    if key == "slo":
+        verdict = {True: "held", False: "BROKE", None: "—"}[w["slo_pass"]]
+        return verdict + ("" if w["valid"] or w["slo_pass"] is None else " (flagged)")
+    return fmt(w.get(key), 2 if key.endswith("rps") else 0)
+
+
 def markdown(summary: dict[str, Any]) -> str:
     out = [f"# Capacity analysis{': ' + summary['name'] if summary.get('name') else ''}", ""]
     out += [f"- {line}" for line in alert_lines(summary)]
@@ -249,6 +266,14 @@ def markdown(summary: dict[str, Any]) -> str:
         out += ["", "## Capacity search", ""] + [f"- {line}" for line in search_lines(summary)]
     if summary.get("cache_probe"):
         out += ["", "## Prefix-cache probe", ""] + probe_markdown(summary["cache_probe"])
+    if summary.get("trace"):
+        out += ["", "## Trace replay", "", f"- {summary['trace']['line']}", ""]
+        out += ["| " + " | ".join(h for h, _ in TRACE_COLS) + " |", "|" + "---|" * len(TRACE_COLS)]
+        out += ["| " + " | ".join(trace_cell(w, k) for _, k in TRACE_COLS) + " |" for w in summary["trace"]["windows"]]
+        if summary["trace"].get("turns"):
+            out += ["", "| turn | requests | prompt tokens (mean) | TTFT p50 ms | TTFT p95 ms |", "|---|---|---|---|---|"]
+            out += [f"| {t['turn']} | {t['requests']} | {fmt(t['prompt_tokens_mean'], 0)} | {fmt(t['ttft_p50_ms'], 0)} "
+                    f"| {fmt(t['ttft_p95_ms'], 0)} |" for t in summary["trace"]["turns"]]
     out += ["", "## Load table", "",
             f"Intervals in brackets: {(summary.get('run') or {}).get('confidence', 0.95):.0%}; ∞ = the step has too few "
             "requests to bound that percentile.", ""]

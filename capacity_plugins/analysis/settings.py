@@ -52,6 +52,8 @@ class Settings:
     target: dict[str, Any] = field(default_factory=dict)
     # Where each value came from, for reasons: "scenario.yaml" or "options".
     source: str = SCENARIO_FILE
+    # The scenario copy's load section as written (a trace replay's windows are read from it).
+    load: dict[str, Any] = field(default_factory=dict)
 
 
 def _read_doc(path: Path) -> dict[str, Any]:
@@ -117,7 +119,7 @@ def read_settings(path: Path, overrides: dict[str, Any] | None = None) -> Settin
     merged = {**load, **load_values}
     target = doc["target"] if isinstance(doc.get("target"), dict) else {}
     return Settings(
-        name=doc.get("name"), load_kind=load.get("kind"), slo=models["slo"], capacity=models["capacity"],
+        name=doc.get("name"), load_kind=load.get("kind"), slo=models["slo"], capacity=models["capacity"], load=load,
         verdict=models["verdict"],
         min_requests=int(_load_number(merged, "min_requests", DEFAULT_MIN_REQUESTS, integer=True)),
         max_loop_lag_p99_ms=float(_load_number(merged, "max_loop_lag_p99_ms", DEFAULT_MAX_LOOP_LAG_P99_MS)),

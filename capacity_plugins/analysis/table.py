@@ -22,6 +22,7 @@ from capacity_plugins.analysis.ttft_breakdown import TTFTBreakdown
 from capacity_plugins.analysis.validity import step_validity
 from capacity_plugins.contracts.planning import SLOConfig, VerdictConfig
 from capacity_plugins.contracts.slo import share_judgement
+from capacity_plugins.contracts.steps import OPEN_LOOP_KINDS
 
 PCTS = (50, 95, 99)
 LATENCY_METRICS = ("ttft_ms", "itl_ms", "tpot_ms", "e2e_ms")
@@ -57,7 +58,7 @@ def _limit_row(values: np.ndarray, limit: float, target: float, confidence: floa
 
 def slo_views(step: Step, ok: pd.DataFrame) -> dict[str, np.ndarray]:
     """The per-request latencies the SLO is judged on: from the schedule for open-loop steps."""
-    open_loop = step.kind in ("rate", "peak") and ok["scheduled_unix"].notna().any()
+    open_loop = step.kind in OPEN_LOOP_KINDS and ok["scheduled_unix"].notna().any()
     ttft = ok["ttft_from_schedule_ms"] if open_loop else ok["ttft_ms"]
     e2e = ok["e2e_from_schedule_ms"] if open_loop else ok["e2e_ms"]
     if open_loop:  # a writer that left *_from_schedule null: fall back to send time, never to "pass"
@@ -106,7 +107,7 @@ def step_rows(run: RunData, slo: SLOConfig) -> list[dict[str, Any]]:
         itl = itl_by_step.get(st.index, np.empty(0))
         # Gaps of one request are not independent: their intervals count requests, not gaps.
         row.update(_pcts(itl, "itl", conf, n_eff=n_ok))
-        open_loop = st.kind in ("rate", "peak") and ok["scheduled_unix"].notna().any()
+        open_loop = st.kind in OPEN_LOOP_KINDS and ok["scheduled_unix"].notna().any()
         row["open_loop"] = bool(open_loop)
         if open_loop:
             row.update(_pcts(ok["ttft_from_schedule_ms"].to_numpy(float), "ttft_from_schedule", conf))

@@ -22,7 +22,7 @@ import time
 from typing import Any
 
 from capacity_plugins.analysis.settings import Settings
-from capacity_plugins.contracts.steps import StepRow
+from capacity_plugins.contracts.steps import OPEN_LOOP_KINDS, StepRow
 
 # How a cache probe's cache-arm steps are set apart (the probe tells them from otherwise bad steps).
 CACHE_ARM_REASON = "cache arm"
@@ -100,7 +100,7 @@ def step_validity(st: StepRow, *, requests: int, ok_requests: int, window_s: flo
     if not limited and _over(st.loop_lag_p99_ms, settings.max_loop_lag_p99_ms):
         limited, why = True, (f"event-loop lag p99 {st.loop_lag_p99_ms:.0f} ms > {settings.max_loop_lag_p99_ms:g} ms "
                               "(load.max_loop_lag_p99_ms): send and receive times were stamped late")
-    if not limited and st.kind in ("rate", "peak") and _over(st.schedule_lag_p99_ms, settings.max_schedule_lag_p99_ms):
+    if not limited and st.kind in OPEN_LOOP_KINDS and _over(st.schedule_lag_p99_ms, settings.max_schedule_lag_p99_ms):
         limited, why = True, (f"sends {st.schedule_lag_p99_ms:.0f} ms behind schedule (p99) > "
                               f"{settings.max_schedule_lag_p99_ms:g} ms (load.max_schedule_lag_p99_ms)")
     changed, changed_why = st.membership_changed, st.membership_reason

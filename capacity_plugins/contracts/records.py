@@ -39,7 +39,8 @@ requests.jsonl schema (one JSON object per request *attempt*, appended as it end
 | finish_reason | why the generation ended, as the server said (`length` = max_tokens reached, `stop`, `eos_token`, …); null when it did not say |
 | max_tokens | limit asked for (per-sample from the corpus, else --max-tokens) |
 | stream | streaming request |
-| class | workload class (default "default") |
+| class | workload class (default "default"; a trace replay: the trace line's `class`) |
+| session_id, turn | a multi-turn trace replay (`load.sessions`): the conversation and the turn in it (1 = first); null otherwise |
 
 Differences from peers (docs/metrics.md): vLLM bench stamps TTFT at the first SSE message with
 `choices`, even a role-only one, and so reports a smaller TTFT; we skip role-only and empty
@@ -125,6 +126,9 @@ class RequestRecord:
     workload_class: str = "default"  # JSON key "class" (a Python keyword)
     tokenizer_output_tokens: int | None = None
     finish_reason: str | None = None
+    # A multi-turn trace replay (load.sessions): the conversation and the turn (1 = its first).
+    session_id: str | None = None
+    turn: int | None = None
 
     @classmethod
     def build(
@@ -150,6 +154,8 @@ class RequestRecord:
         tokenizer_output_tokens: int | None = None,
         prefer_chunks: bool = False,
         finish_reason: str | None = None,
+        session_id: str | None = None,
+        turn: int | None = None,
     ) -> RequestRecord:
         sent = t.sent_ns
         end = t.end_ns if t.end_ns is not None else sent
@@ -216,6 +222,8 @@ class RequestRecord:
             workload_class=workload_class,
             tokenizer_output_tokens=tokenizer_output_tokens,
             finish_reason=finish_reason,
+            session_id=session_id,
+            turn=turn,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -260,5 +268,6 @@ ANALYSIS_COLUMNS: dict[str, str] = {
     "output_tokens": "f",
     "prompt_tokens": "f",
     "class": "s",
+    "turn": "i",
 }
 assert set(ANALYSIS_COLUMNS) <= set(RECORD_FIELDS), "ANALYSIS_COLUMNS names a field records do not have"

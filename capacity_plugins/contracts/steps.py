@@ -17,8 +17,11 @@ from typing import Any, Literal
 
 from capacity_plugins.errors import UserError
 
-StepKind = Literal["concurrency", "rate", "peak"]
-STEP_KINDS: tuple[str, ...] = ("concurrency", "rate", "peak")
+# trace: one window of a replayed trace (open loop; level = the window's offered rate).
+StepKind = Literal["concurrency", "rate", "peak", "trace"]
+STEP_KINDS: tuple[str, ...] = ("concurrency", "rate", "peak", "trace")
+# Kinds whose arrivals follow a schedule (open loop).
+OPEN_LOOP_KINDS: tuple[str, ...] = ("rate", "peak", "trace")
 STEPS_FILE = "steps.json"
 
 

@@ -16,6 +16,7 @@ without a Locust process.
 from __future__ import annotations
 
 import math
+import random
 import time
 import weakref
 from collections.abc import Callable
@@ -100,8 +101,18 @@ class ArrivalPlan:
     cv: float = 1.0
     seed: int = 0
     ramp_s: float = 0.0
+    # Trace replay: the window's arrivals themselves (offsets, s from the step's start, ascending)
+    # and, per arrival, the request it sends (corpus.trace.request_payload). Shipped to workers
+    # whole, so a worker needs no copy of the trace file.
+    offsets: tuple[float, ...] | list[float] | None = None
+    requests: tuple[Any, ...] | list[Any] | None = None
+    block_tokens: int = 0
+    # Multi-turn sessions: a session's turns all go to one process (corpus.trace.session_shard).
+    sessions: bool = False
 
     def schedule(self, step: int) -> np.ndarray:
+        if self.offsets is not None:
+            return np.asarray(self.offsets, dtype=float)
         return schedule(self.arrival, self.rate, self.duration_s, cv=self.cv, seed=self.seed, step=step,
                         ramp_s=self.ramp_s)
 
@@ -162,17 +173,19 @@ class Pacer:
         self._idle_poll_s = idle_poll_s
         # Until when the process backs off (load/backoff.py): arrivals due before then are dropped.
         self._paused_until = paused_until
-        self._queue: gevent.queue.Queue[float] = gevent.queue.Queue()
+        self._queue: gevent.queue.Queue[tuple[float, int]] = gevent.queue.Queue()
         self._waiting = 0
         self._busy: weakref.WeakSet[Any] = weakref.WeakSet()
         self._dispatcher: Any = None
         self.step: int | None = None
         self.end_unix = math.inf
         self.stats: dict[int, PacerStats] = {}
+        # Trace replay: the request of each arrival of this process's shard (None: the corpus decides).
+        self.requests: list[Any] | None = None
 
     # -- called by the rehearsal wiring -----------------------------------------------------------------
     def begin(self, step: int, start_unix: float, offsets: np.ndarray, measure_from_unix: float | None = None,
-              end_unix: float = math.inf) -> None:
+              end_unix: float = math.inf, requests: list[Any] | None = None) -> None:
         """Start dispatching `offsets` (this process's shard, seconds after start_unix).
 
         Counters (scheduled, cap hits, lag) cover arrivals due from `measure_from_unix` (the end of
@@ -185,6 +198,7 @@ class Pacer:
         self.stop()
         self.step = step
         self.end_unix = end_unix
+        self.requests = requests
         st = self.stats.setdefault(step, PacerStats())
         since = start_unix if measure_from_unix is None else measure_from_unix
         self._dispatcher = gevent.spawn(self._dispatch, start_unix, np.asarray(offsets, dtype=float), st, since)
@@ -205,7 +219,7 @@ class Pacer:
     def _dispatch(self, start_unix: float, offsets: np.ndarray, st: PacerStats, since: float) -> None:
         import gevent
 
-        for off in offsets:
+        for i, off in enumerate(offsets):
             due = start_unix + float(off)
             if due >= self.end_unix:
                 return  # the window has closed (or will have by then): no more arrivals
@@ -221,11 +235,16 @@ class Pacer:
                 st.dispatch_lag_ms.append(max(0.0, (self._clock() - due) * 1000.0))
                 if self._waiting <= self._queue.qsize():
                     st.cap_hits += 1
-            self._queue.put(due)
+            self._queue.put((due, i))
 
     # -- called by users ---------------------------------------------------------------------------------
     def wait_next(self) -> float | None:
         """Block until this user's next arrival; its scheduled Unix time, or None when nothing is due."""
+        got = self.wait_arrival()
+        return None if got is None else got[0]
+
+    def wait_arrival(self) -> tuple[float, Any] | None:
+        """Like wait_next, with the arrival's trace request (None when the corpus decides what to send)."""
         import gevent
         import gevent.queue
 
@@ -233,7 +252,9 @@ class Pacer:
         self._busy.discard(me)
         self._waiting += 1
         try:
-            due = self._queue.get(timeout=self._idle_poll_s)
+            # A jittered poll: a pool started at once would otherwise time out and nap in step,
+            # leaving moments where no idle user waits and an arrival counts as a cap hit.
+            due, i = self._queue.get(timeout=self._idle_poll_s * (0.5 + random.random()))
         except gevent.queue.Empty:
             return None
         finally:
@@ -241,7 +262,16 @@ class Pacer:
         if self._clock() >= self.end_unix:
             return None  # queued before the window closed, but a request must not start in a drain
         self._busy.add(me)
-        return due
+        reqs = self.requests
+        return due, (reqs[i] if reqs is not None and i < len(reqs) else None)
+
+    def release(self) -> None:
+        """The calling user's request is done: it holds no arrival any more. (Without this, a user
+        that finished during a drain — it takes no new arrival there — counted as in flight until
+        the drain timed out.)"""
+        import gevent
+
+        self._busy.discard(gevent.getcurrent())
 
     @property
     def in_flight(self) -> int:

@@ -266,6 +266,10 @@ class StepAuthority:
         if not p.open_loop:
             return None
         load = self.scenario.load
+        if p.trace is not None:  # a trace window: its own arrivals and requests, not a random schedule
+            return ArrivalPlan(arrival="constant", rate=float(p.target_rps or 0.0), duration_s=p.duration_s,
+                               offsets=p.trace.offsets, requests=p.trace.requests, block_tokens=p.block_tokens,
+                               sessions=p.sessions)
         return ArrivalPlan(
             arrival=getattr(load, "arrival", "poisson"),
             rate=float(p.target_rps or 0.0),

@@ -27,6 +27,7 @@ from capacity_plugins.dialects import Dialect, RequestParams, get_dialect
 from capacity_plugins.errors import UserError
 from capacity_plugins.load.backoff import Backoff
 from capacity_plugins.load.options import LLMOptions
+from capacity_plugins.load.sessions import SessionStore
 from capacity_plugins.load.tokens import TokenCountEvidence
 from capacity_plugins.sinks.stats import LLMStats
 
@@ -73,6 +74,11 @@ class RunContext:
     # may_send(now_unix): False while a step drains (its window closed; in-flight requests finish).
     may_send: Callable[[float], bool] = lambda now_unix: True
     pacer: Pacer | None = None
+    # Trace replay: tokens per hash_ids block of the requests the pacer hands out (corpus/trace.py).
+    trace_block_tokens: int = 512
+    # Multi-turn trace replay: this process's conversations (load/sessions.py); off by default.
+    trace_sessions: bool = False
+    sessions: SessionStore = field(default_factory=SessionStore)
     record_listeners: list[RecordListener] = field(default_factory=list)
     extra_meta: dict[str, Any] = field(default_factory=dict)
     # The telemetry collector (master/local, when the scenario scrapes endpoints or NVML): its

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import gevent
 
+from capacity_plugins.corpus.trace import session_shard
 from capacity_plugins.load import messages
 from capacity_plugins.load.arrivals import ArrivalPlan, Pacer, shard
 from capacity_plugins.load.cache_arm import CacheArmSource
@@ -81,7 +82,17 @@ class GeneratorSide:
         if plan is None:
             return
         offsets = shard(plan.schedule(step.index), shard_index, shard_count)
-        self.ctx.ensure_pacer().begin(step.index, step.start_unix, offsets, step.warmup_end_unix, step.end_unix)
+        requests = None
+        if plan.requests is not None:  # trace replay: the same shard of the window's requests
+            requests = list(plan.requests)[shard_index::shard_count]
+            self.ctx.trace_block_tokens = plan.block_tokens
+            if plan.sessions:  # a session's turns stay in one process (its history lives there)
+                mine = session_shard(plan.requests, shard_index, shard_count)
+                offsets = plan.schedule(step.index)[mine]
+                requests = [plan.requests[i] for i in mine]
+                self.ctx.trace_sessions = True
+        self.ctx.ensure_pacer().begin(step.index, step.start_unix, offsets, step.warmup_end_unix, step.end_unix,
+                                      requests=requests)
 
     def step_updated(self, step: Step) -> None:
         self.timeline.upsert(step)

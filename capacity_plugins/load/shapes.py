@@ -61,6 +61,10 @@ class StepPlan:
     # A cache probe's arm and, for the cache arm, its build spec (Step.arm, Step.arm_spec).
     arm: str | None = None
     arm_spec: dict[str, Any] | None = None
+    # Trace replay: the window's arrivals and requests (corpus.trace.TraceWindow); never extended.
+    trace: Any = None
+    block_tokens: int = 0
+    sessions: bool = False
 
     @property
     def open_loop(self) -> bool:
@@ -86,7 +90,8 @@ def plan_steps(scenario: Scenario) -> list[StepPlan]:
         cap = load.max_step_s if load.max_step_s is not None else DEFAULT_MAX_STEP_FACTOR * duration_s
         return max(cap, duration_s)
 
-    return [replace(p, min_requests=load.min_requests, max_duration_s=longest(p.duration_s)) for p in plans]
+    return [replace(p, min_requests=load.min_requests,
+                    max_duration_s=p.duration_s if p.trace is not None else longest(p.duration_s)) for p in plans]
 
 
 def level_plan(scenario: Scenario, level: float) -> StepPlan:
@@ -114,9 +119,12 @@ def _planned(scenario: Scenario) -> list[StepPlan]:
         ConcurrencySweepLoad,
         PeakLoad,
         RateSweepLoad,
+        TraceLoad,
     )
 
     load = scenario.load
+    if isinstance(load, TraceLoad):
+        return trace_plans(scenario)
     if isinstance(load, CapacitySearchLoad):  # the first level only; the search picks the rest
         return [level_plan(scenario, load.start)]
     if isinstance(load, CacheProbeLoad):
@@ -146,6 +154,24 @@ def _planned(scenario: Scenario) -> list[StepPlan]:
     assert rps is not None
     pool = load.max_concurrency
     return [StepPlan("peak", rps, pool, max(POOL_SPAWN_RATE, float(pool)), duration, warmup, rps, load.ramp_s)]
+
+
+def trace_plans(scenario: Scenario) -> list[StepPlan]:
+    """One step per window of a replayed trace: its level is the window's offered rate (requests/s)."""
+    from capacity_plugins.corpus.trace import read_trace, trace_windows
+    from capacity_plugins.scenario import TraceLoad
+
+    load = scenario.load
+    assert isinstance(load, TraceLoad)
+    path = scenario.trace_path()
+    assert path is not None
+    windows = trace_windows(read_trace(path), speedup=load.speedup, start_s=load.start_s,
+                            duration_s=load.duration_s, loop=load.loop, window_s=load.window_s)
+    pool = load.max_concurrency
+    spawn = max(POOL_SPAWN_RATE, float(pool))
+    # A window shorter than the warmup (the last one) keeps none: it would measure nothing.
+    return [StepPlan("trace", w.offered_rps, pool, spawn, w.wall_s, min(load.warmup_s, w.wall_s / 2), w.offered_rps,
+                     trace=w, block_tokens=load.block_tokens, sessions=load.sessions) for w in windows]
 
 
 # Callbacks the wiring installs; all optional.

@@ -29,6 +29,7 @@ from geventhttpclient.url import URL
 from locust import FastHttpUser, constant, task
 
 from capacity_plugins.contracts.records import RequestRecord, Timings
+from capacity_plugins.corpus.trace import trace_sample
 from capacity_plugins.dialects import MalformedEvent
 from capacity_plugins.load.backoff import retry_after_s
 from capacity_plugins.load.context import RunContext, get_context
@@ -81,6 +82,7 @@ class LLMUser(FastHttpUser):
         stamp_connections(self._pool)
         self._base = (self.host or "").rstrip("/")
         self._retry_after_s: float | None = None
+        self._last_text: str | None = None  # the last answer's text, kept for a session's history
 
     @task
     def llm_request(self) -> None:
@@ -96,12 +98,38 @@ class LLMUser(FastHttpUser):
             gevent.sleep(min(pause, 0.05) if ctx.pacer is not None else pause)
             return
         scheduled_unix = None
+        request = None
         if ctx.pacer is not None:
-            scheduled_unix = ctx.pacer.wait_next()
-            if scheduled_unix is None:
+            arrival = ctx.pacer.wait_arrival()
+            if arrival is None:
                 gevent.sleep(0.05)  # no arrival for us right now; ask again shortly
                 return
-        self.call(ctx.next_sample(), scheduled_unix)
+            scheduled_unix, request = arrival
+        try:
+            if request is not None and ctx.trace_sessions and len(request) > 6 and request[6] is not None:
+                self._session_turn(request, scheduled_unix)
+                return
+            # A trace replay's arrival names its own request (lengths, shared prefix blocks).
+            sample = trace_sample(request, ctx.trace_block_tokens) if request is not None else ctx.next_sample()
+            self.call(sample, scheduled_unix)
+        finally:
+            if ctx.pacer is not None and scheduled_unix is not None:
+                ctx.pacer.release()
+
+    def _session_turn(self, request: Any, scheduled_unix: float | None) -> None:
+        """One turn of a conversation (load.sessions): the history with the server's answers, then
+        this turn's message; the next turn of the session waits for this one (load/sessions.py)."""
+        ctx = self.ctx
+        sid = str(request[6])
+        history = ctx.sessions.begin(sid, ctx.options.request_timeout_s)
+        sample = trace_sample(request, ctx.trace_block_tokens, history=history)
+        answer = None
+        try:
+            self._last_text = None
+            record = self.call(sample, scheduled_unix)
+            answer = self._last_text if record.ok else None
+        finally:
+            ctx.sessions.end(sid, (sample.messages or [{}])[-1].get("content", ""), answer)
 
     def call(self, sample: Any, scheduled_unix: float | None = None) -> RequestRecord:
         """Send one sample (with opt-in retries); every attempt is recorded. Returns the last."""
@@ -126,8 +154,9 @@ class LLMUser(FastHttpUser):
         ctx = self.ctx
         call = ctx.dialect.build(sample, ctx.params)
         parser = ctx.dialect.parser(ctx.params.stream)
-        if ctx.tokenizer is not None:
-            parser.keep_text()
+        session_id = getattr(sample, "session_id", None)
+        if ctx.tokenizer is not None or session_id is not None:
+            parser.keep_text()  # a session's next turn sends this answer back
         headers = ctx.request_headers(call.headers)
         now_unix = time.time()
         step, warmup = ctx.step_provider(now_unix)
@@ -205,7 +234,9 @@ class LLMUser(FastHttpUser):
         # non-streamed failure with no text keeps no count, as without a tokenizer.
         tokenizer_tokens = None
         text = parser.generated_text()
-        if (text is not None and (text or ctx.params.stream)
+        self._last_text = text
+        # (a session keeps the text without a tokenizer: then there is nothing to count with)
+        if (ctx.tokenizer is not None and text is not None and (text or ctx.params.stream)
                 and parser.usage_output_tokens is None and parser.continuous_output_tokens is None):
             tokenizer_tokens = ctx.count_tokens(text)
         chunks = len(t.token_ns) if ctx.params.stream else None
@@ -228,6 +259,9 @@ class LLMUser(FastHttpUser):
             prompt_tokens=parser.prompt_tokens,
             max_tokens=call.max_tokens,
             stream=ctx.params.stream,
+            workload_class=getattr(sample, "workload_class", "default"),  # a trace request's `class`
+            session_id=session_id,
+            turn=getattr(sample, "turn", None),
             tokenizer_output_tokens=tokenizer_tokens,
             prefer_chunks=ctx.token_evidence.prefer_chunks,
             finish_reason=parser.finish_reason,

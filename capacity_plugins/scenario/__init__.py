@@ -23,6 +23,7 @@ from capacity_plugins.scenario.loads import (
     LoadConfig,
     PeakLoad,
     RateSweepLoad,
+    TraceLoad,
 )
 from capacity_plugins.scenario.model import Scenario
 from capacity_plugins.scenario.sections import (
@@ -49,6 +50,7 @@ __all__ = [
     "Scenario",
     "ScrapeTarget",
     "TargetConfig",
+    "TraceLoad",
     "TelemetryConfig",
     "format_loc",
     "load_scenario",

@@ -19,7 +19,7 @@ from capacity_plugins.scenario.model import Scenario, _resolve_corpus
 
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 # The load kinds, as pydantic names the union members in an error location.
-_LOAD_TAGS = ("concurrency_sweep", "rate_sweep", "peak", "capacity_search", "cache_probe")
+_LOAD_TAGS = ("concurrency_sweep", "rate_sweep", "peak", "capacity_search", "cache_probe", "trace")
 
 
 def _expand_env(obj: Any, loc: str, used: set[str]) -> Any:
@@ -100,6 +100,9 @@ def parse_scenario(data: Any, where: str = "scenario", source: Path | None = Non
         path = _resolve_corpus(scenario.corpus.path, source)
         if not path.is_file():
             raise UserError(f"{where}: corpus.path: file not found: {path}")
+    trace = scenario.trace_path()
+    if trace is not None and not trace.is_file():
+        raise UserError(f"{where}: load.path: trace file not found: {trace}")
     return scenario
 
 

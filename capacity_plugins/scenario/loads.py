@@ -7,6 +7,7 @@
 | `peak` | open (`target_rps`) or closed (`users`) | one: ramp, then hold |
 | `capacity_search` | closed (users) or open (rps) | chosen as it goes: bracketing, then bisection, until the SLO's boundary is found |
 | `cache_probe` | closed (users) or open (rps) | two per level, back to back: the corpus's distinct prompts, then a cache arm built from them |
+| `trace` | open (the trace's own arrivals) | one per `window_s` of trace time |
 """
 
 from __future__ import annotations
@@ -168,7 +169,38 @@ class CacheProbeLoad(_OpenLoop):
         return self
 
 
-LoadConfig = Annotated[ConcurrencySweepLoad | RateSweepLoad | PeakLoad | CapacitySearchLoad | CacheProbeLoad,
+class TraceLoad(_LoadBase):
+    """Replay a recorded trace (corpus/trace.py; docs/traffic.md): its arrivals, lengths and
+    shared prefixes, `speedup` times faster, one step per `window_s` seconds of trace time."""
+
+    kind: Literal["trace"] = "trace"
+    path: str  # JSONL, one request a line (relative to the scenario file)
+    speedup: float = Field(default=1.0, gt=0)  # N× the recorded rate
+    start_s: float = Field(default=0.0, ge=0)  # trace seconds after its first request
+    duration_s: float | None = Field(default=None, gt=0)  # trace seconds to replay; None = to the end
+    loop: bool = False  # start over at the end (needs duration_s)
+    window_s: float = Field(default=60.0, gt=0)  # trace seconds per step
+    # Tokens per hash_ids block (Mooncake's traces: 512).
+    block_tokens: int = Field(default=512, ge=1)
+    max_concurrency: int = Field(default=256, ge=1)
+    warmup_s: float = Field(default=0.0, ge=0)  # wall seconds excluded at the start of every window
+    # Windows are fixed slices of the trace: a quiet one is judged on what it has.
+    min_requests: int = Field(default=20, ge=1)
+    # Lines with a session_id are turns of one conversation: each sends the history so far (the
+    # earlier turns and the server's answers) plus its own message, after the previous turn ended.
+    sessions: bool = False
+
+    @model_validator(mode="after")
+    def _sane(self) -> TraceLoad:
+        if self.loop and self.duration_s is None:
+            raise ValueError("a looped trace needs duration_s")
+        if self.warmup_s >= self.window_s / self.speedup:
+            raise ValueError(f"warmup_s ({self.warmup_s:g}) must be shorter than a window's wall time "
+                             f"(window_s / speedup = {self.window_s / self.speedup:g} s)")
+        return self
+
+
+LoadConfig = Annotated[ConcurrencySweepLoad | RateSweepLoad | PeakLoad | CapacitySearchLoad | CacheProbeLoad | TraceLoad,
                        Field(discriminator="kind")]
 
 

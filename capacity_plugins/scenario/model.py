@@ -25,6 +25,7 @@ from capacity_plugins.scenario.loads import (
     LoadConfig,
     PeakLoad,
     RateSweepLoad,
+    TraceLoad,
 )
 from capacity_plugins.scenario.sections import (
     EMBEDDED,
@@ -122,7 +123,13 @@ class Scenario(_Strict):
     def open_loop(self) -> bool:
         if isinstance(self.load, CapacitySearchLoad | CacheProbeLoad):
             return self.load.loop == "open"
-        return isinstance(self.load, RateSweepLoad) or self.peak_rps is not None
+        return isinstance(self.load, RateSweepLoad | TraceLoad) or self.peak_rps is not None
+
+    def trace_path(self) -> Path | None:
+        """load.path of a trace replay, made absolute (relative to the scenario file); None otherwise."""
+        if not isinstance(self.load, TraceLoad):
+            return None
+        return _resolve_corpus(self.load.path, self.source_path)
 
     def corpus_path(self) -> str:
         """The corpus spec with a file path made absolute (relative to the scenario file)."""
