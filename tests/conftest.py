@@ -21,6 +21,7 @@ pytest_plugins = [
     "fixtures_telemetry",
     "fixtures_core",
     "fixtures_run",
+    "fixtures_faults",
 ]
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
