@@ -1,0 +1,332 @@
+"""The fault table under real processes: every mode mixed in one `capacity run` (one Locust
+process, a corpus whose prompts select the modes), a dead server, and the signals that stop a
+run, with one process and with `--processes 2`.
+
+What each run must show: records == the requests the server read (up to the requests the stop
+cancelled), every record's kind the documented one for its mode, no request longer than the
+timeout plus a grace, no secret value in any file of the results folder or on the console, no
+traceback, no load left behind, and an exit code from docs/exit-codes.md.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections import Counter
+from pathlib import Path
+
+import psutil
+import pytest
+from fault_server import MODES, SLOW
+from fixtures_faults import (
+    CAPACITY,
+    GRACE_S,
+    ROOT,
+    TIMEOUT_S,
+    FaultSecrets,
+    child_env,
+    folder_files,
+    mode_of,
+    read_records,
+    results_folder,
+    secrets_in,
+    write_fault_corpus,
+    write_scenario,
+)
+
+from capacity_plugins.contracts.redaction import REDACTED
+
+pytestmark = pytest.mark.slow
+
+# docs/exit-codes.md, `capacity run`: every exit this suite sees must be one of these.
+EXIT_CODES = {0: "done", 1: "run could not be completed", 2: "bad input", 3: "gate failed", 130: "Ctrl-C",
+              143: "SIGTERM"}
+# Left out of the mixed run while it is a finding (tests/test_faults_requests.py FINDINGS): each such
+# request holds hundreds of MB in the Locust process until its timeout. Put it back when fixed.
+NOT_MIXED = {"endless_event"}
+MIXED = [m for m in MODES if m not in NOT_MIXED]
+MIXED_TIMEOUT_S = 3.0
+# Eight users share one process with the floods, on a CI host shared with other jobs: the modes
+# that move megabytes may then legitimately end as `timeout` (the endless line not yet at 16 MiB,
+# the 8 MB line not yet read) — but only once the timeout really passed. Alone, each mode's exact
+# kind is pinned by tests/test_faults_requests.py.
+BULKY = {"endless_line", "line_8mb"}
+
+
+def _env(secrets: FaultSecrets) -> dict[str, str]:
+    return child_env(FAULT_API_KEY=secrets.api_key, GATEWAY_KEY=secrets.gateway_key)
+
+
+def _target(server_url: str, secrets: FaultSecrets) -> dict[str, object]:
+    return {"url": secrets.url(server_url), "model": "fault-model", "api_key_env": "FAULT_API_KEY",
+            "headers": {"X-Gateway-Key": "${GATEWAY_KEY}"}}
+
+
+def _run(cmd: list[str], env: dict[str, str], timeout: float) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT)
+
+
+def _no_leaks(folder: Path | None, console: str, secrets: FaultSecrets) -> None:
+    texts = [("console", console)] + (folder_files(folder) if folder is not None and folder.exists() else [])
+    leaks = secrets_in(texts, secrets)
+    assert not leaks, leaks
+
+
+def _left_behind(marker: str) -> list[psutil.Process]:
+    """Processes still alive whose command line names `marker` (this test's folder)."""
+    alive = []
+    for proc in psutil.process_iter(["cmdline"]):
+        try:
+            if marker in " ".join(proc.info["cmdline"] or []):
+                alive.append(proc)
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            pass
+    return alive
+
+
+def _check_records_against_server(records: list[dict], seen: Counter[str], modes: list[str]) -> None:
+    """Per mode: every request the server read is a record; a record the server never read can
+    only be one cancelled by the stop before it was sent."""
+    by_mode = Counter(mode_of(r) for r in records)
+    cancelled = Counter(mode_of(r) for r in records if r["error_kind"] == "cancelled")
+    for mode in modes:
+        assert seen[mode] <= by_mode[mode] <= seen[mode] + cancelled[mode], (
+            f"{mode}: server read {seen[mode]} requests, {by_mode[mode]} records ({cancelled[mode]} cancelled)")
+    assert set(by_mode) <= set(modes), set(by_mode) - set(modes)
+
+
+# -- every mode in one run -----------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def mixed_run(tmp_path_factory, request):
+    """One `capacity run` of 8 users for 12 s against a corpus that cycles through every mode."""
+    from fixtures_faults import FaultServer
+
+    tmp = tmp_path_factory.mktemp("mixed")
+    secrets = FaultSecrets()
+    server = FaultServer()
+    try:
+        corpus = write_fault_corpus(tmp / "faults.jsonl", MIXED, per_mode=40)
+        sc = write_scenario(
+            tmp, "mixed", target=_target(server.url, secrets),
+            corpus={"path": str(corpus), "min_distinct": 10, "sampling": "shuffle"},
+            request={"timeout_s": MIXED_TIMEOUT_S, "max_tokens": 16, "retries": 0},
+            load={"kind": "concurrency_sweep", "levels": [8], "step_s": 12, "warmup_s": 1, "min_requests": 10,
+                  "max_step_s": 12},
+        )
+        p = _run([*CAPACITY, "run", str(sc)], _env(secrets), timeout=240)
+        console = p.stdout + p.stderr
+        yield {"proc": p, "console": console, "folder": results_folder(p.stdout), "seen": server.seen(),
+               "secrets": secrets, "tmp": tmp}
+    finally:
+        server.stop()
+
+
+def test_mixed_run_exit_and_console(mixed_run):
+    p, console = mixed_run["proc"], mixed_run["console"]
+    assert p.returncode in EXIT_CODES, console[-3000:]
+    assert "Traceback" not in console, console[-5000:]
+    import json
+
+    steps = json.loads((mixed_run["folder"] / "steps.json").read_text())["steps"]
+    if any(not s["client_limited"] for s in steps):
+        # failed requests are data: the run itself completed (docs/exit-codes.md)
+        assert p.returncode == 0, console[-3000:]
+    # else: the step is invalid (the not_http replies make the generator back off, and the floods
+    # starve its loop): the table's exit 1 for "no valid step left" is pinned, as a finding, by
+    # test_dead_server_run_with_no_valid_step_exits_1
+    _no_leaks(mixed_run["folder"], console, mixed_run["secrets"])
+
+
+def test_mixed_run_records_match_what_the_server_read(mixed_run):
+    folder, seen = mixed_run["folder"], mixed_run["seen"]
+    records = read_records(folder)
+    _check_records_against_server(records, seen, MIXED)
+    assert all(seen[m] >= 1 for m in MIXED), {m: seen[m] for m in MIXED}  # every mode was exercised
+    import json
+
+    meta = json.loads((folder / "meta.json").read_text())
+    assert meta["records"]["written"] == len(records) and meta["records"]["lost"] == 0, meta["records"]
+
+
+@pytest.mark.parametrize("mode", MIXED)
+def test_mixed_run_mode(mixed_run, mode):
+    records = [r for r in read_records(mixed_run["folder"]) if mode_of(r) == mode]
+    expected = MODES[mode]
+    assert records, f"no record of {mode}"
+    for r in records:
+        if r["error_kind"] == "cancelled":
+            continue
+        assert r["e2e_ms"] <= (MIXED_TIMEOUT_S + GRACE_S) * 1000, f"{mode}: {r['e2e_ms']} ms"
+        if mode in BULKY and r["error_kind"] == "timeout":
+            assert r["e2e_ms"] >= MIXED_TIMEOUT_S * 1000 * 0.95, f"{mode}: a timeout after {r['e2e_ms']} ms"
+            continue
+        assert (r["error_kind"], r["status"]) == (expected.kind, expected.status), r["error"]
+        assert r["ok"] is (expected.kind is None)
+        if mode.startswith("echo_"):
+            assert REDACTED in r["error"], r["error"]
+
+
+# -- a dead server -------------------------------------------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def dead_run(tmp_path_factory):
+    """`capacity run --skip-preflight` of 8 users for 8 s against a port where nothing listens."""
+    tmp = tmp_path_factory.mktemp("dead")
+    secrets = FaultSecrets()
+    sc = write_scenario(
+        tmp, "dead", target=_target(f"http://127.0.0.1:{_free_port()}", secrets),
+        request={"timeout_s": TIMEOUT_S, "max_tokens": 16},
+        load={"kind": "concurrency_sweep", "levels": [8], "step_s": 8, "warmup_s": 1, "min_requests": 10,
+              "max_step_s": 8},
+    )
+    p = _run([*CAPACITY, "run", str(sc), "--skip-preflight"], _env(secrets), timeout=180)
+    return {"proc": p, "console": p.stdout + p.stderr, "folder": results_folder(p.stdout), "secrets": secrets}
+
+
+def test_dead_server_gives_bounded_records_and_flags_the_step(dead_run):
+    """Connection refused for 8 s at 8 users: the generator backs off (a few records a second, not
+    a tight loop of thousands), and the step says the load was not delivered as planned."""
+    p, console, folder = dead_run["proc"], dead_run["console"], dead_run["folder"]
+    assert p.returncode in EXIT_CODES and "Traceback" not in console, console[-3000:]
+    records = read_records(folder)
+    assert records and {r["error_kind"] for r in records} <= {"connect", "cancelled"}
+    import json
+
+    step = json.loads((folder / "steps.json").read_text())["steps"][0]
+    span_s = step["drain_end_unix"] - step["start_unix"]
+    # an unbounded loop makes thousands of records a second; the backoff (up to 5 s) a few
+    assert len(records) <= 8 * (span_s / 2 + 2), f"{len(records)} records in {span_s:.1f} s"
+    assert step["client_limited"] and "refused connections" in step["client_limited_reason"], step
+    assert "not delivered as planned" in step["client_limited_reason"]
+    _no_leaks(folder, console, dead_run["secrets"])
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "finding: docs/exit-codes.md says 1 when 'no valid step left'; `capacity run` against a dead "
+    "server (--skip-preflight) has its only step client_limited (verdict observe, 'no valid step') "
+    "and exits 0"))
+def test_dead_server_run_with_no_valid_step_exits_1(dead_run):
+    import json
+
+    steps = json.loads((dead_run["folder"] / "steps.json").read_text())["steps"]
+    assert not any(not s["client_limited"] for s in steps)  # nothing valid was measured
+    assert dead_run["proc"].returncode == 1, dead_run["console"][-2000:]
+
+
+def test_dead_server_fails_the_preflight(tmp_path):
+    secrets = FaultSecrets()
+    port = _free_port()
+    sc = write_scenario(tmp_path, "deadpf", target=_target(f"http://127.0.0.1:{port}", secrets))
+    p = _run([*CAPACITY, "run", str(sc)], _env(secrets), timeout=60)
+    assert p.returncode == 1, p.stderr
+    assert "Traceback" not in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
+    assert f"http://127.0.0.1:{port}" in p.stderr and "does not answer" in p.stderr
+    assert not (tmp_path / "results").exists() or not any((tmp_path / "results").rglob("requests.jsonl"))
+    _no_leaks(None, p.stdout + p.stderr, secrets)
+
+
+# -- signals, binding, nothing left behind -------------------------------------------------------------
+
+
+def _listening(procs: list[psutil.Process]) -> list[tuple[int, str, int]]:
+    out = []
+    for proc in procs:
+        try:
+            for c in proc.net_connections(kind="inet"):
+                if c.status == psutil.CONN_LISTEN:
+                    out.append((proc.pid, c.laddr.ip, c.laddr.port))
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            pass
+    return out
+
+
+@pytest.mark.parametrize("layout", [[], ["--processes", "2"]], ids=["local", "processes"])
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_signal_stops_the_run_cleanly(tmp_path, fresh_fault_server, signum, layout):
+    """SIGTERM (CI, Kubernetes) to `capacity run`, or Ctrl-C (SIGINT to its process group, as a
+    terminal sends it): a clean stop, in-flight requests recorded as cancelled, no worker lost, no
+    traceback, exit 143 / 130, and no load after it (--processes: the swarm listens on loopback)."""
+    secrets = FaultSecrets()
+    server = fresh_fault_server
+    corpus = write_fault_corpus(tmp_path / "slow.jsonl", [SLOW.name], per_mode=200)
+    exporter = _free_port()
+    sc = write_scenario(
+        tmp_path, "stopped", target=_target(server.url, secrets),
+        corpus={"path": str(corpus), "min_distinct": 10},
+        request={"timeout_s": 30, "max_tokens": 16},
+        load={"kind": "concurrency_sweep", "levels": [4], "step_s": 300, "warmup_s": 1},
+    )
+    cmd = [*CAPACITY, "run", str(sc), *layout, "--exporter-port", str(exporter)]
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=_env(secrets),
+                         cwd=ROOT, process_group=0)
+    lines: list[str] = []
+    try:
+        assert p.stdout is not None
+        deadline = time.monotonic() + 120
+        for line in p.stdout:
+            lines.append(line)
+            if line.startswith("[capacity] step 1/1") or time.monotonic() > deadline:
+                break
+        # wait until requests are in flight (the slow stream takes 2 s)
+        deadline = time.monotonic() + 30
+        while server.seen()[SLOW.name] < 8 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        tree = [psutil.Process(p.pid), *psutil.Process(p.pid).children(recursive=True)]
+        listening = _listening(tree)
+        if signum == signal.SIGINT:
+            os.killpg(p.pid, signal.SIGINT)  # a terminal's Ctrl-C: the foreground group
+        else:
+            p.send_signal(signal.SIGTERM)
+        rest, _ = p.communicate(timeout=120)
+        lines.append(rest)
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait(10)
+    console = "".join(lines)
+    expected_rc = 128 + int(signum)
+    assert p.returncode == expected_rc in EXIT_CODES, (p.returncode, console[-4000:])
+    assert "Traceback" not in console, console[-5000:]
+
+    # the swarm and the exporter listened on loopback only
+    assert any(port == exporter for _pid, _ip, port in listening), listening
+    if layout:
+        assert len(listening) >= 2, listening  # the master's port and the exporter
+    assert all(ip in ("127.0.0.1", "::1") for _pid, ip, _port in listening), listening
+
+    # nothing is left running, and no request reaches the server any more
+    gone, alive = psutil.wait_procs([t for t in tree if t.pid != p.pid], timeout=30)
+    assert not alive and not _left_behind(str(tmp_path)), alive
+    final = server.seen()
+    time.sleep(1.5)
+    assert server.seen() == final, "requests arrived after `capacity run` exited"
+
+    import json
+
+    folder = results_folder(console)
+    records = read_records(folder)
+    _check_records_against_server(records, final, [SLOW.name])
+    kinds = Counter(r["error_kind"] for r in records)
+    assert set(kinds) <= {None, "cancelled"}, kinds
+    assert kinds["cancelled"] >= 1, kinds  # the stop found requests in flight
+    meta = json.loads((folder / "meta.json").read_text())
+    assert meta["complete"] is False and "interrupted" in meta["incomplete_reason"], meta.get("incomplete_reason")
+    assert not meta.get("workers_lost"), meta.get("workers_lost")
+    assert meta["records"]["lost"] == 0 and meta["records"]["written"] == len(records), meta["records"]
+    if layout:
+        assert meta["workers"]["count"] == 2, meta["workers"]
+    steps = json.loads((folder / "steps.json").read_text())["steps"]
+    assert steps[0]["interrupted"] and not steps[0]["membership_changed"], steps[0]
+    _no_leaks(folder, console, secrets)
