@@ -1,0 +1,130 @@
+"""Misuse is exit 2 before any side effect, with one line that never shows a secret.
+
+tests/test_run_misuse.py covers most flags; this adds the flags it leaves out, the secrets that
+are too short to redact (API key, a gateway header from the environment, a URL password), a bad
+scenario or corpus, and the commands themselves. The target is the fault server, so "before any
+side effect" is checked where it matters: it never sees a request (no preflight, no load), and
+no results folder is created.
+"""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+from fixtures_faults import (
+    CAPACITY,
+    LOCUST,
+    ROOT,
+    FaultSecrets,
+    child_env,
+    write_fault_corpus,
+    write_scenario,
+)
+
+# distinctive values under the 6-character minimum: refused, and never printed back
+SHORT = "Qz9kX"
+
+
+def _scenario(tmp_path, server_url, **over):
+    secrets = FaultSecrets()
+    target = {"url": secrets.url(server_url), "model": "fault-model", "api_key_env": "FAULT_API_KEY",
+              "headers": {"X-Gateway-Key": "${GATEWAY_KEY}"}}
+    target.update(over.pop("target", {}))
+    sections = {"target": target, "load": {"levels": [1], "step_s": 2, "warmup_s": 0}}
+    sections.update(over)
+    return write_scenario(tmp_path, "misuse", **sections)
+
+
+def _env(**over):
+    s = FaultSecrets()
+    return child_env(**{"FAULT_API_KEY": s.api_key, "GATEWAY_KEY": s.gateway_key, **over})
+
+
+def _check_refused(p, tmp_path, says, seen_before, server, *, locust=False):
+    out = p.stdout + p.stderr
+    assert p.returncode == 2, (p.returncode, out[-2000:])
+    assert says in p.stderr, p.stderr
+    lines = p.stderr.strip().splitlines()
+    if locust:  # Locust's own log lines ("[date] host/INFO/locust.main: Starting Locust") are not ours
+        lines = [line for line in lines if "/locust." not in line]
+    assert "Traceback" not in out and len(lines) == 1, p.stderr
+    assert not (tmp_path / "results").exists()  # no folder
+    assert server.seen() == seen_before  # no preflight, no load
+    s = FaultSecrets()
+    assert not [v for v in (*s.values(), SHORT) if v in out], out
+
+
+@pytest.mark.parametrize(("extra", "says"), [
+    (["--worker", "--web"], "--web has no meaning on a worker"),
+    (["--worker", "--master-port", "0"], "--master-port: must be a port"),
+    (["--exporter-port", "-1"], "--exporter-port: must be a port"),
+    (["--processes", "-2"], "--processes: must be a positive number"),
+    (["--processes", "2", "--worker"], "--processes runs its own master"),
+    (["--fail-on-verdict", "maybe"], "invalid choice"),
+    (["--repeat", "twice"], "invalid int value"),
+])
+def test_flags_the_misuse_table_leaves_out(fault_server, tmp_path, extra, says):
+    sc = _scenario(tmp_path, fault_server.url)
+    before = fault_server.seen()
+    p = subprocess.run([*CAPACITY, "run", str(sc), *extra], capture_output=True, text=True, timeout=60,
+                       env=_env(), cwd=ROOT)
+    _check_refused(p, tmp_path, says, before, fault_server)
+
+
+@pytest.mark.parametrize(("case", "says"), [
+    ("api key unset", "FAULT_API_KEY_UNSET"),
+    ("api key too short", "target.api_key_env FAULT_API_KEY: a secret shorter than 6 characters"),
+    ("gateway header too short", "header X-Gateway-Key: a secret shorter than 6 characters"),
+    ("url password too short", "the target URL's password: a secret shorter than 6 characters"),
+    ("unknown key", "load.levls"),
+    ("unset variable", "NO_SUCH_FAULT_VAR"),
+    ("too few prompts", "only 3 distinct prompts"),
+    ("missing scenario", "no-such-scenario.yaml: scenario file not found"),
+])
+def test_bad_scenario_or_secret(fault_server, tmp_path, case, says):
+    env = _env()
+    over: dict = {}
+    if case == "api key unset":
+        over["target"] = {"api_key_env": "FAULT_API_KEY_UNSET"}
+    elif case == "api key too short":
+        env["FAULT_API_KEY"] = SHORT
+    elif case == "gateway header too short":
+        env["GATEWAY_KEY"] = SHORT
+    elif case == "url password too short":
+        over["target"] = {"url": fault_server.url.replace("://", f"://alice:{SHORT}@")}
+    elif case == "unknown key":
+        over["load"] = {"levls": [1]}
+    elif case == "unset variable":
+        over["target"] = {"model": "${NO_SUCH_FAULT_VAR}"}
+    elif case == "too few prompts":
+        over["corpus"] = {"path": str(write_fault_corpus(tmp_path / "few.jsonl", ["ok"], per_mode=3)),
+                          "min_distinct": 10}
+    sc = _scenario(tmp_path, fault_server.url, **over)
+    if case == "missing scenario":
+        sc = tmp_path / "no-such-scenario.yaml"
+    before = fault_server.seen()
+    p = subprocess.run([*CAPACITY, "run", str(sc)], capture_output=True, text=True, timeout=60, env=env, cwd=ROOT)
+    _check_refused(p, tmp_path, says, before, fault_server)
+
+
+@pytest.mark.parametrize(("args", "says"), [([], "command"), (["bogus"], "unknown command 'bogus'")])
+def test_no_or_unknown_command(args, says):
+    p = subprocess.run([*CAPACITY, *args], capture_output=True, text=True, timeout=60, env=child_env(), cwd=ROOT)
+    assert p.returncode == 2, (p.returncode, p.stdout, p.stderr)
+    assert says in p.stdout + p.stderr and "Traceback" not in p.stdout + p.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("extra", [["--header", f"X-Api-Key: {SHORT}"], ["--api-key-env", "FAULT_API_KEY"]],
+                         ids=["header", "api-key"])
+def test_plain_locust_refuses_a_secret_too_short(fault_server, tmp_path, extra):
+    corpus = write_fault_corpus(tmp_path / "c.jsonl", ["ok"], per_mode=20)
+    before = fault_server.seen()
+    p = subprocess.run(
+        [*LOCUST, "-f", str(ROOT / "locustfiles" / "llm.py"), "--headless", "-u", "1", "-t", "2s",
+         "--host", fault_server.url, "--corpus", str(corpus), "--min-distinct", "1", "--model", "fault-model",
+         "--results-dir", str(tmp_path / "results"), *extra],
+        capture_output=True, text=True, timeout=90, env=_env(FAULT_API_KEY=SHORT), cwd=ROOT,
+    )
+    _check_refused(p, tmp_path, "shorter than 6 characters", before, fault_server, locust=True)
