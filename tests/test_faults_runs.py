@@ -10,6 +10,7 @@ traceback, no load left behind, and an exit code from docs/exit-codes.md.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -252,6 +253,55 @@ def _listening(procs: list[psutil.Process]) -> list[tuple[int, str, int]]:
     return out
 
 
+def _start_slow_run(tmp_path: Path, server, secrets: FaultSecrets, *extra: str):
+    """`capacity run` (in its own process group) of 4 users on 2 s streams, returned once the
+    step runs and requests are in flight: (process, console lines so far, the process tree)."""
+    corpus = write_fault_corpus(tmp_path / "slow.jsonl", [SLOW.name], per_mode=200)
+    sc = write_scenario(
+        tmp_path, "stopped", target=_target(server.url, secrets),
+        corpus={"path": str(corpus), "min_distinct": 10},
+        request={"timeout_s": 30, "max_tokens": 16},
+        load={"kind": "concurrency_sweep", "levels": [4], "step_s": 300, "warmup_s": 1},
+    )
+    p = subprocess.Popen([*CAPACITY, "run", str(sc), *extra], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                         text=True, env=_env(secrets), cwd=ROOT, process_group=0)
+    lines: list[str] = []
+    assert p.stdout is not None
+    deadline = time.monotonic() + 120
+    for line in p.stdout:
+        lines.append(line)
+        if line.startswith("[capacity] step 1/1") or time.monotonic() > deadline:
+            break
+    deadline = time.monotonic() + 30
+    while server.seen()[SLOW.name] < 8 and time.monotonic() < deadline:  # a slow stream takes 2 s
+        time.sleep(0.2)
+    tree = [psutil.Process(p.pid), *psutil.Process(p.pid).children(recursive=True)]
+    return p, lines, tree
+
+
+def _check_stopped_cleanly(folder: Path, server, tmp_path: Path, tree: list[psutil.Process], workers: int) -> None:
+    """Nothing left running, no request after it, every request read is a record, nobody lost."""
+    import json
+
+    _gone, alive = psutil.wait_procs(tree, timeout=60)
+    assert not alive and not _left_behind(str(tmp_path)), alive
+    final = server.seen()
+    time.sleep(1.5)
+    assert server.seen() == final, "requests arrived after every process of the run had exited"
+    records = read_records(folder)
+    _check_records_against_server(records, final, [SLOW.name])
+    kinds = Counter(r["error_kind"] for r in records)
+    assert set(kinds) <= {None, "cancelled"}, kinds
+    assert kinds["cancelled"] >= 1, kinds  # the stop found requests in flight, and recorded them
+    meta = json.loads((folder / "meta.json").read_text())
+    assert meta["complete"] is False and meta["incomplete_reason"], meta.get("incomplete_reason")
+    assert not meta.get("workers_lost"), meta.get("workers_lost")
+    assert meta["records"]["lost"] == 0 and meta["records"]["written"] == len(records), meta["records"]
+    assert meta["workers"]["count"] == workers, meta["workers"]
+    steps = json.loads((folder / "steps.json").read_text())["steps"]
+    assert steps[0]["interrupted"] and not steps[0]["membership_changed"], steps[0]
+
+
 @pytest.mark.parametrize("layout", [[], ["--processes", "2"]], ids=["local", "processes"])
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 def test_a_signal_stops_the_run_cleanly(tmp_path, fresh_fault_server, signum, layout):
@@ -259,31 +309,9 @@ def test_a_signal_stops_the_run_cleanly(tmp_path, fresh_fault_server, signum, la
     terminal sends it): a clean stop, in-flight requests recorded as cancelled, no worker lost, no
     traceback, exit 143 / 130, and no load after it (--processes: the swarm listens on loopback)."""
     secrets = FaultSecrets()
-    server = fresh_fault_server
-    corpus = write_fault_corpus(tmp_path / "slow.jsonl", [SLOW.name], per_mode=200)
     exporter = _free_port()
-    sc = write_scenario(
-        tmp_path, "stopped", target=_target(server.url, secrets),
-        corpus={"path": str(corpus), "min_distinct": 10},
-        request={"timeout_s": 30, "max_tokens": 16},
-        load={"kind": "concurrency_sweep", "levels": [4], "step_s": 300, "warmup_s": 1},
-    )
-    cmd = [*CAPACITY, "run", str(sc), *layout, "--exporter-port", str(exporter)]
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=_env(secrets),
-                         cwd=ROOT, process_group=0)
-    lines: list[str] = []
+    p, lines, tree = _start_slow_run(tmp_path, fresh_fault_server, secrets, *layout, "--exporter-port", str(exporter))
     try:
-        assert p.stdout is not None
-        deadline = time.monotonic() + 120
-        for line in p.stdout:
-            lines.append(line)
-            if line.startswith("[capacity] step 1/1") or time.monotonic() > deadline:
-                break
-        # wait until requests are in flight (the slow stream takes 2 s)
-        deadline = time.monotonic() + 30
-        while server.seen()[SLOW.name] < 8 and time.monotonic() < deadline:
-            time.sleep(0.2)
-        tree = [psutil.Process(p.pid), *psutil.Process(p.pid).children(recursive=True)]
         listening = _listening(tree)
         if signum == signal.SIGINT:
             os.killpg(p.pid, signal.SIGINT)  # a terminal's Ctrl-C: the foreground group
@@ -296,37 +324,52 @@ def test_a_signal_stops_the_run_cleanly(tmp_path, fresh_fault_server, signum, la
             os.killpg(p.pid, signal.SIGKILL)
             p.wait(10)
     console = "".join(lines)
-    expected_rc = 128 + int(signum)
-    assert p.returncode == expected_rc in EXIT_CODES, (p.returncode, console[-4000:])
+    assert p.returncode == 128 + int(signum) and p.returncode in EXIT_CODES, (p.returncode, console[-4000:])
     assert "Traceback" not in console, console[-5000:]
-
     # the swarm and the exporter listened on loopback only
     assert any(port == exporter for _pid, _ip, port in listening), listening
     if layout:
         assert len(listening) >= 2, listening  # the master's port and the exporter
     assert all(ip in ("127.0.0.1", "::1") for _pid, ip, _port in listening), listening
-
-    # nothing is left running, and no request reaches the server any more
-    gone, alive = psutil.wait_procs([t for t in tree if t.pid != p.pid], timeout=30)
-    assert not alive and not _left_behind(str(tmp_path)), alive
-    final = server.seen()
-    time.sleep(1.5)
-    assert server.seen() == final, "requests arrived after `capacity run` exited"
-
+    folder = results_folder(console)
+    _check_stopped_cleanly(folder, fresh_fault_server, tmp_path, tree, workers=2 if layout else 1)
     import json
 
-    folder = results_folder(console)
-    records = read_records(folder)
-    _check_records_against_server(records, final, [SLOW.name])
-    kinds = Counter(r["error_kind"] for r in records)
-    assert set(kinds) <= {None, "cancelled"}, kinds
-    assert kinds["cancelled"] >= 1, kinds  # the stop found requests in flight
-    meta = json.loads((folder / "meta.json").read_text())
-    assert meta["complete"] is False and "interrupted" in meta["incomplete_reason"], meta.get("incomplete_reason")
-    assert not meta.get("workers_lost"), meta.get("workers_lost")
-    assert meta["records"]["lost"] == 0 and meta["records"]["written"] == len(records), meta["records"]
-    if layout:
-        assert meta["workers"]["count"] == 2, meta["workers"]
-    steps = json.loads((folder / "steps.json").read_text())["steps"]
-    assert steps[0]["interrupted"] and not steps[0]["membership_changed"], steps[0]
+    assert "interrupted" in json.loads((folder / "meta.json").read_text())["incomplete_reason"]
+    _no_leaks(folder, console, secrets)
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "finding: after `kill -9` of `capacity run --processes 2` the Locust master gets SIGTERM twice "
+    "(the kernel's PDEATHSIG and the supervisor-pipe watchdog, load/supervisor.py); when they do not "
+    "coalesce (3 of 5 plain kill -9 runs here) the second is thrown as KeyboardInterrupt into the "
+    "clean stop (locust_compat.quit_after_final_records → runner.stop): a traceback, no meta.json, "
+    "records lost, and both workers left running ~60 s until their heartbeat timeout"))
+def test_kill_9_of_capacity_run_still_ends_the_load_cleanly(tmp_path, fresh_fault_server):
+    """tests/test_run_supervision.py checks that no process outlives a `kill -9` of `capacity run`
+    (within 90 s); this checks how the orphaned swarm ends (docs/running.md: it "stops the same
+    clean way, and tells its own workers to quit"): promptly, no traceback, every request the
+    server read a record, those in flight cancelled, no worker lost, nothing sent afterwards.
+
+    The orphan gets SIGTERM from the kernel and again from its supervisor watchdog; the test sends
+    the second one itself 0.3 s later, so the case where the two do not coalesce is certain."""
+    secrets = FaultSecrets()
+    p, lines, tree = _start_slow_run(tmp_path, fresh_fault_server, secrets, "--processes", "2")
+    master = tree[1]
+    try:
+        p.kill()
+        time.sleep(0.3)
+        with contextlib.suppress(psutil.NoSuchProcess):
+            master.send_signal(signal.SIGTERM)
+        # the pipe stays open until the orphans exit: a clean stop takes a few seconds
+        rest, _ = p.communicate(timeout=20)
+        lines.append(rest)
+    finally:
+        for proc in _left_behind(str(tmp_path)):
+            proc.kill()
+    console = "".join(lines)
+    assert p.returncode == -signal.SIGKILL
+    assert "Traceback" not in console, console[-5000:]
+    folder = Path(next(line for line in lines if line.startswith("[capacity] results → ")).split(" → ", 1)[1].strip())
+    _check_stopped_cleanly(folder, fresh_fault_server, tmp_path, tree[1:], workers=2)
     _no_leaks(folder, console, secrets)
