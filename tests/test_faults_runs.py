@@ -141,6 +141,15 @@ def test_mixed_run_exit_and_console(mixed_run):
     # starve its loop): the table's exit 1 for "no valid step left" is pinned, as a finding, by
     # test_dead_server_run_with_no_valid_step_exits_1
     _no_leaks(mixed_run["folder"], console, mixed_run["secrets"])
+    # Locust's own files and console name failures by kind only, never by the server's text
+    # (docs/secrets.md); the records keep the text, scrubbed
+    server_texts = ("fault server", "SSH-2.0", "Bad Gateway", "is not valid here")
+    for name in ("locust_failures.csv", "locust_report.html", "locust_stats.csv", "locust_exceptions.csv"):
+        text = (mixed_run["folder"] / name).read_text()
+        assert not [t for t in server_texts if t in text], name
+    assert not [t for t in server_texts if t in console], console[-3000:]
+    failures = (mixed_run["folder"] / "locust_failures.csv").read_text()
+    assert "LLMRequestError('protocol')" in failures and "LLMRequestError('http_5xx (HTTP 503)')" in failures
 
 
 def test_mixed_run_records_match_what_the_server_read(mixed_run):
