@@ -118,6 +118,8 @@ def mixed_run(tmp_path_factory, request):
             request={"timeout_s": MIXED_TIMEOUT_S, "max_tokens": 16, "retries": 0},
             load={"kind": "concurrency_sweep", "levels": [8], "step_s": 12, "warmup_s": 1, "min_requests": 10,
                   "max_step_s": 12},
+            # a scrape target with user:password that answers 404: its URL lands in the gap list
+            telemetry={"scrape": [secrets.url(server.url) + "/metrics"], "nvml": False},
         )
         p = _run([*CAPACITY, "run", str(sc)], _env(secrets), timeout=240)
         console = p.stdout + p.stderr
@@ -161,6 +163,8 @@ def test_mixed_run_records_match_what_the_server_read(mixed_run):
 
     meta = json.loads((folder / "meta.json").read_text())
     assert meta["records"]["written"] == len(records) and meta["records"]["lost"] == 0, meta["records"]
+    # the scrape target's failures were written (without its password: test_mixed_run_exit_and_console)
+    assert meta["telemetry"]["gaps"], meta["telemetry"]
 
 
 @pytest.mark.parametrize("mode", MIXED)
