@@ -14,7 +14,8 @@ The server counts the requests it has read, per mode: `GET /_faults/seen` → `{
 → `{"mode": bytes}`: how much of its most recent endless stream the client took before it hung up. No mode keeps a
 connection longer than `HOLD_S`, so a client that never hangs up cannot leave it running.
 
-Run: python tests/fault_server.py [PORT] — prints `PORT <n>` once it listens (0 = any free port).
+Run: python tests/fault_server.py [PORT] [--exit-on-stdin-eof] — prints `PORT <n>` once it listens
+(0 = any free port); with the flag it exits when its stdin closes (the test that started it ended).
 """
 
 from __future__ import annotations
@@ -433,6 +434,20 @@ async def main(port: int) -> None:
         await server.serve_forever()
 
 
+def _exit_with_stdin() -> None:
+    """The test that started us holds our stdin: when it ends, however it ends, so do we."""
+    import os
+    import threading
+
+    def wait() -> None:
+        sys.stdin.buffer.read()
+        os._exit(0)
+
+    threading.Thread(target=wait, daemon=True).start()
+
+
 if __name__ == "__main__":
+    if "--exit-on-stdin-eof" in sys.argv:
+        _exit_with_stdin()
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(main(int(sys.argv[1]) if len(sys.argv) > 1 else 0))

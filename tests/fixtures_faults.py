@@ -36,8 +36,8 @@ class FaultServer:
     """tests/fault_server.py in a child process; `seen()` is what it has read, per mode."""
 
     def __init__(self) -> None:
-        self.proc = subprocess.Popen([sys.executable, str(TESTS / "fault_server.py"), "0"],
-                                     stdout=subprocess.PIPE, text=True)
+        self.proc = subprocess.Popen([sys.executable, str(TESTS / "fault_server.py"), "0", "--exit-on-stdin-eof"],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline()
         if not line.startswith("PORT "):
@@ -63,6 +63,8 @@ class FaultServer:
             time.sleep(0.05)
 
     def stop(self) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
         self.proc.terminate()
         try:
             self.proc.wait(5)
