@@ -69,9 +69,15 @@ MODES: dict[str, Mode] = {m.name: m for m in (
     Mode("endless_event", "`data:` lines of 1 KiB as fast as they are read, never the blank line", "malformed", 200),
     Mode("error_event", "200 stream: one token, then an error event", "server_error", 200),
     Mode("not_http", "reads the request, answers an SSH banner and garbage, closes", "protocol", 0),
-    Mode("echo_401", "401 whose JSON body echoes the Authorization and gateway headers", "http_4xx", 401),
-    Mode("echo_stream_error", "200 stream whose error event echoes the Authorization and gateway headers",
+    Mode("echo_401", "401 whose JSON body echoes the credential headers", "http_4xx", 401),
+    Mode("echo_stream_error", "200 stream whose error event echoes the credential headers",
          "server_error", 200),
+    # The client keeps 300 characters of a server's text: the echoed key straddles that cut.
+    Mode("echo_401_at_cut", "401 whose body echoes the bearer token across its 300th character", "http_4xx", 401),
+    Mode("echo_stream_error_at_cut", "an error event whose message echoes the bearer token across its 300th character",
+         "server_error", 200),
+    # ... and across the 200th, where the preflight cuts (its console message)
+    Mode("echo_401_at_cut_200", "401 whose body echoes the bearer token across its 200th character", "http_4xx", 401),
 )}
 # Not a server mode: nothing listens (`connect`, status 0).
 REFUSED = Mode("refused", "no server on the port", "connect", 0)
@@ -165,15 +171,17 @@ def full_body(rid: str) -> bytes:
 
 def echoed_credentials(req: Request) -> str:
     """What a careless server writes back: the Authorization header (and, for Basic, the decoded
-    user:password) and the gateway key, first, so the client's 300-character cut keeps them."""
+    user:password) and the other credentials it was sent, first, so the client's 300-character
+    cut keeps them."""
     auth = req.headers.get("authorization", "")
     parts = [f"Authorization: {auth}"]
     scheme, _, token = auth.partition(" ")
     if scheme.lower() == "basic":
         with contextlib.suppress(ValueError):
             parts.append(f"decoded: {base64.b64decode(token).decode()}")
-    if "x-gateway-key" in req.headers:
-        parts.append(f"X-Gateway-Key: {req.headers['x-gateway-key']}")
+    for name in ("x-gateway-key", "x-route"):
+        if name in req.headers:
+            parts.append(f"{name}: {req.headers[name]}")
     return "; ".join(parts) + " is not valid here"
 
 
@@ -345,6 +353,32 @@ async def m_not_http(req: Request, r: asyncio.StreamReader, w: Writer, rid: str)
     return False
 
 
+CUT = 300  # what the client keeps of a server's text (load/users.py, dialects/base.py error_text)
+
+
+def token_across_the_cut(req: Request, offset: int, cut: int = CUT) -> str:
+    """A message in which the bearer token starts 10 characters before the cut, counted from
+    `offset` (where the message starts in what the client cuts)."""
+    token = req.headers.get("authorization", "").partition(" ")[2]
+    return "p" * (cut - 10 - offset) + token + " is not valid here"
+
+
+def _echo_401_at(cut: int) -> Handler:
+    async def h(req: Request, r: asyncio.StreamReader, w: Writer, rid: str) -> bool:
+        prefix = '{"error": {"message": "'
+        body = prefix + token_across_the_cut(req, len(prefix), cut) + '", "type": "authentication_error"}}'
+        await send(w, whole(401, "Unauthorized", body.encode(), "application/json"))
+        return True
+    return h
+
+
+async def m_echo_stream_error_at_cut(req: Request, r: asyncio.StreamReader, w: Writer, rid: str) -> bool:
+    await send(w, STREAM_HEAD + b"".join(chunk(e) for e in ok_events(rid)[:2]))
+    await send(w, chunk(event({"error": {"message": token_across_the_cut(req, 0), "type": "authentication_error"}})))
+    await send(w, chunk(b"data: [DONE]\n\n") + LAST_CHUNK)
+    return True
+
+
 async def m_echo_401(req: Request, r: asyncio.StreamReader, w: Writer, rid: str) -> bool:
     body = json.dumps({"error": {"message": echoed_credentials(req), "type": "authentication_error"}})
     await send(w, whole(401, "Unauthorized", body.encode(), "application/json"))
@@ -386,6 +420,9 @@ HANDLERS: dict[str, Handler] = {
     "not_http": m_not_http,
     "echo_401": m_echo_401,
     "echo_stream_error": m_echo_stream_error,
+    "echo_401_at_cut": _echo_401_at(CUT),
+    "echo_401_at_cut_200": _echo_401_at(200),
+    "echo_stream_error_at_cut": m_echo_stream_error_at_cut,
 }
 assert set(HANDLERS) == set(MODES) | {"slow"}, set(HANDLERS) ^ set(MODES)
 
@@ -407,7 +444,9 @@ async def handle(reader: asyncio.StreamReader, writer: Writer) -> None:
                 continue
             if req.method == "GET" and req.path.rstrip("/") == "/v1/models":
                 _SEEN["models"] += 1
-                listing = {"object": "list", "data": [{"id": "fault-model", "object": "model"}]}
+                # every mode is also a model, so a preflight can be sent into one (target.model)
+                names = ["fault-model", *(f"FAULT:{m}" for m in HANDLERS)]
+                listing = {"object": "list", "data": [{"id": n, "object": "model"} for n in names]}
                 await send(writer, whole(200, "OK", json.dumps(listing).encode(), "application/json"))
                 continue
             if req.method != "POST":

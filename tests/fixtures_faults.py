@@ -102,6 +102,9 @@ class FaultSecrets:
 
     api_key: str = "sk-fault-APIKEY-7f3a9c21"          # from FAULT_API_KEY (target.api_key_env)
     gateway_key: str = "gw-fault-GWKEY-51be02d4"       # X-Gateway-Key: ${GATEWAY_KEY}
+    # a header whose *name* says nothing (X-Route): a secret only because its value is that of a
+    # credential-named variable, ROUTE_SECRET (docs/secrets.md)
+    route_token: str = "rt-fault-ROUTE-3c8e41f0"
     user: str = "alice"
     password: str = "pw-fault-PASS-9d2e7163"           # http://alice:PASS@host
 
@@ -111,7 +114,14 @@ class FaultSecrets:
 
     def values(self) -> tuple[str, ...]:
         """Every value that must never be written or printed."""
-        return (self.api_key, self.gateway_key, self.password, self.basic_token)
+        return (self.api_key, self.gateway_key, self.route_token, self.password, self.basic_token)
+
+    def env(self) -> dict[str, str]:
+        return {"FAULT_API_KEY": self.api_key, "GATEWAY_KEY": self.gateway_key, "ROUTE_SECRET": self.route_token}
+
+    def header_args(self) -> list[str]:
+        """The extra headers as --header values (plain Locust / an in-process user)."""
+        return [f"X-Gateway-Key: {self.gateway_key}", f"X-Route: {self.route_token}"]
 
     def url(self, base: str) -> str:
         return base.replace("://", f"://{self.user}:{self.password}@", 1)
@@ -120,19 +130,24 @@ class FaultSecrets:
 @pytest.fixture
 def fault_secrets(monkeypatch: pytest.MonkeyPatch) -> FaultSecrets:
     s = FaultSecrets()
-    monkeypatch.setenv("FAULT_API_KEY", s.api_key)
-    monkeypatch.setenv("GATEWAY_KEY", s.gateway_key)
+    for name, value in s.env().items():
+        monkeypatch.setenv(name, value)
     return s
 
 
+# A secret's first characters alone are a leak too (a key cut in half by a length limit).
+FRAGMENT_CHARS = 10
+
+
 def secrets_in(texts: Iterable[tuple[str, bytes | str]], secrets: FaultSecrets) -> list[str]:
-    """'where: which' for every secret value found in (where, content) pairs."""
+    """'where: which' for every secret value, or its first FRAGMENT_CHARS characters, found in
+    (where, content) pairs."""
     found = []
     for where, content in texts:
         data = content.encode() if isinstance(content, str) else content
         for value in secrets.values():
-            if value.encode() in data:
-                found.append(f"{where}: {value}")
+            if value[:FRAGMENT_CHARS].encode() in data:
+                found.append(f"{where}: {value}" + ("" if value.encode() in data else f" (its first {FRAGMENT_CHARS} characters)"))
     return found
 
 

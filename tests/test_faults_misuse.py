@@ -29,7 +29,7 @@ SHORT = "Qz9kX"
 def _scenario(tmp_path, server_url, **over):
     secrets = FaultSecrets()
     target = {"url": secrets.url(server_url), "model": "fault-model", "api_key_env": "FAULT_API_KEY",
-              "headers": {"X-Gateway-Key": "${GATEWAY_KEY}"}}
+              "headers": {"X-Gateway-Key": "${GATEWAY_KEY}", "X-Route": "${ROUTE_SECRET}"}}
     target.update(over.pop("target", {}))
     sections = {"target": target, "load": {"levels": [1], "step_s": 2, "warmup_s": 0}}
     sections.update(over)
@@ -37,8 +37,7 @@ def _scenario(tmp_path, server_url, **over):
 
 
 def _env(**over):
-    s = FaultSecrets()
-    return child_env(**{"FAULT_API_KEY": s.api_key, "GATEWAY_KEY": s.gateway_key, **over})
+    return child_env(**{**FaultSecrets().env(), **over})
 
 
 def _check_refused(p, tmp_path, says, seen_before, server, *, locust=False):

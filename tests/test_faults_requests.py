@@ -1,7 +1,8 @@
 """The fault table, one request at a time: an LLMUser in this process against every mode of the
-hostile server (tests/fault_server.py), each with an API key, a gateway header from the
-environment and a password in the target URL.
+hostile server (tests/fault_server.py).
 
+The credentials: an API key (`--api-key-env`), `X-Gateway-Key` and `X-Route` headers whose values
+are those of credential-named environment variables, and a password in the target URL.
 For every mode: the request ends within the request timeout plus a grace, it is exactly one
 record and one Locust event for exactly one request the server read, its `error_kind` and
 status are the ones docs/results.md gives that failure, and no secret value reaches any file of
@@ -31,6 +32,11 @@ FINDINGS = {
         "without bound (SSEDecoder keeps every data line; stream.py bounds lines, not events): "
         "~280 MB taken in 2 s, ended only by the timeout, where a line over 16 MiB is `malformed`"
     ),
+    **dict.fromkeys(("echo_401_at_cut", "echo_stream_error_at_cut"), (
+        "a secret that straddles the 300-character cut of a server's text leaks its first part: the "
+        "text is cut first (load/users.py `[:300]`, dialects/base.py error_text) and scrubbed after, so "
+        "the scrub no longer finds the whole value; `error` in requests.jsonl keeps `sk-fault-A…`"
+    )),
 }
 FLOODS = ("endless_line", "endless_event")  # endless streams the client must stop taking
 MAX_TAKEN = 32 * 1024 * 1024  # the 16 MiB line limit, plus what the kernel's socket buffers hold
@@ -67,7 +73,7 @@ def test_one_request_per_mode(mode, fault_server, fault_secrets, corpus, tmp_pat
     out = tmp_path / "out"
     env, ctx, user = local_user(
         fault_secrets.url(base), out, corpus, model=f"FAULT:{mode.name}",
-        api_key_env="FAULT_API_KEY", header=[f"X-Gateway-Key: {fault_secrets.gateway_key}"],
+        api_key_env="FAULT_API_KEY", header=fault_secrets.header_args(),
     )
     fired = []
     env.events.request.add_listener(lambda **kw: fired.append(kw))
@@ -103,7 +109,7 @@ def test_one_request_per_mode(mode, fault_server, fault_secrets, corpus, tmp_pat
         # Locust groups failures by kind, never by the server's text
         assert str(fired[0]["exception"]) in (mode.kind, f"{mode.kind} (HTTP {mode.status})")
     # the server echoed the credentials: scrubbed, not cut away
-    if mode.name.startswith("echo_"):
+    if mode.name in ("echo_401", "echo_stream_error"):
         assert REDACTED in rec.error, rec.error
     # no secret value anywhere: files, console, log
     console = capfd.readouterr()
@@ -118,7 +124,8 @@ def test_echoed_basic_credentials_are_scrubbed(mode, fault_server, fault_secrets
     """Without an API key the URL's user:password is sent as Basic auth; a server that echoes it
     (token and decoded password) gets neither into a file, the console or the log."""
     out = tmp_path / "out"
-    env, ctx, user = local_user(fault_secrets.url(fault_server.url), out, corpus, model=f"FAULT:{mode}")
+    env, ctx, user = local_user(fault_secrets.url(fault_server.url), out, corpus, model=f"FAULT:{mode}",
+                                header=fault_secrets.header_args())
     rec = user.call(ctx.next_sample())
     env.events.quitting.fire(environment=env)
     assert rec.error_kind == MODES[mode].kind

@@ -45,9 +45,10 @@ pytestmark = pytest.mark.slow
 # docs/exit-codes.md, `capacity run`: every exit this suite sees must be one of these.
 EXIT_CODES = {0: "done", 1: "run could not be completed", 2: "bad input", 3: "gate failed", 130: "Ctrl-C",
               143: "SIGTERM"}
-# Left out of the mixed run while it is a finding (tests/test_faults_requests.py FINDINGS): each such
-# request holds hundreds of MB in the Locust process until its timeout. Put it back when fixed.
-NOT_MIXED = {"endless_event"}
+# Left out of the mixed run while they are findings (tests/test_faults_requests.py FINDINGS): an
+# endless event holds hundreds of MB in the Locust process until its timeout, and the echoes across
+# the 300-character cut leak a key fragment into requests.jsonl. Put them back when fixed.
+NOT_MIXED = {"endless_event", "echo_401_at_cut", "echo_stream_error_at_cut"}
 MIXED = [m for m in MODES if m not in NOT_MIXED]
 MIXED_TIMEOUT_S = 3.0
 # Eight users share one process with the floods, on a CI host shared with other jobs: the modes
@@ -58,12 +59,12 @@ BULKY = {"endless_line", "line_8mb"}
 
 
 def _env(secrets: FaultSecrets) -> dict[str, str]:
-    return child_env(FAULT_API_KEY=secrets.api_key, GATEWAY_KEY=secrets.gateway_key)
+    return child_env(**secrets.env())
 
 
 def _target(server_url: str, secrets: FaultSecrets) -> dict[str, object]:
     return {"url": secrets.url(server_url), "model": "fault-model", "api_key_env": "FAULT_API_KEY",
-            "headers": {"X-Gateway-Key": "${GATEWAY_KEY}"}}
+            "headers": {"X-Gateway-Key": "${GATEWAY_KEY}", "X-Route": "${ROUTE_SECRET}"}}
 
 
 def _run(cmd: list[str], env: dict[str, str], timeout: float) -> subprocess.CompletedProcess[str]:
@@ -181,7 +182,7 @@ def test_mixed_run_mode(mixed_run, mode):
             continue
         assert (r["error_kind"], r["status"]) == (expected.kind, expected.status), r["error"]
         assert r["ok"] is (expected.kind is None)
-        if mode.startswith("echo_"):
+        if mode in ("echo_401", "echo_stream_error"):
             assert REDACTED in r["error"], r["error"]
 
 
@@ -248,6 +249,26 @@ def test_dead_server_fails_the_preflight(tmp_path):
     assert "Traceback" not in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
     assert f"http://127.0.0.1:{port}" in p.stderr and "does not answer" in p.stderr
     assert not (tmp_path / "results").exists() or not any((tmp_path / "results").rglob("requests.jsonl"))
+    _no_leaks(None, p.stdout + p.stderr, secrets)
+
+
+@pytest.mark.parametrize("mode", [
+    "echo_401",
+    pytest.param("echo_401_at_cut_200", marks=pytest.mark.xfail(strict=True, reason=(
+        "finding: the preflight's failure line keeps 200 characters of the server's text and scrubs "
+        "after the cut (runner/preflight.py _Client.text): a key that straddles the cut is printed in "
+        "part (`sk-fault-A…`) on the console"))),
+])
+def test_a_preflight_answered_with_the_credentials_echoed(tmp_path, fault_server, mode):
+    """The preflight's test request meets a server that echoes the credentials into its 401: exit 1,
+    one line naming the status, no secret value (nor its first characters) on the console."""
+    secrets = FaultSecrets()
+    target = _target(fault_server.url, secrets) | {"model": f"FAULT:{mode}"}
+    sc = write_scenario(tmp_path, "echo", target=target)
+    p = _run([*CAPACITY, "run", str(sc)], _env(secrets), timeout=60)
+    assert p.returncode == 1, p.stdout + p.stderr
+    assert "Traceback" not in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
+    assert "answered HTTP 401" in p.stderr
     _no_leaks(None, p.stdout + p.stderr, secrets)
 
 
