@@ -160,10 +160,12 @@ def folder_files(folder: Path) -> list[tuple[str, bytes]]:
 
 
 def write_fault_corpus(path: Path, modes: Iterable[str], per_mode: int) -> Path:
-    """A JSONL corpus whose prompts select the server's modes: id `<mode>-<n>`, prompt `FAULT:<mode> …`."""
+    """A JSONL corpus whose prompts select the server's modes: id `<mode>-<n>`, prompt `FAULT:<mode> …`,
+    the modes taking turns (read `sequential`, every mode comes up within the first len(modes))."""
+    modes = list(modes)
     with path.open("w") as f:
-        for mode in modes:
-            for i in range(per_mode):
+        for i in range(per_mode):
+            for mode in modes:
                 f.write(json.dumps({"id": f"{mode}-{i}", "prompt": f"FAULT:{mode} request {i}: say something"}) + "\n")
     return path
 

@@ -63,7 +63,8 @@ def _check_refused(p, tmp_path, says, seen_before, server, *, locust=False):
     (["--fail-on-verdict", "maybe"], "invalid choice"),
     (["--repeat", "twice"], "invalid int value"),
 ])
-def test_flags_the_misuse_table_leaves_out(fault_server, tmp_path, extra, says):
+def test_flags_the_misuse_table_leaves_out(fresh_fault_server, tmp_path, extra, says):
+    fault_server = fresh_fault_server
     sc = _scenario(tmp_path, fault_server.url)
     before = fault_server.seen()
     p = subprocess.run([*CAPACITY, "run", str(sc), *extra], capture_output=True, text=True, timeout=60,
@@ -81,7 +82,8 @@ def test_flags_the_misuse_table_leaves_out(fault_server, tmp_path, extra, says):
     ("too few prompts", "only 3 distinct prompts"),
     ("missing scenario", "no-such-scenario.yaml: scenario file not found"),
 ])
-def test_bad_scenario_or_secret(fault_server, tmp_path, case, says):
+def test_bad_scenario_or_secret(fresh_fault_server, tmp_path, case, says):
+    fault_server = fresh_fault_server
     env = _env()
     over: dict = {}
     if case == "api key unset":
@@ -117,7 +119,8 @@ def test_no_or_unknown_command(args, says):
 @pytest.mark.slow
 @pytest.mark.parametrize("extra", [["--header", f"X-Api-Key: {SHORT}"], ["--api-key-env", "FAULT_API_KEY"]],
                          ids=["header", "api-key"])
-def test_plain_locust_refuses_a_secret_too_short(fault_server, tmp_path, extra):
+def test_plain_locust_refuses_a_secret_too_short(fresh_fault_server, tmp_path, extra):
+    fault_server = fresh_fault_server
     corpus = write_fault_corpus(tmp_path / "c.jsonl", ["ok"], per_mode=20)
     before = fault_server.seen()
     p = subprocess.run(

@@ -115,7 +115,7 @@ def mixed_run(tmp_path_factory, request):
         corpus = write_fault_corpus(tmp / "faults.jsonl", MIXED, per_mode=40)
         sc = write_scenario(
             tmp, "mixed", target=_target(server.url, secrets),
-            corpus={"path": str(corpus), "min_distinct": 10, "sampling": "shuffle"},
+            corpus={"path": str(corpus), "min_distinct": 10, "sampling": "sequential"},  # modes in turn
             request={"timeout_s": MIXED_TIMEOUT_S, "max_tokens": 16, "retries": 0},
             load={"kind": "concurrency_sweep", "levels": [8], "step_s": 12, "warmup_s": 1, "min_requests": 10,
                   "max_step_s": 12},
