@@ -406,7 +406,7 @@ def test_kill_9_of_capacity_run_still_ends_the_load_cleanly(tmp_path, fresh_faul
         with contextlib.suppress(psutil.NoSuchProcess):
             master.send_signal(signal.SIGTERM)
         # the pipe stays open until the orphans exit: a clean stop takes a few seconds
-        rest, _ = p.communicate(timeout=20)
+        rest, _ = p.communicate(timeout=15)
         lines.append(rest)
     finally:
         for proc in _left_behind(str(tmp_path)):
