@@ -3,7 +3,9 @@
 Goal (issue 6): <= 10 s and <= 2 GB on a 2-core machine. Two layouts of the documented schema:
 `itl_ms` inline in requests.jsonl, and ITL moved to the `itl.jsonl` side file. The folders are
 generated once and cached under /tmp. Each analysis runs in a fresh process (`capacity analyze`,
-reports included) so its peak RSS is its own. Prints figures; asserts nothing.
+reports included) so its peak RSS is its own. A last line prices the intervals alone: nearest-rank
+P50/P95/P99 *with* their order-statistic intervals against the plain percentiles, on one step's
+worth of ITL gaps. Prints figures; asserts nothing.
 
     python bench/bench_analysis.py [--records N]
 """
@@ -100,6 +102,23 @@ def run_once(folder: Path) -> tuple[float, float, int]:
     return float(wall), int(rss_kb) / 1024, int(rc)
 
 
+def interval_cost(n: int = 8_000_000, repeats: int = 3) -> tuple[float, float]:
+    """Seconds for plain nearest-rank P50/P95/P99 and for the same with their intervals (best of repeats)."""
+    from capacity_plugins.analysis.intervals import quantiles_ci
+    from capacity_plugins.contracts.percentiles import NUMPY_METHOD
+
+    v = np.random.default_rng(2).lognormal(2.5, 0.3, n).astype(np.float32)
+    plain, with_ci = [], []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        np.percentile(v, [50, 95, 99], method=NUMPY_METHOD)
+        plain.append(time.perf_counter() - t)
+        t = time.perf_counter()
+        quantiles_ci(v, [0.5, 0.95, 0.99], 0.95, n_eff=n // 64)
+        with_ci.append(time.perf_counter() - t)
+    return min(plain), min(with_ci)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--records", type=int, default=1_000_000)
@@ -124,6 +143,9 @@ def main() -> int:
         print(f"{label:22s}: {size:,.0f} MB of JSONL, analyse {wall:.1f} s (goal 10 s, ratio {wall / 10:.2f}), "
               f"peak RSS {rss:,.0f} MB (goal 2048 MB, ratio {rss / 2048:.2f}), rc {rc}"
               + (f"  [generated in {gen:.0f} s]" if gen > 1 else ""), flush=True)
+    plain, with_ci = interval_cost()
+    print(f"intervals on 8 M ITL gaps: P50/P95/P99 {plain * 1000:.0f} ms, with their order-statistic intervals "
+          f"{with_ci * 1000:.0f} ms (ratio {with_ci / plain:.2f})", flush=True)
     return 0
 
 

@@ -7,7 +7,7 @@ import math
 
 import numpy as np
 import pytest
-from fixtures_analysis import make_results
+from helpers.analysis_data import make_results
 
 from capacity_plugins.analysis import analyze, records
 from capacity_plugins.analysis.pipeline import load_run, summarise
@@ -50,7 +50,7 @@ def test_error_rate_fails_a_step_and_open_loop_judged_from_schedule(tmp_path):
     s = summarise(load_run(p))
     assert [r["slo_pass"] for r in s["steps"]] == [True, True, False]
     assert s["capacity"]["limiting_slo"] == "error_rate"
-    assert s["steps"][2]["error_kinds"] == {"http_5xx": 40}
+    assert s["steps"][2]["error_kinds"] == {"http_5xx": round(20 * 60 * 0.2)}  # 20 rps × 60 s window × 20 %
     # make the scheduled view worse than the send view: the SLO must follow the schedule
     lines = [json.loads(x) for x in (p / "requests.jsonl").read_text().splitlines()]
     for r in lines:
@@ -67,7 +67,7 @@ def test_percentiles_exact_and_warmup_excluded(tmp_path):
     req = run.requests
     m = req[(req["step"] == 1) & ~req["warmup"] & req["ok"]]
     row = summarise(run)["steps"][1]
-    assert row["requests"] == 400  # warm-up records are tagged and left out
+    assert row["requests"] == 40 * 60  # 40 rps × the 60 s window: warm-up records are tagged and left out
     # nearest rank, the definition the live sketches use too
     assert row["e2e_p95_ms"] == pytest.approx(np.sort(m["e2e_ms"])[math.ceil(0.95 * len(m)) - 1])
     assert row["achieved_rps"] == pytest.approx(40) and row["rps"] == pytest.approx(40)

@@ -1,9 +1,8 @@
-import subprocess
-import sys
 
 import orjson
 import pytest
 
+from capacity_plugins.contracts.dialects import TritonFields
 from capacity_plugins.corpus import Sample
 from capacity_plugins.dialects import NO_OUTPUT, OUTPUT, VISIBLE, MalformedEvent, RequestParams, get_dialect
 from capacity_plugins.errors import UserError
@@ -146,6 +145,13 @@ OLLAMA_TAGS = (b'{"models":[{"name":"llama3.2:latest","model":"llama3.2:latest",
                b'{"format":"gguf","family":"llama","parameter_size":"3.2B","quantization_level":"Q4_K_M"}},'
                b'{"name":"qwen2.5:7b","model":"qwen2.5:7b","size":4683087332}]}')
 
+# Triton 25.x `GET /v2/models/ensemble` for a TensorRT-LLM ensemble (trimmed to four inputs).
+TRITON_METADATA = (b'{"name":"ensemble","versions":["1"],"platform":"ensemble","inputs":[{"name":"text_input",'
+                   b'"datatype":"BYTES","shape":[-1]},{"name":"max_tokens","datatype":"INT32","shape":[-1]},'
+                   b'{"name":"stream","datatype":"BOOL","shape":[-1]},{"name":"exclude_input_in_output",'
+                   b'"datatype":"BOOL","shape":[-1]}],"outputs":[{"name":"text_output","datatype":"BYTES",'
+                   b'"shape":[-1]}]}')
+
 
 @pytest.mark.parametrize(
     ("dialect", "path", "body", "models"),
@@ -155,6 +161,7 @@ OLLAMA_TAGS = (b'{"models":[{"name":"llama3.2:latest","model":"llama3.2:latest",
         ("tgi", "/info", TGI_INFO, ["bigscience/bloom-560m"]),
         ("ollama", "/api/tags", OLLAMA_TAGS, ["llama3.2:latest", "qwen2.5:7b"]),
         ("ollama-generate", "/api/tags", OLLAMA_TAGS, ["llama3.2:latest", "qwen2.5:7b"]),
+        ("triton-generate", "/v2/models/{model}", TRITON_METADATA, ["ensemble"]),
     ],
 )
 def test_each_dialect_says_where_models_are_listed_and_reads_the_listing(dialect, path, body, models):
@@ -173,7 +180,7 @@ def test_every_registered_dialect_lists_models():
         assert d.parse_models(b"") is None, name
 
 
-@pytest.mark.parametrize("dialect", ["openai-chat", "tgi", "ollama"])
+@pytest.mark.parametrize("dialect", ["openai-chat", "tgi", "ollama", "triton-generate"])
 @pytest.mark.parametrize(
     "body",
     [
@@ -194,6 +201,9 @@ def test_listings_of_another_api_are_not_read_as_this_one():
     assert get_dialect("openai-chat").parse_models(OLLAMA_TAGS) is None
     assert get_dialect("ollama").parse_models(VLLM_MODELS) is None
     assert get_dialect("tgi").parse_models(VLLM_MODELS) is None
+    assert get_dialect("triton-generate").parse_models(OLLAMA_TAGS) is None
+    assert get_dialect("triton-generate").parse_models(TGI_INFO) is None
+    assert get_dialect("ollama").parse_models(TRITON_METADATA) is None
 
 
 def test_empty_listing_and_odd_entries():
@@ -204,10 +214,137 @@ def test_empty_listing_and_odd_entries():
     assert get_dialect("tgi").parse_models(b'{"model_id":""}') is None
 
 
-def test_dialects_import_neither_locust_nor_gevent():
-    # A fresh interpreter: this test process has Locust loaded already.
-    code = ("import sys, capacity_plugins.dialects\n"
-            "loaded = [m for m in ('locust', 'gevent') if m in sys.modules]\n"
-            "assert not loaded, loaded\n")
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0, r.stderr
+# -- Triton generate ---------------------------------------------------------------------------
+
+
+def triton(**fields):
+    return get_dialect("triton-generate", TritonFields(**fields))
+
+
+def triton_event(text, **extra):
+    # as Triton writes it: sorted keys, outputs next to model_name / model_version
+    return orjson.dumps({"model_name": "ensemble", "model_version": "1", "text_output": text, **extra},
+                        option=orjson.OPT_SORT_KEYS)
+
+
+def test_triton_request_top_level_streaming():
+    call = triton().build(sample(max_tokens=7), RequestParams(model="ensemble", max_tokens=64, temperature=0.0,
+                                                              top_p=0.9))
+    assert call.method == "POST" and call.path == "/v2/models/ensemble/generate_stream"
+    assert call.headers["Accept"] == "text/event-stream" and call.max_tokens == 7
+    # `stream: true` or both backends answer one event at the end; no backend-only name (min_length)
+    assert body(call) == {"text_input": "hello there", "max_tokens": 7, "temperature": 0.0, "top_p": 0.9,
+                          "stream": True}
+
+
+def test_triton_request_in_parameters_with_the_models_own_names():
+    d = triton(input_field="prompt", max_tokens_field="max_new_tokens", params_in="parameters")
+    call = d.build(sample(), RequestParams(model="my model/1", max_tokens=5, stream=False, ignore_eos=True))
+    assert call.path == "/v2/models/my%20model%2F1/generate"  # the name is one URL segment
+    assert call.headers["Accept"] == "application/json"
+    # non-streamed: both backends echo the prompt unless told not to
+    assert body(call) == {"prompt": "hello there", "parameters": {
+        "max_new_tokens": 5, "ignore_eos": True, "min_tokens": 5, "exclude_input_in_output": True}}
+    assert "max_tokens" not in body(d.build(sample(), RequestParams(model="m", max_tokens=None)))
+
+
+def test_triton_delta_stream_error_and_finish_reason():
+    p = triton().parser(True)
+    p.keep_text()
+    assert p.framing == "sse"
+    assert p.event(triton_event(" The", finish_reason="None")) == VISIBLE
+    assert p.done  # Triton has no last event: the end of the body is the end
+    assert p.event(triton_event("")) == NO_OUTPUT
+    assert p.event(triton_event([" cat", " dog"])) == VISIBLE  # a tensor of two sequences: the first
+    assert p.finish_reason is None  # "None": the vLLM backend's not-finished-yet
+    assert p.event(triton_event(" sat", finish_reason=["length"], id="req-1")) == VISIBLE
+    assert p.finish_reason == "length" and p.response_id == "req-1"
+    assert p.generated_text() == " The cat sat"
+    assert (p.usage_output_tokens, p.continuous_output_tokens, p.chunk_tokens, p.prompt_tokens) == (None,) * 4
+    e = triton().parser(True)
+    assert e.event(b'{"error":"in-flight batching failed"}') == NO_OUTPUT
+    assert e.error == "in-flight batching failed" and not e.done
+
+
+def test_triton_output_name_that_is_not_in_the_response_is_malformed():
+    # A wrong --triton-output-field must not read as an empty answer of every request.
+    with pytest.raises(MalformedEvent, match="'generated_text'.*--triton-output-field"):
+        triton(output_field="generated_text").parser(True).event(triton_event(" x"))
+    with pytest.raises(MalformedEvent):
+        triton().parser(True).event(triton_event(7))
+    with pytest.raises(MalformedEvent):
+        triton().parser(False).full(b"[]")
+
+
+def test_triton_cumulative_stream_counts_what_each_event_adds():
+    p = triton(outputs="cumulative").parser(True)
+    p.keep_text()
+    kinds = [p.event(triton_event(t)) for t in [" The", " The", " The cat", " The cat sat", " The cat"]]
+    # an event that adds nothing (the same text, or a re-decode that is shorter) is no output
+    assert kinds == [VISIBLE, NO_OUTPUT, VISIBLE, VISIBLE, NO_OUTPUT]
+    assert p.generated_text() == " The cat"
+
+
+def test_triton_auto_learns_cumulative_once_for_every_later_request():
+    d = triton()  # outputs: auto
+    first = d.parser(True)
+    assert [first.event(triton_event(t)) for t in [" a", " a b", " a b c", " a b c d"]] == [VISIBLE] * 4
+    # A later request's repeat is read as cumulative from its first event on.
+    later = d.parser(True)
+    later.keep_text()
+    assert [later.event(triton_event(t)) for t in [" x", " x", " x y"]] == [VISIBLE, NO_OUTPUT, VISIBLE]
+    assert later.generated_text() == " x y"
+    # Each dialect instance (each run's process) learns for itself.
+    fresh = triton().parser(True)
+    fresh.keep_text()
+    assert [fresh.event(triton_event(t)) for t in [" x", " x"]] == [VISIBLE, VISIBLE]
+
+
+def test_triton_auto_learns_deltas_and_a_prefix_delta_no_longer_misleads():
+    d = triton()
+    first = d.parser(True)
+    first.keep_text()
+    assert [first.event(triton_event(t)) for t in ["\n", "\n\n", " a", " b"]] == [VISIBLE] * 4
+    assert first.generated_text() == "\n\n\n a b"
+    later = d.parser(True)
+    later.keep_text()
+    assert [later.event(triton_event(t)) for t in [" x", " x y", " x y"]] == [VISIBLE] * 3
+    assert later.generated_text() == " x x y x y"
+
+
+def test_triton_non_streamed_body():
+    f = triton().parser(False)
+    f.keep_text()
+    assert f.full(triton_event(" all of it", finish_reason="stop")) == VISIBLE
+    assert f.done and f.finish_reason == "stop" and f.generated_text() == " all of it"
+    assert triton().parser(False).full(triton_event("")) == NO_OUTPUT
+
+
+def test_triton_metadata_is_the_one_named_models_listing():
+    d = get_dialect("triton-generate")
+    assert d.ready_path == "/v2/health/ready"
+    assert d.parse_models(b'{"name":"ensemble","versions":["1"]}') is None  # no inputs: not model metadata
+    assert d.parse_models(b'{"error":"Request for unknown model: \'x\' is not found"}') is None
+
+
+@pytest.mark.parametrize(
+    ("fields", "key", "why"),
+    [
+        ({"input_field": ""}, "input_field", "non-empty"),
+        ({"output_field": " text_output"}, "output_field", "surrounding spaces"),
+        ({"input_field": "parameters"}, "input_field", "uses"),
+        ({"max_tokens_field": "stream"}, "max_tokens_field", "uses"),
+        ({"output_field": "error"}, "output_field", "uses"),
+        ({"max_tokens_field": "text_input"}, "max_tokens_field", "differ from input_field"),
+        ({"params_in": "body"}, "params_in", "top, parameters"),
+        ({"outputs": "deltas"}, "outputs", "auto, delta, cumulative"),
+    ],
+)
+def test_triton_fields_name_the_bad_setting(fields, key, why):
+    found = TritonFields(**fields).problem()
+    assert found is not None and found[0] == key and why in found[1]
+
+
+def test_triton_fields_defaults_and_names_of_other_models_are_fine():
+    assert TritonFields().problem() is None
+    assert TritonFields(input_field="INPUT_0", max_tokens_field="INPUT_1", output_field="OUTPUT_0").problem() is None

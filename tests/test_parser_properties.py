@@ -18,11 +18,12 @@ import json
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-import hypothesis_profiles  # noqa: F401  (registers and loads the settings profile)
+import helpers.hypothesis_profiles  # noqa: F401  (registers and loads the settings profile)
 import pytest
-from hypothesis import example, given
+from hypothesis import assume, example, given
 from hypothesis import strategies as st
 
+from capacity_plugins.contracts.dialects import TritonFields
 from capacity_plugins.dialects import (
     DIALECTS,
     NO_OUTPUT,
@@ -123,7 +124,14 @@ _ollama_message = obj(role=st.just("assistant"), content=texts, thinking=texts,
 OLLAMA = obj(model=texts, message=_ollama_message, response=texts, thinking=texts, done=st.booleans(),
              done_reason=texts, eval_count=counts, prompt_eval_count=counts, error=texts)
 
-DOCS = {"openai-chat": OPENAI, "openai-completions": OPENAI, "tgi": TGI, "ollama": OLLAMA, "ollama-generate": OLLAMA}
+# Triton generate: the model's outputs (a one-element tensor is its value, a longer one a list),
+# the vLLM backend's optional finish_reason ("None" until the last response), an echoed id.
+TRITON = obj(model_name=texts, model_version=st.just("1"), text_output=texts | st.lists(texts, max_size=2), id=texts,
+             finish_reason=st.sampled_from(["None", "length", "stop"]) | st.lists(texts, max_size=2),
+             error=error_payload)
+
+DOCS = {"openai-chat": OPENAI, "openai-completions": OPENAI, "tgi": TGI, "ollama": OLLAMA, "ollama-generate": OLLAMA,
+        "triton-generate": TRITON}
 NAMES = sorted(DIALECTS)
 
 
@@ -253,6 +261,8 @@ def test_truncated_and_non_utf8_documents(name: str) -> None:
         ("tgi", True, b'{"error": {"message": "nested"}}'),
         ("ollama", True, b'{"error": "model not found"}'),
         ("ollama-generate", False, b'{"error": 500}'),
+        ("triton-generate", True, b'{"error": "in-flight batching failed"}'),
+        ("triton-generate", False, b'{"error": ""}'),
     ],
 )
 def test_error_payloads_set_a_non_empty_error(name: str, stream: bool, body: bytes) -> None:
@@ -379,10 +389,58 @@ def test_a_stream_split_anywhere_parses_the_same(name: str) -> None:
     run()
 
 
+# -- Triton: one generation streamed as deltas, or as the whole text so far -------------------------
+
+
+def triton_events(pieces: list[str], cumulative: bool) -> list[bytes]:
+    """Events of a generation that produced `pieces` in turn ("" = a response that added nothing)."""
+    out, so_far = [], ""
+    for piece in pieces:
+        so_far += piece
+        out.append(dumps({"model_name": "m", "model_version": "1", "text_output": so_far if cumulative else piece}))
+    return out
+
+
+def triton_run(outputs: str, events: list[bytes]) -> tuple[list[int], str | None]:
+    p = get_dialect("triton-generate", TritonFields(outputs=outputs)).parser(True)
+    p.keep_text()
+    return [p.event(e) for e in events], p.generated_text()
+
+
+@given(pieces=st.lists(texts, min_size=1, max_size=8))
+@example(pieces=["a", "", "a", "ab"])  # a repeated delta, a response that added nothing
+def test_triton_deltas_and_cumulative_outputs_give_the_same_events_and_text(pieces: list[str]) -> None:
+    # Told which it is, the parser sees one output event per piece that added text, either way.
+    expected = ([VISIBLE if piece else NO_OUTPUT for piece in pieces], "".join(pieces))
+    assert triton_run("delta", triton_events(pieces, cumulative=False)) == expected
+    assert triton_run("cumulative", triton_events(pieces, cumulative=True)) == expected
+
+
+@given(pieces=st.lists(texts, min_size=1, max_size=8))
+@example(pieces=["", "a", "b", "", "c"])
+def test_triton_auto_reads_a_cumulative_stream_as_cumulative(pieces: list[str]) -> None:
+    # A cumulative stream only ever extends or repeats its text, so from its first extension on
+    # `auto` reads it as cumulative. Before that, a repeat may as well be a repeated delta: left out.
+    first = next((i for i, piece in enumerate(pieces) if piece), len(pieces))
+    assume(first + 1 >= len(pieces) or pieces[first + 1])
+    events = triton_events(pieces, cumulative=True)
+    assert triton_run("auto", events) == triton_run("cumulative", events)
+
+
+@given(pieces=st.lists(texts.filter(bool), min_size=1, max_size=8))
+def test_triton_auto_reads_deltas_as_deltas(pieces: list[str]) -> None:
+    # Deltas that neither extend nor repeat the one before (the usual case: the one that tells).
+    assume(all(not b.startswith(a) and not a.startswith(b) for a, b in zip(pieces, pieces[1:], strict=False)))
+    assert triton_run("auto", triton_events(pieces, cumulative=False)) == ([VISIBLE] * len(pieces), "".join(pieces))
+
+
 # -- model listings ----------------------------------------------------------------------------------
 
+_tensor = obj(name=texts, datatype=st.sampled_from(["BYTES", "INT32", "BOOL"]), shape=st.lists(st.integers(-1, 8)))
 LISTINGS = obj(object=st.just("list"), data=st.lists(obj(id=texts, object=st.just("model")), max_size=3),
-               models=st.lists(obj(name=texts, model=texts), max_size=3), model_id=texts) | any_json
+               models=st.lists(obj(name=texts, model=texts), max_size=3), model_id=texts,
+               name=texts, versions=st.lists(texts, max_size=2), platform=texts,  # Triton model metadata
+               inputs=st.lists(_tensor, max_size=3), outputs=st.lists(_tensor, max_size=2)) | any_json
 
 
 @pytest.mark.parametrize("name", NAMES)

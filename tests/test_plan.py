@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from fixtures_analysis import make_results
+from helpers.analysis_data import make_results
 
 from capacity_plugins.analysis.pipeline import load_run, summarise
 from capacity_plugins.analysis.plan import make_cost, make_plan
@@ -35,7 +35,8 @@ def test_seed_000_gpus_by_concurrency_200_over_20_is_10(tmp_path):
 def test_70pct_trigger_and_cost_per_request_token_and_effective_output():
     cap = CapacityConfig(peak_qps=7.5, current_nodes=1, gpu_hour_usd=3.6, gpus_per_node=2, redundancy=0)
     plan = make_plan({"per_node_rps": 10.0}, cap)
-    assert plan["peak_share_of_current_capacity"] == pytest.approx(0.75) and plan["trigger_70pct"] is True
+    assert plan["peak_share_of_current_capacity"] == pytest.approx(0.75) and plan["trigger_reached"] is True
+    assert plan["trigger_share"] == 0.7  # the documented default (verdict.trigger_share)
     rows = [{"valid": True, "slo_pass": True, "level": 4, "output_tokens_mean": 100.0, "goodput_rps": 8.0,
              "good_requests": 80, "requests": 100}]
     cost = make_cost(rows, {"per_node_rps": 10.0}, cap)
@@ -76,7 +77,7 @@ def test_verdict_dont_scale_yet_when_gpu_idles_while_latency_misses_slo(tmp_path
 def test_verdict_observe_between_70_and_100_pct(tmp_path):
     # capacity 9 rps/node × 2 nodes = 18; peak 15 = 83 %
     v = _verdict(tmp_path, gpu_util=[35, 72, 89, 91], capacity={"peak_qps": 15, "current_nodes": 2}, **SEED_001)
-    assert v["decision"] == "observe" and "70 %" in v["reasons"][0]
+    assert v["decision"] == "observe" and "70%, verdict.trigger_share" in v["reasons"][0]
 
 
 def test_verdict_observe_without_telemetry(tmp_path):
@@ -108,3 +109,69 @@ def test_checklists_mark_what_only_a_person_can_confirm(tmp_path):
     assert items["pre.4_resource_bounds"]["status"] == "pass"
     assert items["pre.5_cost_per_effective_output"]["status"] == "needs_human"
     assert all(i["evidence"] for i in items.values())
+
+
+def test_verdict_speaks_the_users_slo_not_a_constant(tmp_path):
+    # Seen: "E2E P99 5.4 s > 2 s at the forecast peak" from a 2 s constant, whatever the SLO said.
+    slo = {"ttft_p95_ms": 1500.0, "tpot_p95_ms": None, "e2e_p95_ms": None}
+    v = _verdict(tmp_path, levels=[1, 4, 8, 16], rps=[2, 7, 9, 9], e2e_p50_ms=[480, 620, 850, 1200],
+                 e2e_p99_ms=[490, 800, 1500, 2600], ttft_share=0.8, slo=slo, gpu_util=[35, 72, 89, 91],
+                 waiting=[0, 1, 3, 8], capacity={"peak_qps": 30, "current_nodes": 2})
+    assert v["decision"] == "scale"
+    text = " ".join(v["reasons"])
+    assert "TTFT P95" in text and "> 1.5 s (slo.ttft_p95_ms)" in text and "forecast peak" in text
+    assert "2 s" not in text and "E2E" not in text
+
+
+def test_verdict_thresholds_come_from_the_scenario_verdict_section(tmp_path):
+    base = dict(gpu_util=[35, 72, 89, 91], waiting=[0, 1, 3, 8], capacity={"peak_qps": 30, "current_nodes": 2}, **SEED_001)
+    assert _verdict(tmp_path / "default", **base)["decision"] == "scale"
+    v = _verdict(tmp_path / "busy", scenario_extra={"verdict": {"gpu_busy_pct": 95}}, **base)
+    assert v["decision"] == "observe" and "GPU util 91 % ≤ 95 % (verdict.gpu_busy_pct)" in v["reasons"][0]
+    v = _verdict(tmp_path / "p99", scenario_extra={"verdict": {"peak_e2e_p99_ms": 3000}}, **base)
+    assert v["decision"] == "observe" and "≤ 3 s (verdict.peak_e2e_p99_ms)" in v["reasons"][0]
+    # the flag wins over the scenario
+    p = make_results(tmp_path / "flag", scenario_extra={"verdict": {"gpu_busy_pct": 95}}, **base)
+    assert summarise(load_run(p, overrides={"gpu_busy_pct": 80}))["verdict"]["decision"] == "scale"
+    # and a bad value is one line naming the key
+    from capacity_plugins.errors import UserError
+
+    bad = make_results(tmp_path / "bad", scenario_extra={"verdict": {"trigger_share": 7}}, **base)
+    with pytest.raises(UserError, match="scenario.yaml: verdict.trigger_share"):
+        load_run(bad)
+
+
+def test_trigger_share_is_the_scenarios(tmp_path):
+    # capacity 9 rps/node × 2 nodes = 18; peak 15 = 83 %: between 70 % and 100 % by default
+    kw = dict(gpu_util=[35, 72, 89, 91], capacity={"peak_qps": 15, "current_nodes": 2}, **SEED_001)
+    assert "70%" in _verdict(tmp_path / "a", **kw)["reasons"][0]
+    v = _verdict(tmp_path / "b", scenario_extra={"verdict": {"trigger_share": 0.9}}, **kw)
+    assert not any("trigger_share" in r for r in v["reasons"])
+
+
+def test_simulated_gpu_readings_are_called_simulated(tmp_path):
+    v = _verdict(tmp_path, gpu_util=[35, 72, 89, 91], waiting=[0, 1, 3, 8], capacity={"peak_qps": 30, "current_nodes": 2},
+                 scenario_extra={"target": {"url": "embedded", "simulator": {"max_num_seqs": 8}}}, **SEED_001)
+    assert v["decision"] == "scale" and "simulated GPU util" in v["reasons"][0]
+    assert any("simulated, not measured" in h for h in v["bottleneck_hints"])
+
+
+def test_an_slo_that_surely_fails_at_the_lowest_load_is_an_answer_not_a_refusal(tmp_path):
+    # every request 3 s against a 2 s E2E limit: capacity 0 at both ends of its interval
+    p = make_results(tmp_path, levels=[1, 2, 4], rps=[5, 10, 20], e2e_p50_ms=3000, e2e_p99_ms=3000, slo=SLO_E2E,
+                     capacity={"peak_qps": 30})
+    s = summarise(load_run(p))
+    assert s["capacity"]["per_node_rps"] == 0 and s["capacity"]["per_node_rps_ci"] == [0, 0]
+    assert s["plan"]["nodes"] is None and s["plan"]["refused"] is None and "no number of nodes" in s["plan"]["infeasible"]
+    assert s["outcome"]["decision_complete"] is True  # exit 0 (3 under --fail-on-slo), not 1
+    from capacity_plugins.analysis.gate import gate
+
+    assert gate(s, True, None)  # the SLO gate fails: the service is too slow, and that is known
+
+
+def test_cost_carries_the_capacity_interval():
+    cap = CapacityConfig(gpu_hour_usd=3.6, gpus_per_node=1)
+    cost = make_cost([], {"per_node_rps": 10.0, "per_node_rps_ci": [8.0, 12.5]}, cap)
+    # one GPU at 3.6 USD/h = 0.001 USD/s: 0.1 USD per 1k requests at 10 rps, 0.08 at 12.5, 0.125 at 8
+    assert cost["per_1k_requests_usd"] == pytest.approx(0.1)
+    assert cost["per_1k_requests_ci_usd"] == pytest.approx([0.08, 0.125])

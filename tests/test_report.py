@@ -6,22 +6,18 @@ import base64
 import json
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from fixtures_analysis import make_results
-
-ROOT = Path(__file__).resolve().parent.parent
-CAPACITY = [str(ROOT / ".venv" / "bin" / "capacity")] if (ROOT / ".venv" / "bin" / "capacity").exists() else \
-    [sys.executable, "-m", "capacity_plugins"]
+from helpers.analysis_data import make_results
+from helpers.processes import capacity
 
 SEED = dict(levels=[1, 4, 8, 16], rps=[2, 7, 9, 9], e2e_p50_ms=[480, 620, 850, 1200], e2e_p99_ms=[490, 800, 1500, 2600],
             gpu_util=[35, 72, 89, 91], waiting=[0, 1, 3, 8])
 
 
 def cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([*CAPACITY, *args], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    return capacity(*args)
 
 
 @pytest.fixture(scope="module")
@@ -116,3 +112,77 @@ def test_bad_inputs_exit_2_with_one_line(tmp_path):
 
     _one_line_error(cli("analyze", str(good), "--peak-qps", "lots"), "--peak-qps")
     _one_line_error(cli("analyze", str(good), "--safety-factor", "0.5"), "safety_factor")
+
+
+def test_reports_open_with_the_run_facts_and_never_print_a_password(tmp_path):
+    lost = [{"worker": 2, "client_id": "w2", "lost_unix": 1_700_000_030.0, "reason": "no heartbeat"}]
+    meta = {"model": "llama-3-8b", "target": "http://svc:S3cretPassw0rd@gpu-node:8000/v1?api_key=sk-ABCDEF123456&x=1",
+            "start_unix": 1_700_000_000.0, "end_unix": 1_700_000_300.0, "workers_lost": lost, "versions": {}}
+    p = make_results(tmp_path, meta=meta, scenario_extra={"target": {"url": "http://svc:<redacted>@gpu-node:8000"}},
+                     slo={"ttft_p95_ms": 1500, "tpot_p95_ms": None, "e2e_p95_ms": 2000}, **SEED)
+    r = cli("analyze", str(p), "--peak-qps", "30", "--current-nodes", "2")
+    page, md, js = ((p / f).read_text() for f in ("report.html", "summary.md", "summary.json"))
+    for text in (page, md, js, r.stdout, r.stderr):
+        assert "S3cretPassw0rd" not in text and "sk-ABCDEF123456" not in text
+    facts = page.split('<ul class="facts" id="facts">')[1].split("</ul>")[0]
+    assert page.index('id="facts"') < page.index('id="verdict"')  # the facts come before the verdict
+    for must in ("2023-11-14 22:13:20 UTC", "5.0 min", "http://gpu-node:8000/v1?api_key=&lt;redacted&gt;&amp;x=1",
+                 "real server", "llama-3-8b", "scenario: synthetic", "TTFT P95 ≤ 1500 ms (slo.ttft_p95_ms)",
+                 "E2E P95 ≤ 2000 ms (slo.e2e_p95_ms)", "errors ≤ 1.0% (slo.error_rate)", "16: 93.7%",
+                 "Intervals: 95% (verdict.confidence)", "Lost worker: 2"):
+        assert must in facts, must
+    run_md = md.split("## Run")[1].split("## Decision")[0]
+    assert "llama-3-8b" in run_md and "TTFT P95 ≤ 1500 ms" in run_md and "Lost worker: 2" in run_md
+    assert "Invalid step" in run_md  # the lost worker's step decides nothing, and says why
+    assert "(simulated)" not in page
+
+
+def test_a_simulated_target_is_labelled_everywhere(tmp_path):
+    p = make_results(tmp_path, scenario_extra={"target": {"url": "embedded", "simulator": {"max_num_seqs": 8}}}, **SEED)
+    r = cli("analyze", str(p), "--peak-qps", "30", "--current-nodes", "2")
+    assert r.returncode == 0, r.stderr
+    page, md = (p / "report.html").read_text(), (p / "summary.md").read_text()
+    for text in (page, md):
+        assert "SIMULATED (scenario.yaml target.url: embedded" in text
+        assert "GPU % (simulated)" in text
+    assert "readings are simulated" in r.stdout.split("Capacity per node")[0]  # the console says so up front
+    s = json.loads((p / "summary.json").read_text())
+    assert s["run"]["simulated"] is True and any("embedded simulator" in w for w in s["warnings"])
+
+
+def test_exit_codes_0_1_3(tmp_path):
+    good = make_results(tmp_path / "good", **SEED)
+    assert cli("analyze", str(good), "--quiet", "--no-report").returncode == 0
+    # a gate that fails on a complete decision: 3
+    r = cli("analyze", str(good), "--quiet", "--no-report", "--peak-qps", "30", "--fail-on-verdict", "scale")
+    assert r.returncode == 3, r.stderr
+    # the same gate on a run whose decision could not be completed: 1 wins
+    cut = make_results(tmp_path / "cut", meta={"model": "m", "complete": False}, **SEED)
+    r = cli("analyze", str(cut), "--quiet", "--no-report", "--peak-qps", "30", "--fail-on-verdict", "scale")
+    assert r.returncode == 1 and "the decision could not be completed" in r.stderr
+    # every step insufficient: 1, and the summary still written
+    few = make_results(tmp_path / "few", levels=[1, 2, 4], rps=[2, 4, 8], window_s=10)
+    r = cli("analyze", str(few), "--quiet")
+    assert r.returncode == 1 and "no valid step" in r.stderr
+    assert (few / "summary.json").exists() and (few / "report.html").exists()
+
+
+def test_what_if_with_out_leaves_the_run_alone(tmp_path):
+    # A what-if (another peak) written elsewhere: the run's own summary and report stay byte-equal.
+    p = make_results(tmp_path / "run", **SEED)
+    assert cli("analyze", str(p), "--quiet", "--peak-qps", "30", "--redundancy", "0").returncode == 0
+    own = {f: (p / f).read_bytes() for f in ("summary.json", "summary.md", "report.html")}
+    out = tmp_path / "what-if" / "peak60"
+    r = cli("analyze", str(p), "--quiet", "--peak-qps", "60", "--redundancy", "0", "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    assert {f: (p / f).read_bytes() for f in own} == own
+    assert json.loads((out / "summary.json").read_text())["plan"]["nodes"] == 10  # ceil(60 × 1.5 / 9)
+    assert (out / "report.html").exists() and f"report: {out / 'report.html'}" in r.stdout
+    # --out that is a file, or cannot be written: one line, exit 2, nothing analysed.
+    _one_line_error(cli("analyze", str(p), "--out", str(p / "summary.json")), "--out", "not a folder")
+    _one_line_error(cli("analyze", str(p), "--out", "/proc/forbidden"), "--out", "cannot write")
+
+
+def test_help_names_the_positional_argument():
+    r = cli("analyze", "--help")
+    assert r.returncode == 0 and "RESULTS_DIR" in r.stdout and "a folder written by capacity run" in r.stdout

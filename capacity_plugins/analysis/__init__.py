@@ -3,7 +3,9 @@
     from capacity_plugins.analysis import analyze
     summary = analyze(Path("results/run1"), overrides={"peak_qps": 300}, progress=print)
 
-`summary.json`'s keys are documented in SCHEMA.md next to this file.
+`summary.json`'s keys are documented in SCHEMA.md next to this file. A repeat set (a folder with
+`repeats.json`) goes through `analyze_set`; `summary["outcome"]["decision_complete"]` false means
+the decision could not be completed (`analysis.outcome.exit_code` maps it to exit 1).
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from typing import Any
 
 
 def analyze(results_dir: Path, *, overrides: dict | None = None, progress=None) -> dict[str, Any]:
-    """Analyse `results_dir`; writes summary.json, summary.md, report.html and PNGs there; returns the summary.
+    """Analyse `results_dir` (a run, or a repeat set); writes summary.json, summary.md, report.html and PNGs there.
 
     :param overrides: SLOConfig / CapacityConfig field values that win over the scenario's
         (e.g. ``{"peak_qps": 300, "ttft_p95_ms": 1500}``); None values are ignored.
@@ -21,8 +23,19 @@ def analyze(results_dir: Path, *, overrides: dict | None = None, progress=None) 
     :raises capacity_plugins.errors.UserError: missing or corrupt inputs (one line).
     """
     from capacity_plugins.analysis.pipeline import analyze as _analyze
+    from capacity_plugins.analysis.repeats import analyze_set as _analyze_set
+    from capacity_plugins.analysis.repeats import is_repeat_set
 
+    if is_repeat_set(Path(results_dir)):  # `capacity run --repeat N` hands over the set's folder
+        return _analyze_set(Path(results_dir), overrides=overrides, progress=progress)
     return _analyze(Path(results_dir), overrides=overrides, progress=progress)
 
 
-__all__ = ["analyze"]
+def analyze_set(set_dir: Path, *, overrides: dict | None = None, progress=None) -> dict[str, Any]:
+    """Analyse every repeat of a repeat set and write the set's summary.json / summary.md / report.html."""
+    from capacity_plugins.analysis.repeats import analyze_set as _analyze_set
+
+    return _analyze_set(Path(set_dir), overrides=overrides, progress=progress)
+
+
+__all__ = ["analyze", "analyze_set"]

@@ -3,17 +3,35 @@
 A step passes when every latency limit's attainment share is >= slo.attainment and its error
 rate is <= slo.error_rate (table.py judges that). Capacity = achieved rps interpolated linearly
 between the last passing and the first failing step, against the limiting metric's quantile at
-the attainment level (the P95 for 0.95); client-limited steps never take part. The result is
-divided by `replicas_behind_url` (the measured URL fronted that many nodes).
+the attainment level (the P95 for 0.95); invalid and insufficient steps never take part. The
+result is divided by `replicas_behind_url` (the measured URL fronted that many nodes).
+
+When the bracket is wider than a doubling of the level, the interval is widened to the whole
+bracket (last pass's throughput to first fail's): linear interpolation across an unmeasured bend
+is not a measurement.
+
+Its interval (`per_node_rps_ci`) runs the same rule twice more: once with every step at the
+pessimistic end of its own intervals (throughput at its low end, each limit's quantile at its high
+end, attainment at its worse end, so a step passes only when it surely passes) and once at the
+optimistic end. The rule is monotone in each of these, so when every step's intervals hold, the
+true capacity lies between the two: a conservative envelope. The error-rate limit keeps its point
+judgement at both ends: errors come in bursts from one cause (a full queue, a timeout), not as
+independent coin flips, and a binomial bound could never show a 1 % limit met below ~370 requests
+per step; the table still shows each step's error-rate interval and `slo_judgement`.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import math
+from typing import Any, Literal
 
 from capacity_plugins.contracts.planning import CapacityConfig, SLOConfig
 
 BRACKET_WARN = 0.20
+# Wider than a doubling, the straight line between the last pass and the first fail is a guess
+# about a curve nobody measured (latency bends sharply at saturation): the interval then spans
+# the whole bracket, the only bound the data gives.
+BRACKET_INTERVAL = 1.0
 
 
 def _interp(x0: float, x1: float, y0: float, y1: float, y: float) -> float:
@@ -40,16 +58,74 @@ def _limiting(fail: dict[str, Any], slo: SLOConfig) -> tuple[str, float | None]:
     return worst, ratio
 
 
+Side = Literal["low", "high"]
+
+
+def _view(row: dict[str, Any], side: Side, slo: SLOConfig) -> dict[str, Any]:
+    """The row as the pessimistic (`low`) or optimistic (`high`) end of its intervals sees it."""
+    low = side == "low"
+    r = dict(row)
+    ci = row.get("rps_ci")
+    if ci and row.get("rps") is not None:
+        r["rps"] = ci[0] if low else ci[1]
+    judged: dict[str, Any] = {}
+    for m, v in row["slo"].items():
+        q_lo, q_hi = v.get("quantile_ci_ms") or (None, None)
+        a_lo, a_hi = v.get("attainment_ci") or (None, None)
+        q = (q_hi if q_hi is not None else math.inf) if low else (q_lo if q_lo is not None else 0.0)
+        a = a_lo if low else a_hi
+        judged[m] = {**v, "quantile_ms": q, "pass": a is not None and a >= slo.attainment}
+    r["slo"] = judged
+    err_ok = r["error_rate"] is not None and r["error_rate"] <= slo.error_rate
+    r["slo_pass"] = bool(row["ok_requests"] > 0 and err_ok and all(v["pass"] for v in judged.values()))
+    return r
+
+
 def capacity_under_slo(rows: list[dict[str, Any]], slo: SLOConfig, cap: CapacityConfig, sweep_kind: str) -> dict[str, Any]:
     valid = sorted((r for r in rows if r["valid"]), key=lambda r: r["level"])
+    out = _capacity(valid, slo, cap, sweep_kind)
+    out["excluded_steps"] = [r["step"] for r in rows if not r["valid"]]
+    if out["excluded_steps"]:
+        why = "; ".join(f"{r['level']:g}: {r['invalid_reasons'][0]}" for r in rows if not r["valid"] and r["invalid_reasons"])
+        out["notes"].insert(0, f"steps {out['excluded_steps']} excluded ({why})")
+    point = out["per_node_rps"]
+    out["per_node_rps_ci"] = out["per_node_concurrency_ci"] = out["relative_interval"] = None
+    if point is None:
+        return out
+    lo = _capacity([_view(r, "low", slo) for r in valid], slo, cap, sweep_kind)
+    hi = _capacity([_view(r, "high", slo) for r in valid], slo, cap, sweep_kind)
+    out["per_node_rps_ci"] = [min(lo["per_node_rps"] or 0.0, point), max(hi["per_node_rps"] or 0.0, point)]
+    conc = out["per_node_concurrency"]
+    if conc is not None:
+        out["per_node_concurrency_ci"] = [min(lo["per_node_concurrency"] or 0.0, conc),
+                                          max(hi["per_node_concurrency"] or 0.0, conc)]
+    width = out.get("bracket_width")
+    if out["method"] == "interpolated" and width is not None and width > BRACKET_INTERVAL:
+        ci = out["per_node_rps_ci"]
+        out["per_node_rps_ci"] = [min(ci[0], out["last_pass_rps"]), max(ci[1], out["first_fail_rps"])]
+        if out["per_node_concurrency_ci"] is not None and sweep_kind == "concurrency":
+            cc, r = out["per_node_concurrency_ci"], cap.replicas_behind_url
+            out["per_node_concurrency_ci"] = [min(cc[0], out["last_pass_level"] / r),
+                                              max(cc[1], out["first_fail_level"] / r)]
+        out["notes"].append(f"the bracket is wider than a doubling ({width:.0%}): the interval spans all of it, "
+                            "the interpolated point is only a guess inside")
+    if point > 0:
+        out["relative_interval"] = (out["per_node_rps_ci"][1] - out["per_node_rps_ci"][0]) / point
+    if lo["method"] != out["method"]:
+        out["notes"].append(f"at the pessimistic end of the step intervals the method becomes {lo['method']}"
+                            + (f" (the SLO may already fail at level {lo['first_fail_level']:g})"
+                               if lo.get("first_fail_level") is not None else ""))
+    return out
+
+
+def _capacity(valid: list[dict[str, Any]], slo: SLOConfig, cap: CapacityConfig, sweep_kind: str) -> dict[str, Any]:
+    """The capacity rule on valid rows sorted by level (one end of the interval, or the point)."""
     replicas = cap.replicas_behind_url
     out: dict[str, Any] = {
         "per_node_rps": None, "per_node_concurrency": None, "limiting_slo": None,
         "last_pass_level": None, "first_fail_level": None, "method": None, "replicas_behind_url": replicas,
-        "excluded_steps": [r["step"] for r in rows if not r["valid"]], "notes": [],
+        "notes": [],
     }
-    if out["excluded_steps"]:
-        out["notes"].append(f"steps {out['excluded_steps']} excluded (client-limited or no completed requests)")
     if not valid:
         out["method"] = "no_valid_steps"
         out["notes"].append("no valid step: capacity unknown")

@@ -1,10 +1,14 @@
-"""`capacity analyze RESULTS_DIR [options]`: flags override the scenario's `slo` and `capacity`.
+"""`capacity analyze RESULTS_DIR [options]`: flags override the scenario's `slo`, `capacity`, `verdict` and `load` thresholds.
 
-Exit codes (docs/exit-codes.md): 0 done, 2 bad input (one line), 3 an opt-in gate failed:
-`--fail-on-slo` fails when the SLO does not hold where it must — with a forecast peak, when the
-current fleet's capacity under the SLO (capacity per node × current nodes, or 1 node) is below the
-peak; without one, when any valid step missed the SLO (a peak rehearsal that failed).
-`--fail-on-verdict D` fails when the verdict is D (e.g. `scale`).
+RESULTS_DIR is one run's results folder, or a repeat set (a folder with `repeats.json`).
+
+Exit codes (docs/exit-codes.md, analysis/outcome.py): 0 the analysis completed, whatever the
+verdict; 1 the decision could not be completed (no requests recorded, no valid step, the plan
+refused, an incomplete run) — everything that can be written still is; 2 bad input or usage, one
+line, before any file is written; 3 an opt-in gate failed: `--fail-on-slo` fails when the SLO does
+not hold where it must — with a forecast peak, when the current fleet's capacity under the SLO
+(capacity per node × current nodes, or 1 node) is below the peak; without one, when any valid step
+missed the SLO (a peak rehearsal that failed). `--fail-on-verdict D` fails when the verdict is D.
 """
 
 from __future__ import annotations
@@ -14,9 +18,30 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from capacity_plugins.analysis.gate import gate
-from capacity_plugins.errors import EXIT_GATE_FAILED, CommandParser
+from capacity_plugins.analysis.outcome import exit_code
+from capacity_plugins.contracts.planning import VerdictConfig
+from capacity_plugins.errors import CommandParser, UserError
+
+VERDICT_HELP = {
+    "confidence": "confidence level of every interval (default 0.95)",
+    "min_valid_steps": "valid steps the verdict needs (default 3)",
+    "gpu_busy_pct": "GPU util %% above which the GPU is busy (scale rule; default 85)",
+    "gpu_idle_pct": "GPU util %% below which it idles while the SLO fails (default 30)",
+    "gpu_low_pct": "GPU util %% below which it is not saturated (bottleneck hints; default 50)",
+    "gpu_hot_c": "GPU temperature (°C) above which it likely throttles (default 85)",
+    "queue_idle_max": "server queue below which requests do not wait for the GPU (default 5)",
+    "kv_cache_full": "KV-cache usage (0-1) at which memory is full (default 0.9)",
+    "peak_e2e_p99_ms": "E2E P99 limit at the forecast peak for `scale` (default: the SLO's own limits)",
+    "trigger_share": "share of current capacity that triggers planning (default 0.7)",
+    "max_capacity_interval": "widest capacity interval, as a share of capacity, the plan sizes from (default 0.5)",
+    "min_detectable_difference": "compare: smallest relative change single runs can show (default 0.10)",
+    "queue_dominant_share": "share of TTFT spent in the server queue at which queueing dominates (default 0.5)",
+    "client_remainder_max_ms": "client TTFT mean - server TTFT mean (network + client) called out above this, ms "
+                               "(default 10)",
+}
 
 
 def _add_overrides(p: argparse.ArgumentParser) -> None:
@@ -36,16 +61,28 @@ def _add_overrides(p: argparse.ArgumentParser) -> None:
     s.add_argument("--itl-p95-ms", type=float)
     s.add_argument("--attainment", type=float, help="share of requests that must meet each limit (default 0.95)")
     s.add_argument("--error-rate", type=float, help="highest error rate a passing step may have (default 0.01)")
+    ld = p.add_argument_group("steps (override the scenario's load thresholds)")
+    ld.add_argument("--min-requests", type=int, help="measured requests a step needs to decide (default 100)")
+    ld.add_argument("--max-loop-lag-p99-ms", type=float, help="generator event-loop lag that makes a step client-limited")
+    v = p.add_argument_group("verdict (override the scenario's verdict section)")
+    for name, f in VerdictConfig.model_fields.items():
+        kind = int if f.annotation is int else float
+        v.add_argument(f"--{name.replace('_', '-')}", type=kind, help=VERDICT_HELP.get(name))
 
 
 OVERRIDE_KEYS = ("peak_qps", "peak_concurrency", "safety_factor", "redundancy", "current_nodes", "replicas_behind_url",
                  "gpus_per_node", "gpu_hour_usd", "ttft_p95_ms", "tpot_p95_ms", "e2e_p95_ms", "itl_p95_ms",
-                 "attainment", "error_rate")
+                 "attainment", "error_rate", "min_requests", "max_loop_lag_p99_ms", *VerdictConfig.model_fields)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = CommandParser(prog="capacity analyze", description="Analyse a results folder: knee, capacity under SLO, plan, verdict.")
-    p.add_argument("results_dir", type=Path)
+    p = CommandParser(prog="capacity analyze",
+                      description="Analyse a results folder (or a repeat set): knee, capacity under SLO, plan, verdict.")
+    p.add_argument("results_dir", type=Path, metavar="RESULTS_DIR",
+                   help="a folder written by capacity run (requests.jsonl, steps.json, meta.json), or a --repeat set")
+    p.add_argument("--out", type=Path, metavar="DIR",
+                   help="write summary.json and the report here instead of into RESULTS_DIR (a what-if analysis "
+                        "with other SLO or capacity figures then leaves the run's own files as they were)")
     _add_overrides(p)
     p.add_argument("--format", choices=("text", "json", "md"), default="text", help="what to print (files are always written)")
     p.add_argument("--no-report", action="store_true", help="write summary.json only (no HTML / PNG / Markdown)")
@@ -57,9 +94,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from capacity_plugins.analysis.load import dumps_json
-    from capacity_plugins.analysis.pipeline import analyze
-    from capacity_plugins.analysis.report import headline, markdown
+    from capacity_plugins.analysis import pipeline
+    from capacity_plugins.analysis.repeats import analyze_set, is_repeat_set
 
     args = build_parser().parse_args(argv)
     overrides = {k: getattr(args, k) for k in OVERRIDE_KEYS if getattr(args, k) is not None}
@@ -77,31 +113,64 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"[analyze] {m}", file=sys.stderr, flush=True)
             held.clear()
 
-    from capacity_plugins.analysis import pipeline
-
-    if args.no_report:
-        summary = pipeline.analyze(args.results_dir, overrides=overrides, progress=progress, report=False)
+    if args.out is not None:
+        check_out_dir(args.out)
+    is_set = is_repeat_set(args.results_dir)
+    if is_set:
+        summary = analyze_set(args.results_dir, overrides=overrides, progress=progress, report=not args.no_report,
+                              out=args.out)
     else:
-        summary = analyze(args.results_dir, overrides=overrides, progress=progress)
+        summary = pipeline.analyze(args.results_dir, overrides=overrides, progress=progress, report=not args.no_report,
+                                   out=args.out)
     try:
-        _print_summary(args, summary, dumps_json, markdown, headline)
+        _print_summary(args, summary, is_set)
     except BrokenPipeError:  # `capacity analyze … | head`: the reader left, the files are written
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     failed = gate(summary, args.fail_on_slo, args.fail_on_verdict)
     for f in failed:
         print(f"capacity analyze: {f}", file=sys.stderr)
-    return EXIT_GATE_FAILED if failed else 0
+    code = exit_code(summary, failed)
+    if not summary["outcome"]["decision_complete"]:
+        print("capacity analyze: the decision could not be completed: " + "; ".join(summary["outcome"]["reasons"]),
+              file=sys.stderr)
+    return code
 
 
-def _print_summary(args, summary, dumps_json, markdown, headline) -> None:
+def check_out_dir(out: Path) -> None:
+    """--out must be a folder this user can write (made if missing), and not a file: exit 2 before reading."""
+    if out.exists() and not out.is_dir():
+        raise UserError(f"--out {out}: exists and is not a folder")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe = out / ".capacity-write-probe"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as e:
+        raise UserError(f"--out {out}: cannot write there ({e.strerror or e})") from None
+
+
+def _print_summary(args: argparse.Namespace, summary: dict[str, Any], is_set: bool) -> None:
+    from capacity_plugins.analysis.load import dumps_json
+
     if args.format == "json":
         print(dumps_json(summary))
+    elif is_set:
+        from capacity_plugins.analysis.repeats_report import set_headline, set_markdown
+
+        print(set_markdown(summary) if args.format == "md" else "\n".join(set_headline(summary)))
     elif args.format == "md":
+        from capacity_plugins.analysis.report_text import markdown
+
         print(markdown(summary))
     else:
-        print("\n".join(headline(summary)))
+        from capacity_plugins.analysis.report_text import headline
+
+        lines = headline(summary)
+        print("\n".join(lines))
         for w in summary["warnings"]:
-            print(f"warning: {w}")
-        print(f"report: {args.results_dir / 'report.html'}" if not args.no_report else
-              f"summary: {args.results_dir / 'summary.json'}")
+            if f"Warning: {w}" not in lines:  # the headline already led with it
+                print(f"warning: {w}")
+    if args.format == "text":
+        dest = args.out if args.out is not None else args.results_dir
+        print(f"report: {dest / 'report.html'}" if not args.no_report else f"summary: {dest / 'summary.json'}")
     sys.stdout.flush()

@@ -1,134 +1,254 @@
-"""`capacity compare RUN_A RUN_B`: the before/after table of docs/capacity.md, with a verdict per row.
+"""`capacity compare A B`: the before/after table of docs/capacity.md, each change judged against the noise.
 
-The before/after review (docs/capacity.md): average QPS, P99, P50, GPU util, cost per 1k requests, cache hit rate — "if QPS
-rose and cost fell, resources are used better; if QPS did not rise and GPU util fell, the
-bottleneck is elsewhere: roll back". Each run is read from its summary.json (analysed first when
-missing). Latencies are compared at the highest load level both runs measured validly, so a run
-that simply went further up the sweep is not punished for its extra levels.
+The before/after review (docs/capacity.md): capacity, throughput, P50, P99, GPU util, cost per 1k
+requests, cache hit rate — "if QPS rose and cost fell, resources are used better; if QPS did not
+rise and GPU util fell, the bottleneck is elsewhere: roll back". A and B are each one run's
+results folder (or its summary.json) or a repeat set (analysis/repeats.py); a folder without
+summary.json is analysed in memory first (compare writes nothing but `--out`).
+
+Where: the highest load level both runs measured validly *below saturation* (at or under each
+run's knee; a run without a knee was below saturation at every valid level). Past the knee the
+server queues and latency reflects the queue length the load generator chose, not the server, so
+an overloaded top level would compare two arbitrary queues.
+
+When: a row says better or worse only when the change exceeds the combined uncertainty of both
+sides: with repeats, the run-to-run spread (Student t on the repeats); with a single run, its
+within-run interval (analysis/intervals.py) *plus* `verdict.min_detectable_difference` (10 %) of
+the before value, because a within-run interval knows nothing of how much a second run differs.
+Otherwise the row is `within noise`. A run without valid steps cannot be compared: exit 2.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from scipy import stats
+
+from capacity_plugins.analysis.intervals import half_width
+from capacity_plugins.contracts.planning import VerdictConfig
 from capacity_plugins.errors import CommandParser, UserError
 
-SAME_BAND = 0.05  # changes within ±5 % read as "unchanged"
+# metric key in a step row, its interval key, label, higher is better (None: informational)
+LEVEL_ROWS: tuple[tuple[str, str | None, str, bool | None], ...] = (
+    ("rps", "rps_ci", "QPS at compared level", True),
+    ("e2e_p50_ms", "e2e_p50_ci_ms", "E2E P50 ms", False),
+    ("e2e_p99_ms", "e2e_p99_ci_ms", "E2E P99 ms", False),
+    ("ttft_p95_ms", "ttft_p95_ci_ms", "TTFT P95 ms", False),
+    ("gpu_util_pct", None, "GPU util %", None),
+)
 
 
 def load_summary(path: Path, progress=None) -> dict[str, Any]:
     path = Path(path)
     f = path / "summary.json" if path.is_dir() else path
     if not f.exists():
-        if path.is_dir() and (path / "requests.jsonl").exists():
-            from capacity_plugins.analysis.pipeline import analyze
+        from capacity_plugins.analysis.pipeline import load_run, summarise
+        from capacity_plugins.analysis.repeats import is_repeat_set, read_repeats, summarise_set
 
-            return analyze(path, progress=progress, report=False)
+        if path.is_dir() and is_repeat_set(path):
+            folders = read_repeats(path)
+            return summarise_set(path, [x.name for x in folders], [summarise(load_run(x, None, progress)) for x in folders])
+        if path.is_dir() and (path / "requests.jsonl").exists():
+            return summarise(load_run(path, None, progress))
         raise UserError(f"{path}: no summary.json and no requests.jsonl (not a results folder)")
     try:
         doc = json.loads(f.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise UserError(f"{f}: invalid JSON ({e})") from None
-    if not isinstance(doc, dict) or "steps" not in doc or "capacity" not in doc:
+    if not isinstance(doc, dict) or "capacity" not in doc or ("steps" not in doc and "levels" not in doc):
         raise UserError(f"{f}: not a capacity summary (no steps / capacity keys)")
     return doc
 
 
-def _row_at(summary: dict[str, Any], level: float | None) -> dict[str, Any] | None:
-    valid = [r for r in summary["steps"] if r.get("valid")]
-    if not valid:
-        return None
-    if level is not None:
-        for r in valid:
-            if r["level"] == level:
-                return r
-    return max(valid, key=lambda r: r["level"])
+@dataclass
+class Value:
+    value: float | None
+    half: float  # half-width of its interval (inf: unknown)
+    run_to_run: bool  # the half-width is a run-to-run spread (repeats), not a within-run interval
 
 
-def _judge(before: float | None, after: float | None, higher_is_better: bool | None) -> str:
-    if before is None or after is None:
-        return "unknown"
+class Side:
+    """One side of the comparison: a single run's summary or a repeat set's, seen the same way."""
+
+    def __init__(self, label: str, summary: dict[str, Any]) -> None:
+        self.label, self.s = label, summary
+        self.is_set = summary.get("kind") == "repeat_set"
+        vs = summary.get("verdict_settings") or {}
+        self.confidence = float(vs.get("confidence", VerdictConfig().confidence))
+        self.levels = self._valid_levels()
+        if not self.levels:
+            raise UserError(f"{label}: no valid step (every step invalid, insufficient or empty): nothing to compare")
+
+    def _valid_levels(self) -> list[float]:
+        if self.is_set:
+            return sorted(e["level"] for e in self.s["levels"] if e["valid_repeats"])
+        return sorted(r["level"] for r in self.s["steps"] if r.get("valid"))
+
+    @property
+    def saturation(self) -> float:
+        """The knee (the highest level still below saturation); inf when no knee was seen."""
+        knee = self.s.get("knee") or {}
+        v = knee.get("min") if self.is_set else knee.get("value")
+        return math.inf if v is None else float(v)
+
+    def at(self, level: float | None, key: str, ci_key: str | None) -> Value:
+        if level is None:
+            return Value(None, math.inf, False)
+        if self.is_set:
+            e = next(x for x in self.s["levels"] if x["level"] == level)
+            st = e.get(key) or {}
+            return _from_stats(st, self.confidence)
+        r = next(x for x in self.s["steps"] if x["level"] == level and x.get("valid"))
+        v = r.get(key)
+        ci = r.get(ci_key) if ci_key else None
+        return Value(v, half_width(v, ci[0], ci[1]) if ci else 0.0, False)
+
+    def capacity(self) -> Value:
+        cap = self.s["capacity"]
+        v, ci = cap.get("per_node_rps"), cap.get("per_node_rps_ci")
+        return Value(v, half_width(v, ci[0], ci[1]) if ci and v is not None else 0.0,
+                     self.is_set and cap.get("interval_kind") == "run_to_run")
+
+    def max_throughput(self) -> Value:
+        if self.is_set:
+            best = max(self.s["levels"], key=lambda e: (e["rps"]["mean"] or 0.0))
+            return _from_stats(best["rps"], self.confidence)
+        row = max((r for r in self.s["steps"] if r.get("valid")), key=lambda r: r.get("rps") or 0.0)
+        ci = row.get("rps_ci")
+        return Value(row.get("rps"), half_width(row.get("rps"), ci[0], ci[1]) if ci else 0.0, False)
+
+    def cost(self) -> Value:
+        return Value((self.s.get("cost") or {}).get("per_1k_requests_usd"), 0.0, False)
+
+    def cache(self) -> Value:
+        m = self.s.get("meta") or {}
+        return Value(m.get("prefix_cache_hit_rate") or m.get("cache_hit_rate"), 0.0, False)
+
+
+def _from_stats(st: dict[str, Any], confidence: float) -> Value:
+    """A repeat set's per-level figure: the mean, with the t half-width of the mean over its repeats."""
+    mean, sd, n = st.get("mean"), st.get("sd"), st.get("n") or 0
+    if mean is None:
+        return Value(None, math.inf, True)
+    if sd is None or n < 2:
+        return Value(mean, 0.0, False)  # one repeat: a single run in all but name
+    t = float(stats.t.ppf(1 - (1 - confidence) / 2, n - 1))
+    return Value(mean, t * sd / math.sqrt(n), True)
+
+
+def judge(before: Value, after: Value, higher_is_better: bool | None, mdd: float) -> tuple[str, float | None]:
+    """(verdict, the noise the change had to beat)."""
+    if before.value is None or after.value is None:
+        return "unknown", None
+    noise = math.hypot(before.half, after.half)
+    if not (before.run_to_run and after.run_to_run):
+        noise += mdd * abs(before.value)  # within-run intervals miss the run-to-run spread
     if higher_is_better is None:
-        return "info"
-    if before == 0:
-        return "unchanged" if after == 0 else ("better" if (after > 0) == higher_is_better else "worse")
-    change = after / before - 1
-    if abs(change) <= SAME_BAND:
-        return "unchanged"
-    return "better" if (change > 0) == higher_is_better else "worse"
+        return "info", noise
+    d = after.value - before.value
+    if not math.isfinite(noise) or abs(d) <= noise:
+        return "within noise", noise
+    return ("better" if (d > 0) == higher_is_better else "worse"), noise
 
 
-def compare(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
-    la = {r["level"] for r in a["steps"] if r.get("valid")}
-    lb = {r["level"] for r in b["steps"] if r.get("valid")}
-    common = max(la & lb) if la & lb else None
-    ra, rb = _row_at(a, common), _row_at(b, common)
-
-    def g(r: dict[str, Any] | None, k: str) -> float | None:
-        return None if r is None else r.get(k)
-
-    def cache(s: dict[str, Any]) -> float | None:
-        m = s.get("meta") or {}
-        return m.get("prefix_cache_hit_rate") or m.get("cache_hit_rate")
-
-    spec = [
-        ("capacity per node under SLO (rps)", a["capacity"].get("per_node_rps"), b["capacity"].get("per_node_rps"), True),
-        ("max throughput (rps)", max((r.get("rps") or 0 for r in a["steps"] if r.get("valid")), default=None),
-         max((r.get("rps") or 0 for r in b["steps"] if r.get("valid")), default=None), True),
-        ("QPS at compared level", g(ra, "rps"), g(rb, "rps"), True),
-        ("E2E P50 ms", g(ra, "e2e_p50_ms"), g(rb, "e2e_p50_ms"), False),
-        ("E2E P99 ms", g(ra, "e2e_p99_ms"), g(rb, "e2e_p99_ms"), False),
-        ("TTFT P95 ms", g(ra, "ttft_p95_ms"), g(rb, "ttft_p95_ms"), False),
-        ("GPU util %", g(ra, "gpu_util_pct"), g(rb, "gpu_util_pct"), None),
-        ("cost per 1k requests USD", a["cost"].get("per_1k_requests_usd"), b["cost"].get("per_1k_requests_usd"), False),
-        ("cache hit rate", cache(a), cache(b), True),
+def compare(a: dict[str, Any], b: dict[str, Any], mdd: float | None = None) -> dict[str, Any]:
+    before, after = Side("before", a), Side("after", b)
+    if mdd is None:
+        mdd = float((a.get("verdict_settings") or {}).get("min_detectable_difference",
+                                                          VerdictConfig().min_detectable_difference))
+    common = [lv for lv in set(before.levels) & set(after.levels)
+              if lv <= before.saturation and lv <= after.saturation]
+    level = max(common) if common else None
+    spec: list[tuple[str, Value, Value, bool | None]] = [
+        ("capacity per node under SLO (rps)", before.capacity(), after.capacity(), True),
+        ("max throughput (rps)", before.max_throughput(), after.max_throughput(), True),
     ]
-    rows = [{"metric": m, "before": x, "after": y, "change": (y / x - 1) if x and y is not None else None,
-             "verdict": _judge(x, y, hib)} for m, x, y, hib in spec]
-    qps = rows[2] if rows[2]["verdict"] != "unknown" else rows[1]
-    gpu = rows[6]
-    overall = "improved" if qps["verdict"] == "better" and not any(r["verdict"] == "worse" for r in rows[3:6]) else (
-        "regressed" if qps["verdict"] == "worse" or any(r["verdict"] == "worse" for r in rows[3:6]) else "unchanged")
+    for key, ci_key, label, hib in LEVEL_ROWS:
+        spec.append((label, before.at(level, key, ci_key), after.at(level, key, ci_key), hib))
+    spec += [("cost per 1k requests USD", before.cost(), after.cost(), False),
+             ("cache hit rate", before.cache(), after.cache(), True)]
+    rows: list[dict[str, Any]] = []
+    for m, x, y, hib in spec:
+        verdict, noise = judge(x, y, hib, mdd)
+        rows.append({"metric": m, "before": x.value, "after": y.value,
+                     "change": (y.value / x.value - 1) if x.value and y.value is not None else None,
+                     "noise": noise, "verdict": verdict})
+    by = {r["metric"]: r for r in rows}
+    qps = by["QPS at compared level"] if by["QPS at compared level"]["verdict"] != "unknown" else by["max throughput (rps)"]
+    lat = [by[k] for k in ("E2E P50 ms", "E2E P99 ms", "TTFT P95 ms")]
+    cap_row = by["capacity per node under SLO (rps)"]
+    if any(r["verdict"] == "worse" for r in [qps, cap_row, *lat]):
+        overall = "regressed"
+    elif any(r["verdict"] == "better" for r in (qps, cap_row)):
+        overall = "improved"
+    else:
+        overall = "within noise"
     advice = []
-    if qps["verdict"] in ("unchanged", "worse") and gpu["before"] is not None and gpu["after"] is not None and gpu["after"] < gpu["before"]:
+    gpu = by["GPU util %"]
+    if qps["verdict"] in ("within noise", "worse") and gpu["before"] is not None and gpu["after"] is not None \
+            and gpu["after"] < gpu["before"] * (1 - mdd):
         advice.append("QPS did not rise while GPU util fell: the bottleneck is not GPU capacity — roll back and profile")
-    cost_row = rows[7]
-    if qps["verdict"] == "better" and cost_row["verdict"] == "better":
+    if qps["verdict"] == "better" and by["cost per 1k requests USD"]["verdict"] == "better":
         advice.append("QPS up and cost per request down: resources are used better")
-    return {"compared_level": common, "rows": rows, "overall": overall, "advice": advice,
+    where = (f"the highest level both runs measured validly below saturation (knees: before "
+             f"{_lvl(before.saturation)}, after {_lvl(after.saturation)})") if level is not None else \
+        "no level both runs measured validly below saturation: only capacity and max throughput are compared"
+    return {"compared_level": level, "compared_where": where, "rows": rows, "overall": overall, "advice": advice,
+            "noise_basis": {"before": "repeats" if before.is_set else "within-run + min detectable difference",
+                            "after": "repeats" if after.is_set else "within-run + min detectable difference",
+                            "min_detectable_difference": mdd},
             "before": a.get("meta", {}).get("results_dir"), "after": b.get("meta", {}).get("results_dir")}
+
+
+def _lvl(v: float) -> str:
+    return "none seen" if not math.isfinite(v) else f"{v:g}"
 
 
 def _fmt(v: Any) -> str:
     if v is None:
         return "–"
     if isinstance(v, float):
+        if not math.isfinite(v):
+            return "∞"
         return f"{v:,.3g}" if abs(v) < 1000 else f"{v:,.0f}"
     return str(v)
 
 
 def markdown(c: dict[str, Any]) -> str:
-    lines = [f"Compared at level {c['compared_level']:g}" if c["compared_level"] is not None else "No common level: highest levels compared",
-             "", "| metric | before | after | change | verdict |", "|---|---|---|---|---|"]
+    head = (f"Compared at level {c['compared_level']:g}: {c['compared_where']}" if c["compared_level"] is not None
+            else c["compared_where"])
+    nb = c["noise_basis"]
+    lines = [head, f"Noise: before {nb['before']}, after {nb['after']} "
+                   f"(minimum detectable difference {nb['min_detectable_difference']:.0%})",
+             "", "| metric | before | after | change | ± noise | verdict |", "|---|---|---|---|---|---|"]
     for r in c["rows"]:
         ch = "–" if r["change"] is None else f"{r['change']:+.0%}"
-        lines.append(f"| {r['metric']} | {_fmt(r['before'])} | {_fmt(r['after'])} | {ch} | {r['verdict']} |")
+        lines.append(f"| {r['metric']} | {_fmt(r['before'])} | {_fmt(r['after'])} | {ch} | {_fmt(r['noise'])} | {r['verdict']} |")
     lines += ["", f"Overall: {c['overall']}"] + [f"- {a}" for a in c["advice"]]
     return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = CommandParser(prog="capacity compare", description="Before/after table of two analysed runs.")
-    p.add_argument("before", type=Path, help="results folder (or summary.json) of the earlier run")
-    p.add_argument("after", type=Path, help="results folder (or summary.json) of the later run")
+    """Exit 0 when compared (whatever the outcome), 2 for bad input or a side without valid steps."""
+    p = CommandParser(prog="capacity compare", description="Before/after table of two analysed runs or repeat sets.")
+    p.add_argument("before", type=Path, help="results folder, repeat set (or summary.json) of the earlier run")
+    p.add_argument("after", type=Path, help="results folder, repeat set (or summary.json) of the later run")
     p.add_argument("--format", choices=("md", "json"), default="md")
     p.add_argument("--out", type=Path, help="also write the comparison as JSON here")
+    p.add_argument("--min-detectable-difference", type=float,
+                   help="smallest relative change single runs can show (default: the before run's verdict setting, 0.10)")
     args = p.parse_args(argv)
-    c = compare(load_summary(args.before), load_summary(args.after))
+    if args.min_detectable_difference is not None and not 0 <= args.min_detectable_difference < 1:
+        raise UserError("--min-detectable-difference: expected a share in [0, 1)")
+    c = compare(load_summary(args.before), load_summary(args.after), args.min_detectable_difference)
+    from capacity_plugins.analysis.load import dumps_json  # inf noise → null: strict JSON
+
     if args.out:
-        args.out.write_text(json.dumps(c, indent=2), encoding="utf-8")
-    sys.stdout.write(json.dumps(c, indent=2) + "\n" if args.format == "json" else markdown(c))
+        args.out.write_text(dumps_json(c), encoding="utf-8")
+    sys.stdout.write(dumps_json(c) + "\n" if args.format == "json" else markdown(c))
     return 0

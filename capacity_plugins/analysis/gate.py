@@ -1,6 +1,9 @@
 """The CI gates: `--fail-on-slo` and `--fail-on-verdict`, one rule for `capacity run` and `capacity analyze`.
 
-Each failed gate is one line; a caller that asked for a gate exits 3 when any line comes back.
+Each failed gate is one line; a caller that asked for a gate exits 3 when any line comes back
+(unless the decision itself could not be completed: analysis/outcome.py, exit 1). A repeat set's
+summary gates the same way: its capacity is the repeats' mean, and without a forecast peak the SLO
+gate fails when any repeat missed the SLO at a valid level.
 """
 
 from __future__ import annotations
@@ -17,6 +20,10 @@ def gate(summary: dict[str, Any], fail_on_slo: bool, fail_on_verdict: str | None
             fleet = (cap.get("per_node_rps") or 0.0) * (plan.get("current_nodes") or 1)
             if fleet < plan["peak_qps"]:
                 failed.append(f"SLO gate: capacity {fleet:.3g} rps under the SLO < peak {plan['peak_qps']:g} qps")
+        elif summary.get("kind") == "repeat_set":
+            missed = sorted({lv for r in summary["repeats"] for lv in r.get("slo_missed_levels") or []})
+            if missed or not any(r.get("valid_steps") for r in summary["repeats"]):
+                failed.append(f"SLO gate: SLO missed at level(s) {missed}" if missed else "SLO gate: no valid step")
         else:
             missed = [r["level"] for r in summary["steps"] if r["valid"] and not r["slo_pass"]]
             if missed or not any(r["valid"] for r in summary["steps"]):

@@ -3,9 +3,15 @@
 Primary rules (docs/capacity.md, "The knee"):
 - rate sweeps: the last level before achieved/offered falls under 0.95 (offered = arrivals
   actually scheduled, so Poisson noise cannot fake a knee);
-- concurrency sweeps: the last level whose throughput still rose >= 10 % over the previous
-  level(s) when the next level(s) rise < 10 % (running max, so noise cannot un-saturate a curve);
-  confidence high when two further levels confirm, low when only one does.
+- concurrency sweeps: the last level whose throughput still rose >= 10 % over the best so far
+  when the next level(s) do not (running max, so noise cannot un-saturate a curve). A level
+  "rose" only when the 10 % gain exceeds the noise of both throughputs (their intervals): the
+  llama.cpp curve 14.7 / 14.3 / 16.2 / 15.1 rps is saturated from the first level, not knee at
+  4 because one noisy step beat the best by 10.2 %. "Saturated from the first level" is a valid
+  answer. Confidence high when two further levels are shown flat, medium when one of them is
+  only within noise (or latency did not grow), low when only one level follows. `interval`: the
+  levels the knee may be at given the noise (up to the last later level whose gain the noise
+  cannot rule out).
 Cross-checks, never the answer on their own: a bounded USL fit (N* trusted only when beta's 95 %
 CI excludes 0 and N* lies in the tested range; otherwise the Amdahl reading) and Kneedle on
 (log2 N, X) with >= 7 points (fewer points make its curvature noise).
@@ -19,49 +25,78 @@ from typing import Any
 
 import numpy as np
 
+from capacity_plugins.analysis.intervals import gain_class
+from capacity_plugins.analysis.table import rps_half_width
+
 GAIN_MIN = 0.10
 RATE_RATIO_MIN = 0.95
 
 
 def _no_knee(unit: str, method: str, reason: str, **extra: Any) -> dict[str, Any]:
-    return {"value": None, "unit": unit, "bracket": None, "method": method, "confidence": None,
+    return {"value": None, "unit": unit, "bracket": None, "interval": None, "method": method, "confidence": None,
             "reason": reason, **extra}
 
 
-def marginal_gain_knee(levels: list[float], xs: list[float], latency: list[float | None] | None = None) -> dict[str, Any]:
-    """Concurrency sweep: the last level before throughput stops rising >= 10 %."""
+def marginal_gain_knee(levels: list[float], xs: list[float], latency: list[float | None] | None = None,
+                       halves: list[float] | None = None) -> dict[str, Any]:
+    """Concurrency sweep: the last level before throughput stops rising >= 10 % beyond the noise.
+
+    `halves`: half-width of each throughput's interval (None or zeros: plain point comparisons).
+    """
     if len(levels) < 2:
         return _no_knee("users", "marginal_gain", "fewer than two valid levels: no sweep to judge")
     x = np.asarray(xs, float)
-    run_max = np.maximum.accumulate(x)
+    h = np.asarray(halves if halves is not None else [0.0] * len(x), float)
+    best = [int(np.argmax(x[: k + 1])) for k in range(len(x))]  # index of the best so far
     # gains[0] is undefined (nothing before the first level); math.nan compares False everywhere
-    gains: list[float] = [math.nan] + [float(x[k] / run_max[k - 1] - 1) if run_max[k - 1] > 0 else math.inf
+    gains: list[float] = [math.nan] + [float(x[k] / x[best[k - 1]] - 1) if x[best[k - 1]] > 0 else math.inf
                                        for k in range(1, len(x))]
+    cls: list[str] = ["rise"] + [gain_class(float(x[k]), float(h[k]), float(x[best[k - 1]]), float(h[best[k - 1]]), GAIN_MIN)
+                                 for k in range(1, len(x))]
     for i in range(len(levels) - 1):
-        # a knee at i: every level after it (up to two) gains < 10 % over the best so far
-        following = [k for k in range(i + 1, min(i + 3, len(levels)))]
-        if not all(gains[k] < GAIN_MIN for k in following):
+        # a knee at i: no level after it (up to two) rises 10 % over the best so far
+        following = list(range(i + 1, min(i + 3, len(levels))))
+        if any(cls[k] == "rise" for k in following):
             continue
-        if i > 0 and gains[i] < GAIN_MIN:
-            continue  # i itself is already on the flat: the knee was earlier (or absent)
-        confirm = len(following)
-        confidence = "high" if confirm >= 2 else "low"
+        if i > 0 and cls[i] != "rise":
+            continue  # i itself did not demonstrably rise: the knee was earlier (or absent)
+        flat = [k for k in following if cls[k] == "flat"]
+        unclear = [k for k in range(i + 1, len(levels)) if cls[k] == "unclear"]
+        if not flat:
+            # only noise after i: neither a rise nor a flat is shown
+            continue
+        confidence = "high" if len(flat) >= 2 else ("medium" if len(following) >= 2 else "low")
         lat_note = ""
         if latency is not None and latency[i] and latency[following[0]]:
             ratio = latency[following[0]] / latency[i]  # type: ignore[operator]
             lat_note = f"; p95 latency ×{ratio:.1f} over the bracket"
-            if confirm >= 2 and ratio < 1.2:
+            if confidence == "high" and ratio < 1.2:
                 confidence = "medium"  # flat throughput without latency growth: odd, say so
-        flat = ", ".join(f"{levels[k]:g} ({gains[k]:+.0%})" for k in following)
+        words = ", ".join(f"{levels[k]:g} ({gains[k]:+.0%}{', within noise' if cls[k] == 'unclear' else ''})"
+                          for k in following)
+        head = (f"no gain beyond level {levels[0]:g}: saturated from the first level; " if i == 0 else "")
+        upper = levels[unclear[-1]] if unclear else levels[i]
+        noise_note = (f"; within the noise the knee may be as late as {upper:g}" if unclear else "")
         return {
             "value": levels[i], "unit": "users", "bracket": [levels[i], levels[i + 1]],
+            "interval": [levels[i], upper], "saturated_from_first": i == 0,
             "method": "marginal_gain", "confidence": confidence,
-            "reason": f"throughput rose < {GAIN_MIN:.0%} at the next level(s): {flat}"
-                      f" ({confirm} level{'s' if confirm > 1 else ''} confirm){lat_note}",
-            "gains": gains,
+            "reason": f"{head}throughput rose < {GAIN_MIN:.0%} beyond the noise at the next level(s): {words}"
+                      f" ({len(flat)} level{'s' if len(flat) != 1 else ''} shown flat){lat_note}{noise_note}",
+            "gains": gains, "gain_classes": cls,
         }
-    return _no_knee("users", "marginal_gain", "no knee within the tested range: throughput still rose >= "
-                    f"{GAIN_MIN:.0%} at every level (or did not stay flat)", gains=gains)
+    risers = [k for k in range(1, len(cls)) if cls[k] == "rise"]
+    if not risers:
+        return _no_knee("users", "marginal_gain",
+                        f"no gain beyond level {levels[0]:g} shown beyond the noise, and no level shown flat either: "
+                        "saturated from the first level or too noisy to tell (longer steps or repeats sharpen this)",
+                        gains=gains, gain_classes=cls)
+    if cls[-1] == "rise":
+        why = f"throughput still rose >= {GAIN_MIN:.0%} at the highest level"
+    else:
+        why = (f"no level stayed demonstrably flat after the last rise (at {levels[risers[-1]]:g}); "
+               "the differences are within noise")
+    return _no_knee("users", "marginal_gain", f"no knee within the tested range: {why}", gains=gains, gain_classes=cls)
 
 
 def boundary_noise(offered_rps: float | None, e2e_mean_ms: float | None, window_s: float | None) -> float:
@@ -91,10 +126,14 @@ def rate_knee(levels: list[float], achieved: list[float | None], offered: list[f
         if k == 0:
             return _no_knee("rps", "achieved_over_offered",
                             f"saturated already at the lowest rate {levels[0]:g} (achieved {r:.0%} of offered)",
-                            ratios=ratios)
+                            ratios=ratios, saturated_from_first=True)
         after = [(q, floors[j]) for j, q in enumerate(ratios[k + 1:k + 2], k + 1) if q is not None]
         confidence = "high" if after and after[0][0] < after[0][1] else "low"
+        # Earlier levels short of 95 % only by counting noise: the knee may be that early.
+        noisy = [j for j in range(k) if (q := ratios[j]) is not None and q < RATE_RATIO_MIN]
+        low = levels[max(noisy[0] - 1, 0)] if noisy else levels[k - 1]
         return {"value": levels[k - 1], "unit": "rps", "bracket": [levels[k - 1], levels[k]],
+                "interval": [low, levels[k - 1]], "saturated_from_first": False,
                 "method": "achieved_over_offered", "confidence": confidence,
                 "reason": f"achieved fell to {r:.0%} of offered at {levels[k]:g} rps"
                           + ("" if after else " (no further level to confirm)"),
@@ -178,7 +217,7 @@ def find_knee(rows: list[dict[str, Any]], sweep_kind: str) -> dict[str, Any]:
         levels = [r["level"] for r in valid]
         xs = [r["rps"] or 0.0 for r in valid]
         lat = [r["e2e_p95_ms"] for r in valid]
-        knee = marginal_gain_knee(levels, xs, lat)
+        knee = marginal_gain_knee(levels, xs, lat, [rps_half_width(r) for r in valid])
         usl = usl_fit(levels, xs)
         kn = kneedle(levels, xs)
         checks: dict[str, Any] = {}

@@ -1,7 +1,7 @@
 """Read a results folder into `RunData`, what every analysis step works on (no Locust, no gevent).
 
-steps.json through `contracts.steps.StepRow`, the scenario copy's `slo` / `capacity` sections
-with the command line's overrides, meta.json, telemetry_series.csv, and the records through
+steps.json through `contracts.steps.StepRow`, the scenario copy's sections with the command
+line's overrides (analysis/settings.py), meta.json, telemetry_series.csv, and the records through
 analysis/records.py.
 """
 
@@ -16,11 +16,10 @@ from typing import Any
 import numpy as np
 import orjson
 import pandas as pd
-import yaml
-from pydantic import ValidationError
 
 from capacity_plugins.analysis.records import ITL_DTYPE, STEP_DTYPE, read_itl_side, read_requests
-from capacity_plugins.contracts.planning import CapacityConfig, SLOConfig
+from capacity_plugins.analysis.settings import Settings, read_settings
+from capacity_plugins.contracts.planning import CapacityConfig, SLOConfig, VerdictConfig
 from capacity_plugins.contracts.steps import STEPS_FILE, StepRow
 from capacity_plugins.errors import UserError
 
@@ -40,10 +39,23 @@ class RunData:
     meta: dict[str, Any]
     name: str | None
     load_kind: str | None
-    slo: SLOConfig
-    capacity: CapacityConfig
+    settings: Settings
     telemetry: pd.DataFrame | None  # telemetry_series.csv, or None
     warnings: list[str] = field(default_factory=list)
+    # Lines of requests.jsonl that were skipped (a last line cut by a crash).
+    torn_lines: int = 0
+
+    @property
+    def slo(self) -> SLOConfig:
+        return self.settings.slo
+
+    @property
+    def capacity(self) -> CapacityConfig:
+        return self.settings.capacity
+
+    @property
+    def verdict(self) -> VerdictConfig:
+        return self.settings.verdict
 
 
 # ---------------------------------------------------------------- small file readers
@@ -73,52 +85,6 @@ def read_steps(path: Path) -> list[Step]:
     return out
 
 
-def read_scenario(path: Path) -> tuple[str | None, str | None, dict, dict]:
-    f = path / "scenario.yaml"
-    if not f.exists():
-        return None, None, {}, {}
-    try:
-        doc = yaml.safe_load(f.read_text(encoding="utf-8")) or {}
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        line = f" line {mark.line + 1}" if mark is not None else ""
-        raise UserError(f"scenario.yaml{line}: invalid YAML") from None
-    if not isinstance(doc, dict):
-        raise UserError("scenario.yaml: expected a mapping at the top level")
-    load: dict = doc["load"] if isinstance(doc.get("load"), dict) else {}
-    slo = doc.get("slo") or {}
-    cap = doc.get("capacity") or {}
-    if not isinstance(slo, dict):
-        raise UserError("scenario.yaml: slo: expected a mapping")
-    if not isinstance(cap, dict):
-        raise UserError("scenario.yaml: capacity: expected a mapping")
-    return doc.get("name"), load.get("kind"), slo, cap
-
-
-def build_configs(slo: dict, cap: dict, overrides: dict | None, source: str) -> tuple[SLOConfig, CapacityConfig]:
-    """Scenario sections with flag overrides on top, validated together (one line per error)."""
-    slo = dict(slo)
-    cap = dict(cap)
-    for k, v in (overrides or {}).items():
-        if v is None:
-            continue
-        if k in SLOConfig.model_fields:
-            slo[k] = v
-        elif k in CapacityConfig.model_fields:
-            cap[k] = v
-        else:
-            raise UserError(f"unknown override {k!r}")
-    out = []
-    for section, model, data in (("slo", SLOConfig, slo), ("capacity", CapacityConfig, cap)):
-        try:
-            out.append(model(**data))
-        except ValidationError as e:
-            err = e.errors()[0]
-            loc = ".".join(str(p) for p in err["loc"])
-            raise UserError(f"{source}: {section}.{loc}: {err['msg']}") from None
-    return out[0], out[1]  # type: ignore[return-value]
-
-
 def load_run(path: Path, overrides: dict | None = None, progress=None) -> RunData:
     path = Path(path)
     if not path.is_dir():
@@ -126,8 +92,7 @@ def load_run(path: Path, overrides: dict | None = None, progress=None) -> RunDat
     say = progress or (lambda _msg: None)
     warnings: list[str] = []
     steps = read_steps(path)
-    name, load_kind, slo_raw, cap_raw = read_scenario(path)
-    slo, cap = build_configs(slo_raw, cap_raw, overrides, "scenario.yaml" if slo_raw or cap_raw else "options")
+    settings = read_settings(path, overrides)
 
     meta: dict[str, Any] = {}
     if (path / "meta.json").exists():
@@ -140,15 +105,15 @@ def load_run(path: Path, overrides: dict | None = None, progress=None) -> RunDat
     # ones may say `incomplete: true`. Both mean the same here.
     if meta.get("complete") is False:
         meta["incomplete"] = True
-    if meta.get("incomplete"):
-        reason = meta.get("incomplete_reason") or "interrupted"
-        warnings.append(f"the run is incomplete ({reason}): the last step may be partial")
 
     side = (path / "itl.parquet").exists() or (path / "itl.jsonl").exists()
     f = path / "requests.jsonl"
     say(f"reading {f.name} ({f.stat().st_size / 1e6:.0f} MB)" if f.exists() else "reading requests.jsonl")
-    req, vals, lens = read_requests(f, with_itl=not side)
+    req, vals, lens, torn = read_requests(f, with_itl=not side)
     say(f"read {len(req):,} request records")
+    if torn:
+        warnings.append("requests.jsonl: its last line was cut (a crash mid-write?): 1 line skipped, "
+                        "the records before it are analysed")
     if side:
         got = read_itl_side(path, req)
         assert got is not None
@@ -179,15 +144,10 @@ def load_run(path: Path, overrides: dict | None = None, progress=None) -> RunDat
         telemetry["unix"] = pd.to_numeric(telemetry["unix"], errors="coerce")
         if "step" in telemetry.columns:
             telemetry["step"] = pd.to_numeric(telemetry["step"], errors="coerce")
-    records: dict = meta["records"] if isinstance(meta.get("records"), dict) else {}
-    lost = records.get("lost") or meta.get("lost_records")
-    if lost:
-        warnings.append(f"meta.json: {lost} request records were lost by the writer (percentiles may be biased)")
-
     return RunData(
         path=path, requests=req, itl_values=np.asarray(itl_vals, dtype=ITL_DTYPE), itl_steps=np.asarray(itl_steps),
-        steps=steps, meta=meta, name=name, load_kind=load_kind, slo=slo, capacity=cap, telemetry=telemetry,
-        warnings=warnings,
+        steps=steps, meta=meta, name=settings.name, load_kind=settings.load_kind, settings=settings,
+        telemetry=telemetry, warnings=warnings, torn_lines=int(torn),
     )
 
 

@@ -1,7 +1,8 @@
 """One pass from a results folder to summary.json / summary.md / report.html / PNGs.
 
-load → per-step table → knee → capacity under SLO → plan + cost → verdict + checklists →
-stability → outputs. Each stage reads the previous stage's output only.
+load → per-step table (with intervals and validity) → knee → capacity under SLO → plan + cost →
+verdict + checklists → stability → run facts and outcome → outputs. Each stage reads the previous
+stage's output only.
 """
 
 from __future__ import annotations
@@ -15,12 +16,17 @@ from typing import Any
 from capacity_plugins.analysis.capacity import capacity_under_slo
 from capacity_plugins.analysis.knee import find_knee
 from capacity_plugins.analysis.load import RunData, dumps_json, load_run
+from capacity_plugins.analysis.outcome import NO_REQUESTS, outcome
 from capacity_plugins.analysis.plan import make_cost, make_plan
+from capacity_plugins.analysis.runfacts import redact_url, run_facts
 from capacity_plugins.analysis.stability import stability
 from capacity_plugins.analysis.table import step_rows
+from capacity_plugins.analysis.ttft_breakdown import breakdown_notes
+from capacity_plugins.analysis.validity import meta_warnings
 from capacity_plugins.analysis.verdict import checklists, decide
 
-SCHEMA_VERSION = 1
+# 2: intervals (`*_ci*`), step validity, `run`, `outcome`, the `verdict` settings (SCHEMA.md).
+SCHEMA_VERSION = 2
 
 
 def sweep_kind(run: RunData) -> str:
@@ -37,53 +43,77 @@ def summarise(run: RunData, progress: Callable[[str], None] | None = None) -> di
     rows = step_rows(run, run.slo)
     knee = find_knee(rows, kind)
     cap = capacity_under_slo(rows, run.slo, run.capacity, kind)
-    plan = make_plan(cap, run.capacity)
+    plan = make_plan(cap, run.capacity, run.verdict)
     cost = make_cost(rows, cap, run.capacity)
     series = set(run.telemetry["series"].unique()) if run.telemetry is not None and not run.telemetry.empty else set()
-    verdict = decide(rows, knee, cap, plan, bool(series & {"gpu_util_pct", "sm_active"}), run.slo)
+    facts = run_facts(run.path, run.meta, run.settings, run.steps, rows)
+    verdict = decide(rows, knee, cap, plan, bool(series & {"gpu_util_pct", "sm_active"}), run.slo, run.verdict,
+                     run.settings.max_client_cpu_pct, facts["simulated"])
+    warnings = meta_warnings(run.meta) + list(run.warnings)
+    if not len(run.requests):
+        warnings.insert(0, f"requests.jsonl: {NO_REQUESTS}")
+    if facts["simulated"]:
+        warnings.append("the target was the embedded simulator: GPU and server readings are simulated, not measured")
+    short = [f"{r['level']:g}" for r in rows if r["insufficient"] and r["requests"]]
+    if short:
+        warnings.append(f"{len(short)} step(s) have fewer than {run.settings.min_requests} measured requests "
+                        f"(load.min_requests) and decide nothing: levels {', '.join(short)}")
     summary: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
         "name": run.name,
         "sweep_kind": kind,
+        "run": facts,
         "slo": run.slo.model_dump(),
+        "verdict_settings": run.verdict.model_dump(),
+        "min_requests": run.settings.min_requests,
         "steps": rows,
+        "ttft_breakdown": breakdown_notes(series, run.meta),
         "knee": knee,
         "capacity": cap,
         "plan": plan,
         "cost": cost,
         "verdict": verdict,
         "stability": stability(run.requests, run.telemetry, run.load_kind),
-        "warnings": list(run.warnings),
+        # A capacity search's own account: the bracket it found and why it stopped (meta.json).
+        "search": run.meta.get("search"),
+        "warnings": warnings,
         "meta": _meta(run),
     }
-    summary["checklist"] = checklists(summary, run.meta, series, run.slo)
+    summary["checklist"] = checklists(summary, run.meta, series, run.slo, run.verdict)
     if not series:
         summary["warnings"].append("no telemetry_series.csv: GPU / queue columns are empty")
+    summary["outcome"] = outcome(summary, len(run.requests), run.meta)
     return summary
 
 
 def _meta(run: RunData) -> dict[str, Any]:
-    keep = ("versions", "target", "model", "server", "dialect", "gpu", "gpus", "gpu_names", "incomplete", "incomplete_reason",
-            "start_unix", "end_unix", "records", "workers")
+    keep = ("versions", "model", "server", "dialect", "gpu", "gpus", "gpu_names", "incomplete", "incomplete_reason",
+            "start_unix", "end_unix", "records", "workers", "workers_lost")
     meta = {k: run.meta[k] for k in keep if k in run.meta}
+    if run.meta.get("target"):  # never a URL password in a summary
+        meta["target"] = redact_url(str(run.meta["target"]))
     meta["requests_total"] = len(run.requests)
     meta["results_dir"] = str(run.path)
     return meta
 
 
 def analyze(results_dir: Path, *, overrides: dict | None = None, progress: Callable[[str], None] | None = None,
-            report: bool = True) -> dict[str, Any]:
-    """Analyse a results folder, write summary.json (+ summary.md, report.html, PNGs) and return the summary."""
+            report: bool = True, out: Path | None = None) -> dict[str, Any]:
+    """Analyse a results folder, write summary.json (+ summary.md, report.html, PNGs) into it, or
+    into `out` (a what-if with other SLO / capacity figures leaves the run's own files alone), and
+    return the summary."""
     t0 = time.perf_counter()
     say = progress or (lambda _m: None)
     results_dir = Path(results_dir)
     run = load_run(results_dir, overrides, say)
     summary = summarise(run, say)
-    (results_dir / "summary.json").write_text(dumps_json(summary), encoding="utf-8")
+    dest = Path(out) if out is not None else results_dir
+    dest.mkdir(parents=True, exist_ok=True)
+    (dest / "summary.json").write_text(dumps_json(summary), encoding="utf-8")
     if report:
         from capacity_plugins.analysis.report import write_reports
 
         say("writing report.html, summary.md and plots")
-        write_reports(summary, run, results_dir)
+        write_reports(summary, run, dest)
     say(f"analysis done in {time.perf_counter() - t0:.1f} s")
     return summary

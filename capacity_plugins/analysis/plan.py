@@ -4,7 +4,14 @@ nodes = ceil(peak_qps × safety_factor / capacity_per_node) + redundancy (e.g. 3
 = 9); GPUs = nodes × gpus_per_node. The concurrency view: peak concurrency / concurrency one GPU
 carries under the SLO (200 / 20 = 10), without extra factors. No 70 % cap on top of an
 SLO-measured capacity (double headroom): the 70 % figure here is only the trigger "traffic above
-70 % of current capacity" (docs/capacity.md).
+70 % of current capacity" (`verdict.trigger_share`, docs/capacity.md).
+
+The plan refuses (`refused`: the reason; no node count) when the data cannot carry a decision:
+no valid step, a capacity interval that reaches 0 (not even the lowest level surely meets the
+SLO), or one wider than `verdict.max_capacity_interval` of the capacity. An SLO that surely fails
+already at the lowest load is no refusal but an answer (`infeasible`): no number of nodes meets
+it. Otherwise the plan gives the node count at the capacity's point and the range its interval
+allows (`nodes_interval`).
 """
 
 from __future__ import annotations
@@ -12,44 +19,91 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from capacity_plugins.contracts.planning import CapacityConfig
-
-TRIGGER_SHARE = 0.70
+from capacity_plugins.contracts.planning import CapacityConfig, VerdictConfig
 
 
-def make_plan(capacity: dict[str, Any], cap: CapacityConfig) -> dict[str, Any]:
+def _nodes(peak_qps: float, cap: CapacityConfig, per_node: float) -> int:
+    return math.ceil(round(peak_qps * cap.safety_factor / per_node, 9)) + cap.redundancy
+
+
+INFEASIBLE = "the SLO fails already at the lowest load: no number of nodes meets it"
+
+
+def infeasible(capacity: dict[str, Any]) -> bool:
+    """The SLO surely fails at the lowest load: capacity 0 at both ends of its interval."""
+    ci = capacity.get("per_node_rps_ci")
+    return capacity.get("per_node_rps") == 0 and (not ci or not ci[1])
+
+
+def refusal(capacity: dict[str, Any], vc: VerdictConfig) -> str | None:
+    """Why the data cannot size a fleet (None: it can, or it showed that no fleet meets the SLO)."""
+    per_node = capacity.get("per_node_rps")
+    if per_node is None:
+        return f"capacity under the SLO unknown ({capacity.get('method')}): no valid step to size a fleet from"
+    ci = capacity.get("per_node_rps_ci")
+    if infeasible(capacity):
+        return None
+    if per_node <= 0:  # not infeasible: so its interval reaches above 0
+        top = f" (capacity up to {ci[1]:.3g} rps)" if ci else ""
+        return (f"the SLO fails at the lowest load as measured, but within the noise it may hold{top}: "
+                "measure longer steps at low load")
+    if ci and ci[0] <= 0:
+        return (f"the capacity interval reaches 0 ({ci[0]:.3g}–{ci[1]:.3g} rps): the data cannot show that "
+                "one node meets the SLO at any load")
+    rel = capacity.get("relative_interval")
+    if ci and rel is not None and rel > vc.max_capacity_interval:
+        return (f"the capacity interval {ci[0]:.3g}–{ci[1]:.3g} rps is {rel:.0%} of the capacity "
+                f"({per_node:.3g} rps), wider than {vc.max_capacity_interval:.0%} (verdict.max_capacity_interval): "
+                "measure longer steps (more requests per step) or repeat the run")
+    return None
+
+
+def make_plan(capacity: dict[str, Any], cap: CapacityConfig, vc: VerdictConfig | None = None) -> dict[str, Any]:
+    vc = vc or VerdictConfig()
     per_node = capacity.get("per_node_rps")
     plan: dict[str, Any] = {
         "peak_qps": cap.peak_qps, "peak_concurrency": cap.peak_concurrency, "safety_factor": cap.safety_factor,
         "redundancy": cap.redundancy, "current_nodes": cap.current_nodes, "gpus_per_node": cap.gpus_per_node,
-        "nodes": None, "gpus": None, "gpus_by_concurrency": None, "per_gpu_concurrency": None,
-        "peak_share_of_current_capacity": None, "trigger_70pct": None, "notes": [],
+        "nodes": None, "nodes_interval": None, "gpus": None, "gpus_by_concurrency": None, "per_gpu_concurrency": None,
+        "peak_share_of_current_capacity": None, "trigger_share": vc.trigger_share, "trigger_reached": None,
+        "refused": None, "infeasible": None, "notes": [],
     }
-    if cap.peak_qps is not None and per_node:
-        plan["nodes"] = math.ceil(round(cap.peak_qps * cap.safety_factor / per_node, 9)) + cap.redundancy
-        plan["gpus"] = plan["nodes"] * cap.gpus_per_node
-    elif cap.peak_qps is None:
+    why_not = refusal(capacity, vc)
+    if cap.peak_qps is None:
         plan["notes"].append("no forecast peak: pass --peak-qps (or capacity.peak_qps) to size the fleet")
+    elif infeasible(capacity):
+        plan["infeasible"] = INFEASIBLE
+        plan["notes"].append(INFEASIBLE)
+        why_not = INFEASIBLE  # nothing below applies either
+    elif why_not is not None:
+        plan["refused"] = why_not
+        plan["notes"].append(f"plan refused: {why_not}")
     else:
-        plan["notes"].append("no capacity under the SLO: the fleet cannot be sized from this run")
+        assert per_node is not None  # refusal() said why not otherwise
+        plan["nodes"] = _nodes(cap.peak_qps, cap, per_node)
+        plan["gpus"] = plan["nodes"] * cap.gpus_per_node
+        ci = capacity.get("per_node_rps_ci")
+        if ci:
+            plan["nodes_interval"] = [_nodes(cap.peak_qps, cap, ci[1]), _nodes(cap.peak_qps, cap, ci[0])]
     conc = capacity.get("per_node_concurrency")
-    if conc:
+    if conc and why_not is None:
         plan["per_gpu_concurrency"] = conc / cap.gpus_per_node
         if cap.peak_concurrency is not None:
             plan["gpus_by_concurrency"] = math.ceil(round(cap.peak_concurrency / plan["per_gpu_concurrency"], 9))
-    if cap.peak_qps is not None and per_node:
+    if cap.peak_qps is not None and per_node and why_not is None:
         fleet = per_node * (cap.current_nodes if cap.current_nodes else 1)
         share = cap.peak_qps / fleet
         plan["peak_share_of_current_capacity"] = share
-        plan["trigger_70pct"] = share >= TRIGGER_SHARE
+        plan["trigger_reached"] = share >= vc.trigger_share
         who = f"{cap.current_nodes} current node(s)" if cap.current_nodes else "one node (current_nodes unknown)"
         plan["notes"].append(f"forecast peak = {share:.0%} of the capacity of {who}"
-                             + (" — above the 70 % trigger" if share >= TRIGGER_SHARE else ""))
+                             + (f" — above the {vc.trigger_share:.0%} trigger (verdict.trigger_share)"
+                                if share >= vc.trigger_share else ""))
     return plan
 
 
 def make_cost(rows: list[dict[str, Any]], capacity: dict[str, Any], cap: CapacityConfig) -> dict[str, Any]:
-    cost: dict[str, Any] = {"gpu_hour_usd": cap.gpu_hour_usd, "per_1k_requests_usd": None,
+    cost: dict[str, Any] = {"gpu_hour_usd": cap.gpu_hour_usd, "per_1k_requests_usd": None, "per_1k_requests_ci_usd": None,
                             "per_1m_output_tokens_usd": None, "per_effective_output_usd": None, "basis": None}
     per_node = capacity.get("per_node_rps")
     if cap.gpu_hour_usd is None:
@@ -60,6 +114,9 @@ def make_cost(rows: list[dict[str, Any]], capacity: dict[str, Any], cap: Capacit
     ref = max(passing, key=lambda r: r["level"]) if passing else None
     if per_node:
         cost["per_1k_requests_usd"] = node_usd_per_s / per_node * 1000
+        ci = capacity.get("per_node_rps_ci")
+        if ci and ci[0] > 0:  # cost falls as capacity rises: the interval's ends swap
+            cost["per_1k_requests_ci_usd"] = [node_usd_per_s / ci[1] * 1000, node_usd_per_s / ci[0] * 1000]
         toks = ref["output_tokens_mean"] if ref else None
         if toks:
             cost["per_1m_output_tokens_usd"] = node_usd_per_s / (per_node * toks) * 1e6

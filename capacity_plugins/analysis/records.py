@@ -3,7 +3,9 @@
 Only the columns the analysis needs are read (`contracts.records.ANALYSIS_COLUMNS`).
 `requests.jsonl` goes through pyarrow's multithreaded JSON reader when pyarrow is installed
 (1 M records in a few seconds), else through orjson in chunks; either way a corrupt line is
-reported as ``requests.jsonl line N``.
+reported as ``requests.jsonl line N``. One exception: a last line without its newline that is not
+JSON is what a crash mid-write leaves (the writer appends whole lines): it is skipped and counted,
+so the records before it are still analysed.
 
 ITL gaps live either inline (`itl_ms` on each record) or in a side file for big runs:
 ``itl.jsonl`` or ``itl.parquet``, one row per request attempt with ``request_id`` and
@@ -33,10 +35,43 @@ STEP_DTYPE = np.int16
 # ---------------------------------------------------------------- requests.jsonl
 
 
-def _first_bad_line(f: Path) -> tuple[int, str]:
+def torn_tail(f: Path) -> int | None:
+    """Bytes up to the last newline when the file ends in a cut line (no newline, not JSON), else None."""
+    size = f.stat().st_size
+    if size == 0:
+        return None
+    with f.open("rb") as fh:
+        fh.seek(size - 1)
+        if fh.read(1) == b"\n":
+            return None
+        cut, pos = 0, size
+        while pos > 0:  # backwards in blocks: a line with thousands of ITL gaps is long
+            start = max(0, pos - (1 << 16))
+            fh.seek(start)
+            i = fh.read(pos - start).rfind(b"\n")
+            if i >= 0:
+                cut = start + i + 1
+                break
+            pos = start
+        fh.seek(cut)
+        tail = fh.read()
+    if not tail.strip():
+        return None
+    try:
+        orjson.loads(tail)
+    except orjson.JSONDecodeError:
+        return cut
+    return None  # a whole record that only lacks its newline: keep it
+
+
+def _first_bad_line(f: Path, limit: int | None = None) -> tuple[int, str]:
     """Line number (1-based) and reason of the first line that is not a JSON object."""
     with f.open("rb") as fh:
+        pos = 0
         for n, line in enumerate(fh, 1):
+            pos += len(line)
+            if limit is not None and pos > limit:
+                break
             if not line.strip():
                 continue
             try:
@@ -71,7 +106,17 @@ def _arrow_available() -> bool:
     return True
 
 
-def _read_requests_arrow(f: Path, with_itl: bool) -> tuple[pd.DataFrame, np.ndarray | None, np.ndarray | None]:
+def _arrow_source(f: Path, limit: int | None):
+    """The file for pyarrow: its path, or (a torn tail) a zero-copy view of its first `limit` bytes."""
+    if limit is None:
+        return f
+    import pyarrow as pa
+
+    return pa.BufferReader(pa.memory_map(str(f)).read_buffer(limit))
+
+
+def _read_requests_arrow(f: Path, with_itl: bool,
+                         limit: int | None = None) -> tuple[pd.DataFrame, np.ndarray | None, np.ndarray | None]:
     import pyarrow as pa
     import pyarrow.json as pj
 
@@ -84,13 +129,14 @@ def _read_requests_arrow(f: Path, with_itl: bool) -> tuple[pd.DataFrame, np.ndar
     ropts = pj.ReadOptions(block_size=1 << 24)
     itl_vals = itl_lens = None
     if not with_itl:
-        tbl = pj.read_json(f, read_options=ropts, parse_options=opts)
+        tbl = pj.read_json(_arrow_source(f, limit), read_options=ropts, parse_options=opts)
     else:
         # Stream block by block so the float64 ITL lists of one block at a time are alive, not
         # all of them next to their float32 copy (1 M records: ~1.1 GB peak instead of ~1.7 GB).
         batches, vals, lens = [], [], []
-        reader = pj.open_json(f, read_options=ropts, parse_options=opts) if hasattr(pj, "open_json") else \
-            pj.read_json(f, read_options=ropts, parse_options=opts).to_batches()
+        src = _arrow_source(f, limit)
+        reader = pj.open_json(src, read_options=ropts, parse_options=opts) if hasattr(pj, "open_json") else \
+            pj.read_json(src, read_options=ropts, parse_options=opts).to_batches()
         for batch in reader:
             v, n = _flatten_lists(pa.chunked_array([batch.column("itl_ms")]))
             vals.append(v)
@@ -172,7 +218,8 @@ def _coerce(values: list, kind: str) -> np.ndarray | list:
     return values
 
 
-def _read_requests_orjson(f: Path, with_itl: bool) -> tuple[pd.DataFrame, np.ndarray | None, np.ndarray | None]:
+def _read_requests_orjson(f: Path, with_itl: bool,
+                          limit: int | None = None) -> tuple[pd.DataFrame, np.ndarray | None, np.ndarray | None]:
     import itertools
 
     cols: dict[str, list] = {c: [] for c in REQUEST_COLUMNS}
@@ -180,9 +227,14 @@ def _read_requests_orjson(f: Path, with_itl: bool) -> tuple[pd.DataFrame, np.nda
     lens: list[int] = []
     with f.open("rb") as fh:
         while True:
-            chunk = [ln for ln in fh.readlines(1 << 24) if ln.strip()]
-            if not chunk:
+            lines = fh.readlines(1 << 24)
+            if not lines:
                 break
+            if limit is not None:  # the torn tail is the one line without its newline
+                lines = [ln for ln in lines if ln.endswith(b"\n")]
+            chunk = [ln for ln in lines if ln.strip()]
+            if not chunk:
+                continue
             # One orjson call per chunk: per-line calls cost more than the parsing itself.
             recs = orjson.loads(b"[" + b",".join(chunk) + b"]")
             if not all(isinstance(r, dict) for r in recs):
@@ -202,20 +254,22 @@ def _read_requests_orjson(f: Path, with_itl: bool) -> tuple[pd.DataFrame, np.nda
     return df, vals, np.asarray(lens, dtype=np.int64)
 
 
-def read_requests(f: Path, with_itl: bool) -> tuple[pd.DataFrame, np.ndarray | None, np.ndarray | None]:
+def read_requests(f: Path, with_itl: bool) -> tuple[pd.DataFrame, np.ndarray | None, np.ndarray | None, bool]:
+    """(records, ITL gaps, gaps per record, whether a torn last line was skipped)."""
     if not f.exists():
         raise UserError(f"{f}: missing (a results folder needs requests.jsonl)")
+    limit = torn_tail(f)
     with f.open("rb") as fh:
-        head = fh.read(4096)
+        head = fh.read(min(4096, limit) if limit is not None else 4096)
     if not head.strip():
         empty = pd.DataFrame({c: _coerce([], k) for c, k in REQUEST_COLUMNS.items()})
-        return empty, (np.empty(0) if with_itl else None), (np.empty(0, np.int64) if with_itl else None)
+        return empty, (np.empty(0) if with_itl else None), (np.empty(0, np.int64) if with_itl else None), limit is not None
     reader = _read_requests_arrow if _arrow_available() else _read_requests_orjson
     try:
-        df, vals, lens = reader(f, with_itl)
+        df, vals, lens = reader(f, with_itl, limit)
     except Exception:
         # Either reader fails on the first bad line without saying which; find it once.
-        n, why = _first_bad_line(f)
+        n, why = _first_bad_line(f, limit)
         if n:
             raise UserError(f"{f.name} line {n}: {why}") from None
         raise UserError(f"{f.name}: could not be read (mixed field types?)") from None
@@ -225,7 +279,7 @@ def read_requests(f: Path, with_itl: bool) -> tuple[pd.DataFrame, np.ndarray | N
             df[c] = df[c].fillna(False).astype(bool)
         elif k == "f":
             df[c] = df[c].astype(float)
-    return df, vals, lens
+    return df, vals, lens, limit is not None
 
 
 def read_itl_side(path: Path, req: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:

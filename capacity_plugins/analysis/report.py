@@ -1,6 +1,7 @@
 """report.html (one self-contained page, PNGs embedded as base64), summary.md and the PNGs.
 
-Matplotlib with the Agg backend: no display, no browser needed to render.
+Matplotlib with the Agg backend: no display, no browser needed to render. The words (headline,
+run facts, table cells, summary.md) are report_text.py's.
 """
 
 from __future__ import annotations
@@ -18,21 +19,20 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from capacity_plugins.analysis.load import RunData  # noqa: E402
+from capacity_plugins.analysis.report_text import (  # noqa: E402
+    DECISION_TEXT,
+    alert_lines,
+    cell,
+    facts_lines,
+    fmt,
+    headline,
+    markdown,
+    search_lines,
+    table_columns,
+)
+from capacity_plugins.analysis.report_ttft import plot_ttft_breakdown, section  # noqa: E402
 
-DECISION_TEXT = {"scale": "SCALE", "dont_scale_yet": "DON'T SCALE YET", "observe": "OBSERVE"}
 DECISION_COLOUR = {"scale": "#b3261e", "dont_scale_yet": "#1e6b35", "observe": "#8a6d00"}
-
-
-def _f(v: Any, digits: int = 1, unit: str = "") -> str:
-    if v is None:
-        return "–"
-    if isinstance(v, bool):
-        return "yes" if v else "no"
-    if isinstance(v, int | float):
-        if isinstance(v, float) and not np.isfinite(v):
-            return "∞"
-        return f"{v:,.{digits}f}{unit}"
-    return str(v)
 
 
 # ------------------------------------------------------------------------------ plots
@@ -53,17 +53,25 @@ def plot_throughput_latency(summary: dict[str, Any], out: Path) -> bytes:
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4))
     ok = [r for r in rows if r["valid"]]
     bad = [r for r in rows if not r["valid"]]
-    a1.plot([r["level"] for r in ok], [r["rps"] or 0 for r in ok], "o-", label="throughput (ok rps)")
+    conf = (summary.get("run") or {}).get("confidence", 0.95)
+    err = np.array([[max((r["rps"] or 0) - (r["rps_ci"] or [r["rps"] or 0])[0], 0) for r in ok],
+                    [max((r["rps_ci"] or [0, r["rps"] or 0])[1] - (r["rps"] or 0), 0) for r in ok]]).reshape(2, len(ok))
+    a1.errorbar([r["level"] for r in ok], [r["rps"] or 0 for r in ok], yerr=err, fmt="o-", capsize=3,
+                label=f"throughput (ok rps, {conf:.0%} interval)")
     a1.plot([r["level"] for r in ok], [r["goodput_rps"] or 0 for r in ok], "s--", label="goodput (SLO met)", alpha=0.7)
     if bad:
-        a1.plot([r["level"] for r in bad], [r["rps"] or 0 for r in bad], "x", color="grey", label="invalid (client-limited)")
+        a1.plot([r["level"] for r in bad], [r["rps"] or 0 for r in bad], "x", color="grey",
+                label="invalid or insufficient (decides nothing)")
     knee = summary["knee"]
     if knee.get("value") is not None:
         a1.axvline(knee["value"], color="#b3261e", ls=":", label=f"knee {knee['value']:g} ({knee['confidence']})")
     cap = summary["capacity"].get("per_node_rps")
     if cap:
-        a1.axhline(cap * summary["capacity"].get("replicas_behind_url", 1), color="#1e6b35", ls="--", lw=1,
-                   label="capacity under SLO")
+        k = summary["capacity"].get("replicas_behind_url", 1)
+        a1.axhline(cap * k, color="#1e6b35", ls="--", lw=1, label="capacity under SLO")
+        ci = summary["capacity"].get("per_node_rps_ci")
+        if ci:
+            a1.axhspan(ci[0] * k, ci[1] * k, color="#1e6b35", alpha=0.12, label="capacity interval")
     a1.set_xlabel(f"load ({unit})")
     a1.set_ylabel("requests / s")
     a1.set_title("Throughput vs load")
@@ -120,12 +128,13 @@ def plot_distributions(run: RunData, summary: dict[str, Any], out: Path) -> byte
     return _save(fig, out)
 
 
-def plot_timeline(run: RunData, out: Path) -> bytes | None:
+def plot_timeline(run: RunData, out: Path, simulated: bool = False) -> bytes | None:
     t = run.telemetry
     if t is None or t.empty:
         return None
-    want = [("gpu_util_pct", "GPU util %"), ("kv_cache_usage", "KV cache (0–1)"), ("server_waiting", "server queue"),
-            ("server_running", "server running")]
+    sim = " (simulated)" if simulated else ""
+    want = [("gpu_util_pct", f"GPU util %{sim}"), ("kv_cache_usage", f"KV cache (0–1){sim}"),
+            ("server_waiting", f"server queue{sim}"), ("server_running", f"server running{sim}")]
     present = [(s, lab) for s, lab in want if (t["series"] == s).any()]
     if not present:
         return None
@@ -148,80 +157,7 @@ def plot_timeline(run: RunData, out: Path) -> bytes | None:
     return _save(fig, out)
 
 
-# ------------------------------------------------------------------------------ text
-
-
-TABLE_COLS = [
-    ("level", "level", 0), ("achieved_rps", "achieved rps", 2), ("rps", "ok rps", 2), ("goodput_rps", "goodput rps", 2),
-    ("requests", "requests", 0), ("error_rate", "error %", None), ("ttft_p50_ms", "TTFT P50", 0),
-    ("ttft_p95_ms", "TTFT P95", 0), ("ttft_p99_ms", "TTFT P99", 0), ("itl_p95_ms", "ITL P95", 1),
-    ("tpot_p95_ms", "TPOT P95", 1), ("e2e_p50_ms", "E2E P50", 0), ("e2e_p95_ms", "E2E P95", 0),
-    ("e2e_p99_ms", "E2E P99", 0), ("output_tokens_per_s", "out tok/s", 0), ("gpu_util_pct", "GPU %", 0),
-    ("vram_used_gb", "VRAM GB", 1), ("gpu_temp_max_c", "temp °C", 0), ("gpu_power_w", "power W", 0),
-    ("server_waiting", "queue", 1), ("kv_cache_usage_max", "KV max", 2), ("client_cpu_max_pct", "client CPU %", 0),
-    ("client_limited", "client-limited", 0), ("slo_pass", "SLO", 0),
-]
-
-
-def _cell(r: dict[str, Any], key: str, digits: int | None) -> str:
-    v = r.get(key)
-    if key == "error_rate":
-        return "–" if v is None else f"{v * 100:.2f}"
-    if key == "slo_pass":
-        return "pass" if v else "fail"
-    return _f(v, digits if digits is not None else 2)
-
-
-def headline(summary: dict[str, Any]) -> list[str]:
-    cap, knee, plan, v = summary["capacity"], summary["knee"], summary["plan"], summary["verdict"]
-    lines = [f"Verdict: {DECISION_TEXT[v['decision']]} — " + "; ".join(v["reasons"])]
-    if cap.get("per_node_rps") is not None:
-        lim = f", limited by {cap['limiting_slo']}" if cap.get("limiting_slo") else ""
-        lines.append(f"Capacity per node under the SLO: {cap['per_node_rps']:.3g} rps ({cap['method']}{lim}; "
-                     f"last pass {_f(cap.get('last_pass_level'), 0)}, first fail {_f(cap.get('first_fail_level'), 0)})")
-    else:
-        lines.append(f"Capacity per node under the SLO: unknown ({cap.get('method')})")
-    if knee.get("value") is not None:
-        lines.append(f"Knee: {knee['value']:g} {knee['unit']} (bracket {knee['bracket'][0]:g}–{knee['bracket'][1]:g}, "
-                     f"{knee['method']}, confidence {knee['confidence']}): {knee['reason']}")
-    else:
-        lines.append(f"Knee: none — {knee['reason']}")
-    if plan.get("nodes") is not None:
-        lines.append(f"Plan: {plan['nodes']} node(s) = ceil({plan['peak_qps']:g} × {plan['safety_factor']:g} / "
-                     f"{cap['per_node_rps']:.3g}) + {plan['redundancy']}; {plan['gpus']} GPU(s)")
-    if plan.get("gpus_by_concurrency") is not None:
-        lines.append(f"By concurrency: {plan['peak_concurrency']:g} / {plan['per_gpu_concurrency']:.3g} per GPU "
-                     f"→ {plan['gpus_by_concurrency']} GPU(s)")
-    c = summary["cost"]
-    if c.get("per_1k_requests_usd") is not None:
-        lines.append(f"Cost: {c['per_1k_requests_usd']:.4g} USD / 1k requests, "
-                     f"{_f(c.get('per_1m_output_tokens_usd'), 3)} USD / 1M output tokens, "
-                     f"{_f(c.get('per_effective_output_usd'), 5)} USD per effective output")
-    return lines
-
-
-def markdown(summary: dict[str, Any]) -> str:
-    out = [f"# Capacity analysis{': ' + summary['name'] if summary.get('name') else ''}", ""]
-    out += [f"- {line}" for line in headline(summary)]
-    for n in summary["capacity"].get("notes", []) + summary["plan"].get("notes", []):
-        out.append(f"- note: {n}")
-    if summary["verdict"]["bottleneck_hints"]:
-        out.append(f"- bottleneck: {summary['verdict']['bottleneck']} — " + "; ".join(summary["verdict"]["bottleneck_hints"]))
-    for w in summary["warnings"]:
-        out.append(f"- warning: {w}")
-    out += ["", "## Load table", ""]
-    cols = [c for c in TABLE_COLS if any(r.get(c[0]) is not None for r in summary["steps"])]
-    out.append("| " + " | ".join(c[1] for c in cols) + " | conclusion |")
-    out.append("|" + "---|" * (len(cols) + 1))
-    for r in summary["steps"]:
-        out.append("| " + " | ".join(_cell(r, k, d) for k, _, d in cols) + f" | {r.get('conclusion', '')} |")
-    out += ["", "## Checklist", ""]
-    for item in summary["checklist"]:
-        mark = {"pass": "x", "fail": " ", "needs_human": "?"}[item["status"]]
-        out.append(f"- [{mark}] {item['text']} — **{item['status']}**: {item['evidence']}")
-    st = summary.get("stability") or {}
-    out += ["", "## Stability", "", "- " + "; ".join(st.get("findings", []))]
-    return "\n".join(out) + "\n"
+# ------------------------------------------------------------------------------ page
 
 
 def _img(data: bytes | None, alt: str) -> str:
@@ -234,10 +170,12 @@ def html_page(summary: dict[str, Any], figs: dict[str, bytes | None]) -> str:
     e = html.escape
     v = summary["verdict"]
     head = headline(summary)
-    cols = [c for c in TABLE_COLS if any(r.get(c[0]) is not None for r in summary["steps"])]
+    alerts = alert_lines(summary)
+    cols = table_columns(summary)
     trs = "".join(
         "<tr" + ("" if r["valid"] else ' class="invalid"') + ">"
-        + "".join(f"<td>{e(_cell(r, k, d))}</td>" for k, _, d in cols) + f"<td class=l>{e(r.get('conclusion', ''))}</td></tr>"
+        + "".join(f"<td>{e(cell(r, k, d, ci))}</td>" for k, _, d, ci in cols)
+        + f"<td class=l>{e(r.get('conclusion', ''))}</td></tr>"
         for r in summary["steps"]
     )
     checklist = "".join(
@@ -246,31 +184,40 @@ def html_page(summary: dict[str, Any], figs: dict[str, bytes | None]) -> str:
     )
     notes = summary["capacity"].get("notes", []) + summary["plan"].get("notes", []) + summary["warnings"]
     plan = summary["plan"]
-    plan_rows = "".join(f"<tr><td class=l>{e(k)}</td><td>{e(_f(plan.get(k), 2))}</td></tr>" for k in (
-        "peak_qps", "safety_factor", "redundancy", "current_nodes", "nodes", "gpus_per_node", "gpus",
-        "peak_concurrency", "per_gpu_concurrency", "gpus_by_concurrency", "peak_share_of_current_capacity"))
-    cost_rows = "".join(f"<tr><td class=l>{e(k)}</td><td>{e(_f(summary['cost'].get(k), 5))}</td></tr>" for k in (
+    plan_rows = "".join(f"<tr><td class=l>{e(k)}</td><td>{e(fmt(plan.get(k), 2))}</td></tr>" for k in (
+        "peak_qps", "safety_factor", "redundancy", "current_nodes", "nodes", "nodes_interval", "gpus_per_node", "gpus",
+        "peak_concurrency", "per_gpu_concurrency", "gpus_by_concurrency", "peak_share_of_current_capacity", "refused"))
+    cost_rows = "".join(f"<tr><td class=l>{e(k)}</td><td>{e(fmt(summary['cost'].get(k), 5))}</td></tr>" for k in (
         "gpu_hour_usd", "per_1k_requests_usd", "per_1m_output_tokens_usd", "per_effective_output_usd"))
+    facts = "".join(f"<li>{e(line)}</li>" for line in facts_lines(summary))
+    banner = ('<div class="alerts" id="alerts">' + "".join(f"<div>{e(a)}</div>" for a in alerts) + "</div>") if alerts else ""
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>Capacity report {e(summary.get('name') or '')}</title>
 <style>
 body{{font-family:system-ui,sans-serif;margin:2em;max-width:1400px;color:#222}}
 .verdict{{padding:1em;border-radius:6px;color:#fff;background:{DECISION_COLOUR[v['decision']]}}}
+.alerts{{padding:.8em 1em;border:2px solid #b3261e;border-radius:6px;background:#fde8e8;margin-bottom:1em;font-weight:600}}
 .verdict h1{{margin:0 0 .3em 0}} table{{border-collapse:collapse;font-size:13px;margin:1em 0}}
 td,th{{border:1px solid #ccc;padding:3px 6px;text-align:right}} td.l,th.l{{text-align:left}}
 tr.invalid{{color:#888;text-decoration:line-through}} tr.fail td{{background:#fde8e8}}
 tr.needs_human td{{background:#fff6d6}} tr.pass td{{background:#e8f6ec}} img{{max-width:100%}}
 </style></head><body>
+{banner}
+<h2>Run</h2><ul class="facts" id="facts">{facts}</ul>
 <div class="verdict" id="verdict" data-decision="{e(v['decision'])}"><h1>{e(DECISION_TEXT[v['decision']])}</h1>
 <div>{'<br>'.join(e(r) for r in v['reasons'])}</div>
 <div>Bottleneck: {e(v['bottleneck'])}{' — ' + e('; '.join(v['bottleneck_hints'])) if v['bottleneck_hints'] else ''}</div>
 {('<div>Measure next: ' + e('; '.join(v['measure_next'])) + '</div>') if v['measure_next'] else ''}</div>
-<ul>{''.join(f'<li>{e(h)}</li>' for h in head[1:])}</ul>
+<ul>{''.join(f'<li>{e(h)}</li>' for h in head[1:] if h not in alerts)}</ul>
 {('<ul class="notes">' + ''.join(f'<li>{e(n)}</li>' for n in notes) + '</ul>') if notes else ''}
+{('<h2>Capacity search</h2><ul id="search">' + ''.join(f'<li>{e(x)}</li>' for x in search_lines(summary)) + '</ul>') if summary.get('search') else ''}
 <h2>Throughput and latency against load</h2>{_img(figs.get('throughput_latency'), 'throughput and latency vs load')}
 <h2>Latency distributions per step</h2>{_img(figs.get('latency_distributions'), 'TTFT and E2E per step')}
+{section(summary, _img(figs.get('ttft_breakdown'), 'where TTFT goes, per step'))}
 {('<h2>GPU and queue timeline</h2>' + _img(figs.get('timeline'), 'GPU and queue timeline')) if figs.get('timeline') else '<p>No telemetry in this run.</p>'}
 <h2>Load table</h2>
+<p>Intervals in brackets ({(summary.get('run') or {}).get('confidence', 0.95):.0%}); ∞: too few requests to bound that
+percentile. Struck-through rows are invalid or insufficient and decide nothing; the conclusion says why.</p>
 <table><tr>{''.join(f'<th>{e(c[1])}</th>' for c in cols)}<th class=l>conclusion</th></tr>{trs}</table>
 <h2>Plan</h2><table>{plan_rows}</table>
 <h2>Cost</h2><table>{cost_rows}</table>
@@ -285,7 +232,9 @@ def write_reports(summary: dict[str, Any], run: RunData, out_dir: Path) -> None:
     figs: dict[str, bytes | None] = {
         "throughput_latency": plot_throughput_latency(summary, out_dir / "throughput_latency.png"),
         "latency_distributions": plot_distributions(run, summary, out_dir / "latency_distributions.png"),
-        "timeline": plot_timeline(run, out_dir / "timeline.png"),
+        "timeline": plot_timeline(run, out_dir / "timeline.png", bool((summary.get("run") or {}).get("simulated"))),
     }
+    ttft = plot_ttft_breakdown(summary)
+    figs["ttft_breakdown"] = _save(ttft, out_dir / "ttft_breakdown.png") if ttft is not None else None
     (out_dir / "summary.md").write_text(markdown(summary), encoding="utf-8")
     (out_dir / "report.html").write_text(html_page(summary, figs), encoding="utf-8")

@@ -1,49 +1,58 @@
 """The per-step table: one row per load step, like the load table in docs/capacity.md, keys named with units.
 
-Latency percentiles come from the raw per-request records (exact, not bucketed). Open-loop steps
-judge the SLO from the *scheduled* time (what users feel); the row keeps both views.
+Latency percentiles come from the raw per-request records (exact, not bucketed), each with its
+order-statistic interval (`*_ci_ms`); throughput, SLO attainment and error rate carry theirs too
+(analysis/intervals.py). Open-loop steps judge the SLO from the *scheduled* time (what users
+feel); the row keeps both views. Each row says whether it may decide (`valid`) and why not
+(analysis/validity.py).
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any, Final
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from capacity_plugins.analysis.intervals import gain_class, half_width, quantiles_ci, rate_ci, share_ci
 from capacity_plugins.analysis.load import RunData, Step
-from capacity_plugins.contracts.percentiles import NUMPY_METHOD
-from capacity_plugins.contracts.planning import SLOConfig
+from capacity_plugins.analysis.step_telemetry import telemetry_for
+from capacity_plugins.analysis.ttft_breakdown import TTFTBreakdown
+from capacity_plugins.analysis.validity import step_validity
+from capacity_plugins.contracts.planning import SLOConfig, VerdictConfig
+from capacity_plugins.contracts.slo import share_judgement
 
 PCTS = (50, 95, 99)
-# One percentile definition across the product (contracts/percentiles.py): nearest rank.
-NEAREST_RANK: Final = NUMPY_METHOD
 LATENCY_METRICS = ("ttft_ms", "itl_ms", "tpot_ms", "e2e_ms")
+# The throughput change the step conclusions call a gain (the knee's rule, analysis/knee.py).
+GAIN_MIN = 0.10
 
 
-def _pcts(values: np.ndarray, prefix: str) -> dict[str, float | None]:
-    fin = np.isfinite(values)
-    v = values if fin.all() else values[fin]
-    if v.size == 0:
-        return {f"{prefix}_p{p}_ms": None for p in PCTS}
-    qs = np.percentile(v, PCTS, method=NEAREST_RANK)
-    return {f"{prefix}_p{p}_ms": float(q) for p, q in zip(PCTS, qs, strict=True)}
+def _pcts(values: np.ndarray, prefix: str, confidence: float, n_eff: int | None = None) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for p, (point, lo, hi) in zip(PCTS, quantiles_ci(values, [p / 100 for p in PCTS], confidence, n_eff), strict=True):
+        out[f"{prefix}_p{p}_ms"] = point
+        out[f"{prefix}_p{p}_ci_ms"] = None if point is None else [lo, hi]
+    return out
 
 
-def _share_under(values: np.ndarray, limit: float) -> float | None:
-    """Share of requests at or under a limit; a missing value (no first token) counts as over."""
-    if values.size == 0:
-        return None
-    return float(np.mean(np.nan_to_num(values, nan=math.inf) <= limit))
-
-
-def _quantile(values: np.ndarray, q: float) -> float | None:
+def _limit_row(values: np.ndarray, limit: float, target: float, confidence: float,
+               n_eff: int | None = None) -> dict[str, Any]:
+    """One SLO limit on one step: attainment (a missing value counts as over), its quantile, both intervals."""
     v = np.nan_to_num(values, nan=math.inf)
-    if v.size == 0:
-        return None
-    x = float(np.quantile(v, q, method=NEAREST_RANK))
-    return x if math.isfinite(x) else math.inf
+    n = int(v.size)
+    if n == 0:
+        return {"limit_ms": limit, "attainment": None, "attainment_ci": None, "quantile_ms": None,
+                "quantile_ci_ms": None, "pass": False, "judgement": "uncertain"}
+    share = float(np.count_nonzero(v <= limit)) / n
+    m = n_eff if n_eff is not None and n_eff < n else n
+    k = int(round(share * m))
+    lo, hi = share_ci(k, m, confidence)
+    (q, qlo, qhi), = quantiles_ci(v, [target], confidence, n_eff, keep_inf=True)
+    return {"limit_ms": limit, "attainment": share, "attainment_ci": [lo, hi], "quantile_ms": q,
+            "quantile_ci_ms": [qlo, qhi], "pass": share >= target,
+            "judgement": share_judgement(k, m, target, confidence)}
 
 
 def slo_views(step: Step, ok: pd.DataFrame) -> dict[str, np.ndarray]:
@@ -58,62 +67,8 @@ def slo_views(step: Step, ok: pd.DataFrame) -> dict[str, np.ndarray]:
     return {"ttft_ms": ttft.to_numpy(float), "tpot_ms": tpot.to_numpy(float), "e2e_ms": e2e.to_numpy(float)}
 
 
-def _telemetry_for(run: RunData, step: Step) -> dict[str, float | None]:
-    out: dict[str, float | None] = {
-        "gpu_util_pct": None, "gpu_util_max_pct": None, "sm_active": None, "vram_used_gb": None,
-        "vram_total_gb": None, "gpu_temp_max_c": None, "gpu_power_w": None, "server_running": None,
-        "server_waiting": None, "server_waiting_max": None, "kv_cache_usage_max": None,
-        "client_cpu_max_pct": step.client_cpu_max_pct,
-    }
-    t = run.telemetry
-    if t is None or t.empty:
-        return out
-    if "step" in t.columns and t["step"].notna().any():
-        sel = t[t["step"] == step.index]
-    else:
-        begin = step.warmup_end_unix or step.start_unix
-        if begin is None or step.end_unix is None:
-            return out
-        sel = t[(t["unix"] >= begin) & (t["unix"] <= step.end_unix)]
-    if sel.empty:
-        return out
-    by = {s: g for s, g in sel.groupby("series")}
-
-    def agg(series: str, how: str) -> float | None:
-        g = by.get(series)
-        if g is None or g["value"].dropna().empty:
-            return None
-        keys = [c for c in ("host", "device") if c in g.columns]
-        # Mean over time per device, then the mean (or max) over devices: a node's figure.
-        per_dev = g.groupby(keys, dropna=False)["value"] if keys else g["value"]
-        if how == "mean":
-            return float(per_dev.mean().mean()) if keys else float(per_dev.mean())
-        if how == "sum_mean":  # gauges of one server split per engine/device add up
-            return float(g.groupby("unix")["value"].sum().mean())
-        if how == "sum_max":
-            return float(g.groupby("unix")["value"].sum().max())
-        return float(g["value"].max())
-
-    out["gpu_util_pct"] = agg("gpu_util_pct", "mean")
-    out["gpu_util_max_pct"] = agg("gpu_util_pct", "max")
-    out["sm_active"] = agg("sm_active", "mean")
-    v = agg("vram_used_bytes", "max")
-    out["vram_used_gb"] = v / 1e9 if v is not None else None
-    v = agg("vram_total_bytes", "max")
-    out["vram_total_gb"] = v / 1e9 if v is not None else None
-    out["gpu_temp_max_c"] = agg("gpu_temp_c", "max")
-    out["gpu_power_w"] = agg("gpu_power_w", "mean")
-    out["server_running"] = agg("server_running", "sum_mean")
-    out["server_waiting"] = agg("server_waiting", "sum_mean")
-    out["server_waiting_max"] = agg("server_waiting", "sum_max")
-    out["kv_cache_usage_max"] = agg("kv_cache_usage", "max")
-    cpu = agg("client_cpu_pct", "max")
-    if cpu is not None:
-        out["client_cpu_max_pct"] = max(cpu, step.client_cpu_max_pct or 0.0)
-    return out
-
-
 def step_rows(run: RunData, slo: SLOConfig) -> list[dict[str, Any]]:
+    conf = run.verdict.confidence
     req = run.requests
     measured = req[(req["step"] >= 0) & ~req["warmup"]]
     cancelled = measured["error_kind"] == "cancelled"
@@ -121,6 +76,7 @@ def step_rows(run: RunData, slo: SLOConfig) -> list[dict[str, Any]]:
     cancelled_counts = measured[cancelled].groupby("step").size().to_dict()
     itl_by_step = _split_itl(run)
     limits = {k: getattr(slo, f"{k[:-3]}_p95_ms") for k in ("ttft_ms", "tpot_ms", "e2e_ms")}
+    breakdown = TTFTBreakdown(req, run.telemetry)
     rows: list[dict[str, Any]] = []
     for st in run.steps:
         g = groups.get(st.index, req.iloc[0:0])
@@ -137,18 +93,24 @@ def step_rows(run: RunData, slo: SLOConfig) -> list[dict[str, Any]]:
             "requests": n, "ok_requests": n_ok, "errors": n - n_ok,
             "cancelled": int(cancelled_counts.get(st.index, 0)),
             "error_rate": (n - n_ok) / n if n else None,
+            "error_rate_ci": list(share_ci(n - n_ok, n, conf)) if n else None,
             "rps": n_ok / window if window else None,
         }
+        lo, hi, how = rate_ci(ok["sent_unix"].to_numpy(float), st.warmup_end_unix or st.start_unix, window, n_ok, conf)
+        row["rps_ci"] = None if how is None else [lo, hi]
+        row["rps_ci_method"] = how
         errs = g.loc[~g["ok"], "error_kind"].fillna("unknown").value_counts()
         row["error_kinds"] = {str(k): int(v) for k, v in errs.items()}
         for m in ("ttft_ms", "tpot_ms", "e2e_ms"):
-            row.update(_pcts(ok[m].to_numpy(float), m[:-3]))
-        row.update(_pcts(itl_by_step.get(st.index, np.empty(0)), "itl"))
+            row.update(_pcts(ok[m].to_numpy(float), m[:-3], conf))
+        itl = itl_by_step.get(st.index, np.empty(0))
+        # Gaps of one request are not independent: their intervals count requests, not gaps.
+        row.update(_pcts(itl, "itl", conf, n_eff=n_ok))
         open_loop = st.kind in ("rate", "peak") and ok["scheduled_unix"].notna().any()
         row["open_loop"] = bool(open_loop)
         if open_loop:
-            row.update(_pcts(ok["ttft_from_schedule_ms"].to_numpy(float), "ttft_from_schedule"))
-            row.update(_pcts(ok["e2e_from_schedule_ms"].to_numpy(float), "e2e_from_schedule"))
+            row.update(_pcts(ok["ttft_from_schedule_ms"].to_numpy(float), "ttft_from_schedule", conf))
+            row.update(_pcts(ok["e2e_from_schedule_ms"].to_numpy(float), "e2e_from_schedule", conf))
         out_tok = ok["output_tokens"].to_numpy(float)
         row["output_tokens_per_s"] = float(np.nansum(out_tok)) / window if window else None
         row["output_tokens_mean"] = float(np.nanmean(out_tok)) if n_ok and np.isfinite(out_tok).any() else None
@@ -162,32 +124,39 @@ def step_rows(run: RunData, slo: SLOConfig) -> list[dict[str, Any]]:
         for m, lim in limits.items():
             if lim is None:
                 continue
-            vals = views[m]
-            share = _share_under(vals, lim)
-            q = _quantile(vals, slo.attainment)
-            row["slo"][m] = {"limit_ms": lim, "attainment": share, "quantile_ms": q,
-                             "pass": share is not None and share >= slo.attainment}
-            good &= np.nan_to_num(vals, nan=math.inf) <= lim
+            row["slo"][m] = _limit_row(views[m], lim, slo.attainment, conf)
+            good &= np.nan_to_num(views[m], nan=math.inf) <= lim
         if slo.itl_p95_ms is not None:
-            itl = itl_by_step.get(st.index, np.empty(0))
-            share = _share_under(itl, slo.itl_p95_ms)
-            row["slo"]["itl_ms"] = {"limit_ms": slo.itl_p95_ms, "attainment": share,
-                                    "quantile_ms": _quantile(itl, slo.attainment) if itl.size else None,
-                                    "pass": share is not None and share >= slo.attainment}
+            row["slo"]["itl_ms"] = _limit_row(itl, slo.itl_p95_ms, slo.attainment, conf, n_eff=n_ok)
         n_good = int(good.sum())
         row["goodput_rps"] = n_good / window if window else None
         row["good_requests"] = n_good
         row["slo_attainment"] = n_good / n if n else None
         err_ok = row["error_rate"] is not None and row["error_rate"] <= slo.error_rate
         row["slo_pass"] = bool(n_ok > 0 and err_ok and all(v["pass"] for v in row["slo"].values()))
-        row.update(_telemetry_for(run, st))
-        row["client_limited"] = st.client_limited
-        row["client_limited_reason"] = st.client_limited_reason
-        row["schedule_lag_p99_ms"] = st.schedule_lag_p99_ms
-        row["valid"] = bool(not st.client_limited and n_ok > 0 and window)
+        row["slo_judgement"] = _slo_judgement(row, slo)
+        row.update(telemetry_for(run, st))
+        row.update(breakdown.row(st))
+        row.update(step_validity(st, requests=n, ok_requests=n_ok, window_s=window, settings=run.settings,
+                                 meta=run.meta))
         rows.append(row)
-    _conclude(rows)
+    _conclude(rows, slo, run.verdict)
     return rows
+
+
+def _slo_judgement(row: dict[str, Any], slo: SLOConfig) -> str:
+    """pass / fail / uncertain for the whole step: every latency limit with its interval.
+
+    The error rate is judged on its point value, as the capacity's interval does (capacity.py says
+    why); its own interval stays in the row (`error_rate_ci`).
+    """
+    if not row["ok_requests"]:
+        return "fail"
+    judged = [v["judgement"] for v in row["slo"].values()]
+    judged.append("pass" if (row["error_rate"] or 0.0) <= slo.error_rate else "fail")
+    if "fail" in judged:
+        return "fail"
+    return "pass" if all(j == "pass" for j in judged) else "uncertain"
 
 
 def _split_itl(run: RunData) -> dict[int, np.ndarray]:
@@ -212,31 +181,43 @@ def _split_itl(run: RunData) -> dict[int, np.ndarray]:
     return out
 
 
-def _conclude(rows: list[dict[str, Any]]) -> None:
-    """A one-line reading per step, in the method's words (GPU not saturated, queueing starts, …)."""
+def rps_half_width(row: dict[str, Any]) -> float:
+    """Half-width of a row's throughput interval (0 when it has none: a point comparison)."""
+    ci = row.get("rps_ci")
+    if not ci:
+        return 0.0
+    return half_width(row.get("rps"), ci[0], ci[1])
+
+
+def _conclude(rows: list[dict[str, Any]], slo: SLOConfig, vc: VerdictConfig) -> None:
+    """A one-line reading per step, in the method's words (GPU not saturated, queueing starts, …).
+
+    A throughput change is called a gain only when it exceeds the noise of both steps.
+    """
     prev: dict[str, Any] | None = None
     base_p95 = next((r["e2e_p95_ms"] for r in rows if r["valid"] and r["e2e_p95_ms"]), None)
     for r in rows:
         notes: list[str] = []
-        if r["client_limited"]:
-            r["conclusion"] = f"invalid: load generator was the limit ({r['client_limited_reason'] or 'client-limited'})"
-            prev = None
-            continue
         if not r["requests"]:
             r["conclusion"] = "no measured requests"
             continue
         if r["ok_requests"] == 0:
             r["conclusion"] = "all requests failed"
             continue
-        if r["error_rate"] and r["error_rate"] > 0.01:
+        if not r["valid"]:
+            r["conclusion"] = "invalid: " + "; ".join(r["invalid_reasons"]) + " — decides nothing"
+            continue
+        if r["error_rate"] and r["error_rate"] > slo.error_rate:
             notes.append(f"errors {r['error_rate']:.1%}")
         if prev is not None and prev.get("rps") and r.get("rps"):
             gain = r["rps"] / prev["rps"] - 1
+            cls = gain_class(r["rps"], rps_half_width(r), prev["rps"], rps_half_width(prev), GAIN_MIN)
             lat = (r["e2e_p95_ms"] or 0) / prev["e2e_p95_ms"] if prev.get("e2e_p95_ms") else None
-            if gain < 0.10 and lat and lat >= 1.3:
-                notes.append(f"saturated: throughput {gain:+.0%}, latency ×{lat:.1f}")
-            elif gain < 0.10:
-                notes.append(f"throughput flat ({gain:+.0%})")
+            noisy = " (within noise)" if cls == "unclear" else ""
+            if cls != "rise" and lat and lat >= 1.3:
+                notes.append(f"saturated: throughput {gain:+.0%}{noisy}, latency ×{lat:.1f}")
+            elif cls != "rise":
+                notes.append(f"throughput flat ({gain:+.0%}{noisy})")
             elif lat and lat >= 1.3:
                 notes.append(f"queueing starts: latency ×{lat:.1f} for {gain:+.0%} throughput")
             else:
@@ -247,11 +228,13 @@ def _conclude(rows: list[dict[str, Any]]) -> None:
             notes.append(f"achieved {r['achieved_rps'] / r['offered_rps']:.0%} of offered")
         gu = r.get("gpu_util_pct")
         if gu is not None:
-            notes.append("GPU not saturated" if gu < 50 else ("GPU saturated" if gu >= 85 else f"GPU {gu:.0f}%"))
-        if r.get("kv_cache_usage_max") is not None and r["kv_cache_usage_max"] >= 0.9:
+            notes.append("GPU not saturated" if gu < vc.gpu_low_pct else
+                         ("GPU saturated" if gu >= vc.gpu_busy_pct else f"GPU {gu:.0f}%"))
+        if r.get("kv_cache_usage_max") is not None and r["kv_cache_usage_max"] >= vc.kv_cache_full:
             notes.append("KV cache near full")
         if r.get("server_waiting") is not None and r["server_waiting"] >= 1:
             notes.append(f"server queue {r['server_waiting']:.1f}")
-        notes.append("SLO met" if r["slo_pass"] else "SLO missed")
+        notes.append({"pass": "SLO met", "fail": "SLO missed"}.get(r["slo_judgement"],
+                     "SLO met (within noise)" if r["slo_pass"] else "SLO missed (within noise)"))
         r["conclusion"] = "; ".join(notes)
         prev = r

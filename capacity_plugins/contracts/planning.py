@@ -1,6 +1,6 @@
-"""The SLO and capacity-planning inputs, shared by the scenario file and `capacity analyze`.
+"""The SLO, capacity-planning and verdict inputs, shared by the scenario file and `capacity analyze`.
 
-The scenario embeds them as its `slo` and `capacity` sections; `capacity analyze` reads them back
+The scenario embeds them as its `slo`, `capacity` and `verdict` sections; `capacity analyze` reads them back
 from the results folder's resolved `scenario.yaml` and lets flags override them. They live among
 the contracts because two stages read them and neither may import the other.
 """
@@ -44,3 +44,48 @@ class CapacityConfig(_Strict):
     # Used only when no SLO limit is set: an SLO-measured capacity already has its headroom
     # (never stack a utilisation cap on it: docs/capacity.md).
     utilisation_cap: float = Field(default=0.7, gt=0, le=1)
+
+
+class VerdictConfig(_Strict):
+    """Every threshold a decision of the analysis uses, so each reason can name where it came from.
+
+    Defaults are the method's (docs/capacity.md, "Verdict" and "Uncertainty"); the scenario's
+    `verdict` section and `capacity analyze` flags override them.
+    """
+
+    # Confidence level of every interval the analysis reports (percentiles, throughput, capacity,
+    # knee, compare). 0.95: one interval in twenty misses, the usual engineering compromise.
+    confidence: float = Field(default=0.95, ge=0.5, lt=1)
+    # Fewer valid steps than this do not measure a curve: the verdict is `observe`.
+    min_valid_steps: int = Field(default=3, ge=1)
+    # GPU utilisation at or above which the GPU counts as busy (the scale rule) ...
+    gpu_busy_pct: float = Field(default=85.0, gt=0, le=100)
+    # ... and below which it idles while latency misses the SLO (`dont_scale_yet`: not the GPU).
+    gpu_idle_pct: float = Field(default=30.0, ge=0, le=100)
+    # Below this the GPU is not saturated: a bottleneck hint points at feeding (batching, client).
+    gpu_low_pct: float = Field(default=50.0, ge=0, le=100)
+    # A GPU hotter than this (°C) is likely throttling.
+    gpu_hot_c: float = Field(default=85.0, gt=0)
+    # With an idle GPU, a server queue below this says requests are not waiting for the GPU.
+    queue_idle_max: float = Field(default=5.0, ge=0)
+    # KV-cache usage (0-1) at or above which memory, not compute, is full.
+    kv_cache_full: float = Field(default=0.9, gt=0, le=1)
+    # Latency judged at the forecast peak for `scale`: None = the SLO's own limits (the step at the
+    # per-node peak misses the SLO); a number = that step's E2E P99 must exceed it, in ms.
+    peak_e2e_p99_ms: float | None = Field(default=None, gt=0)
+    # Forecast peak at or above this share of the current fleet's capacity: "start planning".
+    trigger_share: float = Field(default=0.7, gt=0, le=1)
+    # The plan refuses to size a fleet when the capacity interval's width exceeds this share of
+    # the capacity (0.5: e.g. 10 rps known only within 7.5-12.5 rps).
+    max_capacity_interval: float = Field(default=0.5, gt=0)
+    # `capacity compare` of single runs: a change smaller than this share of the before value is
+    # "within noise" whatever the within-run intervals say (they miss run-to-run variation).
+    min_detectable_difference: float = Field(default=0.10, ge=0, lt=1)
+    # Where TTFT goes (docs/capacity.md, "Where TTFT goes"): at the loaded step, a server queue
+    # taking at least this share of TTFT dominates it — more replicas or batch slots shorten it,
+    # faster GPUs mostly do not. 0.5: queueing is the larger part.
+    queue_dominant_share: float = Field(default=0.5, gt=0, le=1)
+    # Client TTFT mean − the server's own TTFT mean (network + client) above which the measuring
+    # path is called out, in ms. On loopback it is ~0.5 ms, next to a real vLLM 2-3 ms; 10 ms is a
+    # network hop or a busy client, not the server.
+    client_remainder_max_ms: float = Field(default=10.0, gt=0)

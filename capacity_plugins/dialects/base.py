@@ -109,11 +109,16 @@ class Parser:
 
 
 class Dialect(Protocol):
+    """One API. Optional: `ready_path`, a GET the preflight checks first (200 = ready to serve),
+    for APIs with a readiness route (Triton's `/v2/health/ready`)."""
+
     name: str
 
     @property
     def models_path(self) -> str | None:
-        """Where the server lists the models it serves (GET); None when this API has no listing."""
+        """Where the server lists the models it serves (GET); None when this API has no listing.
+        A `{model}` in it is the model's name (URL-quoted): an API that only answers for one
+        named model (Triton), so the model must be given."""
         ...
 
     def build(self, sample: SampleLike, params: RequestParams) -> HttpCall: ...

@@ -21,13 +21,16 @@ from typing import TYPE_CHECKING, Any
 
 import gevent
 
+from capacity_plugins.contracts.slo import judge_step
 from capacity_plugins.load import messages
 from capacity_plugins.load.arrivals import ArrivalPlan, offered_in_window
 from capacity_plugins.load.generator import HOST, GeneratorSide
 from capacity_plugins.load.results import ResultsFolder, analyse_in_background
-from capacity_plugins.load.shapes import RehearsalShape, StepPlan, plan_steps
+from capacity_plugins.load.search import CapacitySearch
+from capacity_plugins.load.shapes import RehearsalShape, StepPlan, level_plan, plan_steps
 from capacity_plugins.load.steps import ClientLimits, Step, StepAccounting, StepTimeline, write_steps_json
 from capacity_plugins.load.watch import SelfWatch
+from capacity_plugins.scenario import CapacitySearchLoad
 from capacity_plugins.telemetry.wiring import RunTelemetry
 
 if TYPE_CHECKING:
@@ -64,6 +67,7 @@ class StepAuthority:
         self.ready = ready  # every worker applied the test's setup (the master's handshake)
         self.plans: list[StepPlan] = plan_steps(scenario)
         self.timeline = generator.timeline if generator is not None else StepTimeline()
+        self.search = self._new_search()  # capacity_search: the levels are chosen as it goes
         self.accounting = self._new_accounting()
         self.watch_last: dict[int, tuple[float, int]] = {}  # worker → (unix, in flight) of its last Watch
         # The master's own loop: it sends no requests, but a late master delays heartbeats and steps.
@@ -74,7 +78,50 @@ class StepAuthority:
         self._progress: Any = None
 
     def _new_accounting(self) -> StepAccounting:
-        return StepAccounting(self.timeline, ClientLimits.from_load(self.scenario.load))
+        return StepAccounting(self.timeline, ClientLimits.from_load(self.scenario.load),
+                              keep_slo_views=self.search is not None)
+
+    def _new_search(self) -> CapacitySearch | None:
+        load = self.scenario.load
+        if not isinstance(load, CapacitySearchLoad):
+            return None
+        return CapacitySearch(start=load.start, max_level=load.max_level, growth=load.growth,
+                              tolerance=load.tolerance, integer=load.loop == "closed", budget_s=load.budget_s)
+
+    def _next_plan(self, finished: Step) -> StepPlan | None:
+        """A capacity search's next step, judged from the finished one (contracts/slo.py)."""
+        if self.search is None:
+            return None
+        unit = self.search.result()["unit"]
+        invalid = self._invalid_reason(finished)
+        if invalid is not None:
+            self.search.halt(finished.level, invalid)
+            print(f"[capacity] search: {finished.level:g} {unit} → invalid ({invalid}); done: the search cannot "
+                  "steer by a step that decides nothing", flush=True)
+            self.ctx.extra_meta["search"] = self.search.result()
+            return None
+        views, requests, errors = self.accounting.slo_sample(finished.index)
+        judged, limiting = judge_step(views, requests, errors, self.scenario.slo, self.scenario.verdict.confidence)
+        if requests < self.scenario.load.min_requests and judged == "pass":
+            # too few requests to claim a pass (the analysis calls the step insufficient)
+            judged, limiting = "uncertain", f"{requests} requests < load.min_requests {self.scenario.load.min_requests}"
+        spent = time.time() - (self.timeline.steps[0].start_unix if self.timeline.steps else time.time())
+        level = self.search.next(finished.level, judged, limiting, spent_s=spent)
+        print(f"[capacity] search: {finished.level:g} {unit} → {judged}"
+              + (f" ({limiting})" if limiting else "")
+              + (f"; next {level:g}" if level is not None else f"; done: {self.search.stopped}"), flush=True)
+        self.ctx.extra_meta["search"] = self.search.result()
+        return level_plan(self.scenario, level) if level is not None else None
+
+    def _invalid_reason(self, finished: Step) -> str | None:
+        """Why the analysis will call this step invalid, judged from the same row steps.json gets."""
+        self._collect_local()
+        row = self.accounting.row(finished)
+        if row.get("client_limited"):
+            return f"client limited: {row.get('client_limited_reason')}"
+        if row.get("membership_changed"):
+            return f"swarm membership changed: {row.get('membership_reason')}"
+        return "interrupted" if row.get("interrupted") else None
 
     # -- wiring ------------------------------------------------------------------------------------------
     def attach(self) -> None:
@@ -87,6 +134,7 @@ class StepAuthority:
             drain_timeout_s=drain,
             in_flight=self._in_flight_since,
             measured=lambda index: self.accounting.measured(index),
+            next_plan=self._next_plan,
             ready=self.ready,
             users_running=lambda: int(self.runner.user_count),
             settle_s=2.0 if self.master else 0.0,
@@ -292,6 +340,7 @@ class StepAuthority:
         used = bool(self.timeline.steps)
         self.timeline.steps.clear()
         self.timeline.finished = False
+        self.search = self._new_search()
         self.accounting = self._new_accounting()
         if used:
             self.results.switch()
@@ -338,7 +387,10 @@ class StepAuthority:
         try:
             path = self.results.path / "steps.json"
             path.parent.mkdir(parents=True, exist_ok=True)
-            write_steps_json(path, self.accounting.document({"scenario": self.scenario.name}))
+            extra: dict[str, Any] = {"scenario": self.scenario.name}
+            if self.search is not None:
+                extra["search"] = self.search.result()
+            write_steps_json(path, self.accounting.document(extra))
         except Exception:
             log.exception("writing steps.json failed")
 

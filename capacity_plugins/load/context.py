@@ -103,7 +103,7 @@ class RunContext:
                      target_url: str | None = None) -> RunContext:
         ctx = cls(
             options=options,
-            dialect=get_dialect(options.dialect),
+            dialect=get_dialect(options.dialect, options.triton),
             params=RequestParams(),
             results_dir=results_dir or options.results_dir or Path("results"),
             role=role,
@@ -115,7 +115,7 @@ class RunContext:
         """Apply (new) options in place: a worker learns the master's options only when the test
         starts, and users hold a reference to this object."""
         self.options = options
-        self.dialect = get_dialect(options.dialect)
+        self.dialect = get_dialect(options.dialect, options.triton)
         self.params = RequestParams(
             model=options.model,
             max_tokens=options.max_tokens,

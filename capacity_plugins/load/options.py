@@ -24,7 +24,14 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
-from capacity_plugins.contracts.dialects import DIALECTS
+from capacity_plugins.contracts.dialects import (
+    DIALECTS,
+    TRITON_GENERATE,
+    TRITON_KEYS,
+    TRITON_OUTPUTS,
+    TRITON_PLACEMENTS,
+    TritonFields,
+)
 from capacity_plugins.contracts.redaction import REDACTED, Secrets, is_secret_name, run_secrets
 from capacity_plugins.errors import UserError
 
@@ -61,6 +68,18 @@ def add_arguments(parser: Any) -> None:
     add("--insecure", action="store_true", default=False, help="Do not verify TLS certificates")
     add("--results-dir", default=None, help="Exact output folder for requests.jsonl, meta.json, llm_stats.csv (default: a new folder per run)")
     add("--retries", type=int, default=0, help="Retry attempts for 429/5xx/connect failures (each attempt is recorded)")
+    # The model's own generate field names (triton-generate only): set once per server, not per run.
+    t = TritonFields()
+    add("--triton-input-field", default=t.input_field, include_in_web_ui=False,
+        help="triton-generate: the model's input holding the prompt")
+    add("--triton-max-tokens-field", default=t.max_tokens_field, include_in_web_ui=False,
+        help="triton-generate: the key holding the output limit")
+    add("--triton-output-field", default=t.output_field, include_in_web_ui=False,
+        help="triton-generate: the model's output holding the generated text")
+    add("--triton-params-in", default=t.params_in, choices=list(TRITON_PLACEMENTS), include_in_web_ui=False,
+        help="triton-generate: sampling settings as top-level keys or in `parameters`")
+    add("--triton-outputs", default=t.outputs, choices=list(TRITON_OUTPUTS), include_in_web_ui=False,
+        help="triton-generate: streamed outputs are deltas, the whole text so far (cumulative), or auto-detected")
 
 
 def _opt_float(flag: str, value: Any) -> float | None:
@@ -100,6 +119,7 @@ class LLMOptions:
     insecure: bool = False
     results_dir: Path | None = None  # None: the results folder owner picks a new one
     retries: int = 0
+    triton: TritonFields = field(default_factory=TritonFields)  # dialect triton-generate only
 
     @classmethod
     def from_parsed(cls, parsed: Any) -> LLMOptions:
@@ -125,9 +145,12 @@ class LLMOptions:
         if dialect not in DIALECTS:
             raise UserError(f"--dialect: unknown dialect {dialect!r} (known: {', '.join(DIALECTS)})")
         results_dir = _opt_str(get("results_dir", None))
+        model = str(get("model", ""))
+        if dialect == TRITON_GENERATE and not model.strip():
+            raise UserError(f"--model: dialect {TRITON_GENERATE} needs the model name (it is part of every URL)")
         return cls(
             dialect=dialect,
-            model=str(get("model", "")),
+            model=model,
             corpus=str(get("corpus", "builtin")),
             max_tokens=int(max_tokens) or None if max_tokens is not None else None,
             stream=not bool(get("no_stream", False)),
@@ -145,6 +168,7 @@ class LLMOptions:
             insecure=bool(get("insecure", False)),
             results_dir=Path(results_dir) if results_dir else None,
             retries=retries,
+            triton=_triton_fields(get),
         )
 
     @classmethod
@@ -170,6 +194,7 @@ class LLMOptions:
             tokenizer=s.tokenizer_path(),
             insecure=s.target.insecure,
             retries=r.retries,
+            triton=s.target.triton_fields(),
         )
 
     def parser_defaults(self) -> dict[str, Any]:
@@ -194,6 +219,7 @@ class LLMOptions:
             "tokenizer": self.tokenizer,
             "insecure": self.insecure,
             "retries": self.retries,
+            **{f"triton_{key}": getattr(self.triton, key) for key in TRITON_KEYS},
         }
         if self.results_dir is not None:
             out["results_dir"] = str(self.results_dir)
@@ -219,6 +245,16 @@ class LLMOptions:
         """Every secret value these options carry (contracts.redaction.run_secrets)."""
         return run_secrets(self.api_key(), self.headers, target_url,
                            api_key_what=f"--api-key-env {self.api_key_env}")
+
+
+def _triton_fields(get: Any) -> TritonFields:
+    """The --triton-* options (their dests are triton_<TritonFields key>); a bad one names its flag."""
+    defaults = TritonFields()
+    fields = TritonFields(**{key: str(get(f"triton_{key}", getattr(defaults, key))) for key in TRITON_KEYS})
+    found = fields.problem()
+    if found is not None:
+        raise UserError(f"--triton-{found[0].replace('_', '-')}: {found[1]}")
+    return fields
 
 
 def parse_headers(items: list[str] | str) -> dict[str, str]:

@@ -362,6 +362,8 @@ class _Run:
             "dialect": ctx.options.dialect,
             "model": ctx.options.model,
             "target": self.env.host,
+            # the embedded simulator: every server and GPU reading of this run is simulated
+            "simulated": bool(ctx.scenario is not None and ctx.scenario.target.embedded),
             "server": self.server,
             "corpus": {
                 "source": ctx.options.corpus,

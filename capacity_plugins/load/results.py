@@ -75,6 +75,10 @@ class ResultsFolder:
             return
         try:
             self.path.mkdir(parents=True, exist_ok=True)
+            loaded = self.ctx.target_url
+            if loaded and not scenario.target.embedded and loaded != scenario.target.url:
+                # `capacity run --target-url` (or --host): the copy names the server actually loaded
+                scenario = scenario.model_copy(update={"target": scenario.target.model_copy(update={"url": loaded})})
             text = self.ctx.secrets.scrub(scenario.resolved_yaml(redact=True))
             (self.path / "scenario.yaml").write_text(text, encoding="utf-8")
         except Exception:
@@ -101,6 +105,8 @@ def analyse_in_background(folder: Path) -> None:
                            capture_output=True, text=True, timeout=ANALYSIS_TIMEOUT_S)
         if r.returncode == 0:
             print(f"[capacity] analysed: {folder / 'report.html'}", flush=True)
+        elif r.returncode == 1:  # analysed, but the data could not support a decision (the report says why)
+            print(f"[capacity] analysed, no decision: {folder / 'report.html'} ({r.stderr.strip()[-200:]})", flush=True)
         else:
             print(f"[capacity] analysis of {folder} failed: {r.stderr.strip()[-300:]}", flush=True)
     except Exception as e:  # never let the analysis take the UI down

@@ -8,7 +8,8 @@
     meet a pool still spawning — or after prepare_timeout_s)
     ─► run (duration_s; the first warmup_s excluded) ─► drain (no new requests; in-flight ones
     finish and are recorded; ends when every generator process reports nothing in flight, or after
-    drain_timeout_s) ─► next step … ─► settle (lets workers' last reports reach the master) ─► None
+    drain_timeout_s; then waits, up to prepare_timeout_s, for a worker that joined to be ready)
+    ─► next step … ─► settle (lets workers' last reports reach the master) ─► None
 
 Step boundaries are decided here and announced through callbacks (the rehearsal wiring broadcasts
 them to workers and feeds the pacer). The clock and the in-flight count are injected, so `tick()`
@@ -83,11 +84,30 @@ def plan_steps(scenario: Scenario) -> list[StepPlan]:
     return [replace(p, min_requests=load.min_requests, max_duration_s=longest(p.duration_s)) for p in plans]
 
 
-def _planned(scenario: Scenario) -> list[StepPlan]:
-    """The steps as the load section plans them (before any extension for min_requests)."""
-    from capacity_plugins.scenario import ConcurrencySweepLoad, PeakLoad, RateSweepLoad
+def level_plan(scenario: Scenario, level: float) -> StepPlan:
+    """One step at `level` for a load kind whose levels are chosen as it goes (capacity_search)."""
+    from capacity_plugins.scenario import CapacitySearchLoad
 
     load = scenario.load
+    assert isinstance(load, CapacitySearchLoad)
+    if load.loop == "closed":
+        users = max(1, int(round(level)))
+        plan = StepPlan("concurrency", float(users), users, load.spawn_rate, load.step_s, load.warmup_s)
+    else:
+        pool = load.max_concurrency
+        plan = StepPlan("rate", float(level), pool, max(POOL_SPAWN_RATE, float(pool)), load.step_s, load.warmup_s,
+                        float(level))
+    cap = load.max_step_s if load.max_step_s is not None else DEFAULT_MAX_STEP_FACTOR * plan.duration_s
+    return replace(plan, min_requests=load.min_requests, max_duration_s=max(cap, plan.duration_s))
+
+
+def _planned(scenario: Scenario) -> list[StepPlan]:
+    """The steps as the load section plans them (before any extension for min_requests)."""
+    from capacity_plugins.scenario import CapacitySearchLoad, ConcurrencySweepLoad, PeakLoad, RateSweepLoad
+
+    load = scenario.load
+    if isinstance(load, CapacitySearchLoad):  # the first level only; the search picks the rest
+        return [level_plan(scenario, load.start)]
     if isinstance(load, ConcurrencySweepLoad):
         return [
             StepPlan("concurrency", float(n), n, load.spawn_rate, load.step_s, load.warmup_s) for n in load.levels
@@ -126,6 +146,7 @@ class RehearsalShape(LoadTestShape):
         drain_timeout_s: float,
         in_flight: Callable[[float], int | None],
         measured: Callable[[int], int] | None = None,
+        next_plan: Callable[[Step], StepPlan | None] | None = None,
         ready: Callable[[], bool] = lambda: True,
         users_running: Callable[[], int] | None = None,
         prepare_timeout_s: float = 60.0,
@@ -143,12 +164,16 @@ class RehearsalShape(LoadTestShape):
         if not plans:
             raise ValueError("a rehearsal needs at least one step")
         self.plans = plans
+        self._planned = len(plans)  # a web-UI restart drops the steps a search added
         self.drain_timeout_s = drain_timeout_s
         # in_flight(since_unix): requests running across all generator processes, counting only
         # reports made after since_unix; None while some process has not reported since then.
         self.in_flight = in_flight
         # measured(step index): requests of the step's window finished so far (None: never extend).
         self.measured = measured
+        # next_plan(finished step): the step to run after the planned ones, chosen from what the
+        # finished one measured (a capacity search); None ends the rehearsal.
+        self.next_plan = next_plan
         # ready(): every generator can send (options applied, corpus loaded). A step that started
         # before would hand its first arrivals to processes that cannot send them.
         self.ready = ready
@@ -167,6 +192,7 @@ class RehearsalShape(LoadTestShape):
         self._reset_state()
 
     def _reset_state(self) -> None:
+        del self.plans[self._planned:]
         self.phase = "idle"  # idle → prepare → run → drain → (run …) → settle → done
         self.index = -1
         self.current: Step | None = None
@@ -287,11 +313,20 @@ class RehearsalShape(LoadTestShape):
             timed_out = now - self.phase_since >= self.drain_timeout_s
             if busy != 0 and not timed_out:
                 return self._drain_tuple(plan)
+            # A worker that joined is sent the options again with the new shard count: the next
+            # step waits until every generator applied them (or prepare_timeout_s), or users
+            # handed to a worker not yet set up would measure a lower load than the step claims.
+            if not self.ready() and now - self.phase_since < self.drain_timeout_s + self.prepare_timeout_s:
+                return self._drain_tuple(plan)
             if timed_out and busy:
                 logger.warning("step %d: %s requests still in flight after the %g s drain", self.index, busy, self.drain_timeout_s)
             self.current.drain_end_unix = now
             if self.on_drain_end:
                 self.on_drain_end(self.current)
+            if self.index + 1 == len(self.plans) and self.next_plan is not None:
+                chosen = self.next_plan(self.current)
+                if chosen is not None:
+                    self.plans.append(chosen)
             if self.index + 1 < len(self.plans):
                 self._start_step(self.index + 1, now)
                 nxt = self.plans[self.index]

@@ -125,7 +125,10 @@ class ClientLimits:
 class _StepTally:
     sent: int = 0
     measured: int = 0  # sent in the window and finished, cancelled ones excluded
+    errors: int = 0  # of those, failed
     completed_ok: int = 0
+    # The SLO's view of the measured successful requests (only kept for a live capacity search).
+    slo_views: dict[str, list[float | None]] = field(default_factory=dict)
     lag_ms: list[float] = field(default_factory=list)
     # Live progress only (all records of the step, warmup included).
     records: int = 0
@@ -135,9 +138,10 @@ class _StepTally:
 class StepAccounting:
     """Per-step generator numbers, fed on the master/local process."""
 
-    def __init__(self, timeline: StepTimeline, limits: ClientLimits | None = None) -> None:
+    def __init__(self, timeline: StepTimeline, limits: ClientLimits | None = None, keep_slo_views: bool = False) -> None:
         self.timeline = timeline
         self.limits = limits or ClientLimits()
+        self.keep_slo_views = keep_slo_views
         self._tally: dict[int, _StepTally] = defaultdict(_StepTally)
         # process key → [(unix, cpu_pct)], 1 Hz or faster, from every generator process.
         self.cpu: dict[str, list[tuple[float, float]]] = defaultdict(list)
@@ -178,12 +182,34 @@ class StepAccounting:
             t.sent += 1
             if get("error_kind") != "cancelled":
                 t.measured += 1
+                if not get("ok"):
+                    t.errors += 1
+                elif self.keep_slo_views:
+                    self._keep_slo_view(t, get)
         if anchor is not None and w0 <= anchor < w1 and scheduled is not None and sent is not None:
             t.lag_ms.append(max(0.0, (sent - scheduled) * 1000.0))
         e2e = get("e2e_ms")
         if get("ok") and sent is not None and e2e is not None and w0 <= sent + e2e / 1000.0 < w1:
             # Completions inside the window: throughput the server actually delivered while the step ran.
             t.completed_ok += 1
+
+    @staticmethod
+    def _keep_slo_view(t: _StepTally, get: Any) -> None:
+        """The latencies the SLO judges (as the analysis does): open loop from the scheduled time;
+        a TPOT of null (one output token) counts as 0."""
+        scheduled = get("scheduled_unix") is not None
+        ttft = get("ttft_from_schedule_ms") if scheduled else get("ttft_ms")
+        e2e = get("e2e_from_schedule_ms") if scheduled else get("e2e_ms")
+        tpot = get("tpot_ms")
+        for key, value in (("ttft_ms", ttft), ("e2e_ms", e2e), ("tpot_ms", 0.0 if tpot is None else tpot)):
+            t.slo_views.setdefault(key, []).append(value)
+
+    def slo_sample(self, index: int) -> tuple[dict[str, list[float | None]], int, int]:
+        """(SLO views, measured requests, errors) of a step so far (keep_slo_views only)."""
+        t = self._tally.get(index)
+        if t is None:
+            return {}, 0, 0
+        return t.slo_views, t.measured, t.errors
 
     def add_cpu(self, process: str, unix: float, cpu_pct: float) -> None:
         self.cpu[process].append((unix, cpu_pct))

@@ -4,7 +4,8 @@ A failed preflight is exit 1 with the reason in one line — a run against a wro
 would otherwise produce minutes of error records and a meaningless analysis. It lists the
 models where the dialect says the server lists them (`Dialect.models_path` / `parse_models`, the
 same listing meta.json's probe uses), picks the model when the scenario names none, and sends one
-short non-streamed request with the run's own headers and TLS settings.
+short non-streamed request with the run's own headers and TLS settings. A dialect with a
+readiness route (`ready_path`: Triton's `/v2/health/ready`) has it checked first.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import quote
 
 from capacity_plugins.contracts.redaction import Secrets, basic_auth, strip_userinfo, url_password
 from capacity_plugins.dialects import Dialect, RequestParams, get_dialect
@@ -76,11 +78,16 @@ class _Client:
         return self.secrets.scrub(body[:200].decode(errors="replace"))
 
 
-def _served_models(client: _Client, dialect: Dialect, url: str, headers: dict[str, str]) -> list[str] | None:
+def _served_models(client: _Client, dialect: Dialect, url: str, headers: dict[str, str],
+                   model: str | None) -> list[str] | None:
     """Model names the server lists (None when it has no listing, or a gateway answers 404)."""
     path = dialect.models_path
     if path is None:
         return None
+    if "{model}" in path:  # an API that only answers for a named model (Triton's metadata)
+        if not model:
+            raise RunError(f"preflight: dialect {dialect.name} needs target.model (it is part of every URL)")
+        path = path.replace("{model}", quote(model, safe=""))
     status, body = client.request("GET", url + path, headers)
     if status >= 400:
         if status == 404 and dialect.name.startswith("openai"):
@@ -102,9 +109,14 @@ def preflight(s: Scenario, url: str, secrets: Secrets | None = None) -> str:
     client = _Client(s.target.insecure, secrets)
     base = strip_userinfo(url)
     headers = {"Accept-Encoding": "identity", **target_headers(s)}
-    dialect = get_dialect(s.target.dialect)
+    dialect = get_dialect(s.target.dialect, s.target.triton_fields())
     try:
-        models = _served_models(client, dialect, base, headers)
+        ready = getattr(dialect, "ready_path", None)  # a readiness route (Triton): asked first
+        if ready is not None:
+            status, body = client.request("GET", base + ready, headers)
+            if status != 200:
+                raise RunError(f"preflight: GET {ready} answered HTTP {status}, not ready: {client.text(body)}")
+        models = _served_models(client, dialect, base, headers, s.target.model)
     except (urllib.error.URLError, OSError) as e:
         raise RunError(f"preflight: target {base} does not answer: {getattr(e, 'reason', e)}") from None
     model = s.target.model

@@ -16,7 +16,13 @@ No Locust import here: the runner, the analysis and the tests read scenarios wit
 """
 
 from capacity_plugins.scenario.files import format_loc, load_scenario, parse_scenario
-from capacity_plugins.scenario.loads import ConcurrencySweepLoad, LoadConfig, PeakLoad, RateSweepLoad
+from capacity_plugins.scenario.loads import (
+    CapacitySearchLoad,
+    ConcurrencySweepLoad,
+    LoadConfig,
+    PeakLoad,
+    RateSweepLoad,
+)
 from capacity_plugins.scenario.model import Scenario
 from capacity_plugins.scenario.sections import (
     BUILTIN_PREFIXES,
@@ -30,6 +36,7 @@ from capacity_plugins.scenario.sections import (
 
 __all__ = [
     "BUILTIN_PREFIXES",
+    "CapacitySearchLoad",
     "EMBEDDED",
     "ConcurrencySweepLoad",
     "CorpusConfig",

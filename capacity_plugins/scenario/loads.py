@@ -5,6 +5,7 @@
 | `concurrency_sweep` | closed (users send back to back) | one per level of users |
 | `rate_sweep` | open (arrivals on a schedule) | one per level of requests/s |
 | `peak` | open (`target_rps`) or closed (`users`) | one: ramp, then hold |
+| `capacity_search` | closed (users) or open (rps) | chosen as it goes: bracketing, then bisection, until the SLO's boundary is found |
 """
 
 from __future__ import annotations
@@ -93,7 +94,31 @@ class PeakLoad(_OpenLoop):
         return self
 
 
-LoadConfig = Annotated[ConcurrencySweepLoad | RateSweepLoad | PeakLoad, Field(discriminator="kind")]
+class CapacitySearchLoad(_OpenLoop):
+    """Find the highest level that meets the SLO (load/search.py): grow by `growth` until a step
+    fails, then bisect between the last pass and the first fail until the bracket is within
+    `tolerance` (or one user), the time budget ends, or noise stops it from narrowing."""
+
+    kind: Literal["capacity_search"] = "capacity_search"
+    loop: Literal["closed", "open"] = "closed"  # closed: levels are users; open: requests/s
+    start: PositiveFloat = 1.0
+    max_level: PositiveFloat = 512.0
+    growth: float = Field(default=2.0, gt=1)
+    tolerance: float = Field(default=0.05, gt=0, lt=1)
+    budget_s: float | None = Field(default=None, gt=0)
+    step_s: float = Field(default=60.0, gt=0)
+    spawn_rate: float = Field(default=100.0, gt=0)  # closed loop: users started per second
+
+    @model_validator(mode="after")
+    def _sane(self) -> CapacitySearchLoad:
+        _check_warmup(self.warmup_s, self.step_s)
+        if self.start > self.max_level:
+            raise ValueError(f"start ({self.start:g}) must not exceed max_level ({self.max_level:g})")
+        return self
+
+
+LoadConfig = Annotated[ConcurrencySweepLoad | RateSweepLoad | PeakLoad | CapacitySearchLoad,
+                       Field(discriminator="kind")]
 
 
 def _check_warmup(warmup_s: float, step_s: float) -> None:

@@ -9,7 +9,7 @@ from typing import Any
 import yaml
 from pydantic import Field, model_validator
 
-from capacity_plugins.contracts.planning import CapacityConfig, SLOConfig
+from capacity_plugins.contracts.planning import CapacityConfig, SLOConfig, VerdictConfig
 from capacity_plugins.contracts.redaction import (
     REDACTED,
     Secrets,
@@ -17,7 +17,14 @@ from capacity_plugins.contracts.redaction import (
     strip_userinfo,
     url_password,
 )
-from capacity_plugins.scenario.loads import ConcurrencySweepLoad, LoadConfig, PeakLoad, RateSweepLoad
+from capacity_plugins.contracts.slo import min_requests_to_show
+from capacity_plugins.scenario.loads import (
+    CapacitySearchLoad,
+    ConcurrencySweepLoad,
+    LoadConfig,
+    PeakLoad,
+    RateSweepLoad,
+)
 from capacity_plugins.scenario.sections import (
     CorpusConfig,
     RequestConfig,
@@ -36,6 +43,8 @@ class Scenario(_Strict):
     load: LoadConfig = Field(default_factory=ConcurrencySweepLoad)
     slo: SLOConfig = Field(default_factory=SLOConfig)
     capacity: CapacityConfig = Field(default_factory=CapacityConfig)
+    # The thresholds of the analysis's decisions (verdict, intervals, plan refusal, compare).
+    verdict: VerdictConfig = Field(default_factory=VerdictConfig)
     telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
     output: str = "results/"
     # Run the whole load this many times (capacity run --repeat overrides): the analysis reports
@@ -63,6 +72,20 @@ class Scenario(_Strict):
             )
         return self
 
+    @model_validator(mode="after")
+    def _search_can_pass(self) -> Scenario:
+        # A search judges each step with the step's own interval: below this many requests not
+        # even a step with every request under the limits can show the attainment, so every step
+        # would be "uncertain" and the search would stop at its first one.
+        if isinstance(self.load, CapacitySearchLoad):
+            need = min_requests_to_show(self.slo.attainment, self.verdict.confidence)
+            if self.load.min_requests < need:
+                raise ValueError(
+                    f"load.min_requests: {self.load.min_requests} is too few for a capacity search: showing "
+                    f"{self.slo.attainment:.0%} attainment at {self.verdict.confidence:.0%} confidence takes at least "
+                    f"{need} requests per step")
+        return self
+
     # -- derived values the load side and the runner use -------------------------------------------------
     @property
     def drain_timeout_s(self) -> float:
@@ -81,6 +104,8 @@ class Scenario(_Strict):
 
     @property
     def open_loop(self) -> bool:
+        if isinstance(self.load, CapacitySearchLoad):
+            return self.load.loop == "open"
         return isinstance(self.load, RateSweepLoad) or self.peak_rps is not None
 
     def corpus_path(self) -> str:

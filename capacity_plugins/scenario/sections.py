@@ -11,7 +11,7 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from capacity_plugins.contracts.dialects import DIALECTS
+from capacity_plugins.contracts.dialects import DIALECTS, TRITON_GENERATE, TritonFields
 
 EMBEDDED = "embedded"
 # Corpus specs that name generated / packaged prompts instead of a file on disk.
@@ -45,10 +45,35 @@ class ScrapeTarget(_Strict):
         return v
 
 
+_TRITON_DEFAULTS = TritonFields()
+
+
+class TritonConfig(_Strict):
+    """`target.triton`: how the model names its generate fields (the rules: contracts.dialects)."""
+
+    input_field: str = _TRITON_DEFAULTS.input_field
+    max_tokens_field: str = _TRITON_DEFAULTS.max_tokens_field
+    output_field: str = _TRITON_DEFAULTS.output_field
+    params_in: str = _TRITON_DEFAULTS.params_in  # top | parameters
+    outputs: str = _TRITON_DEFAULTS.outputs  # auto | delta | cumulative
+
+    @model_validator(mode="after")
+    def _usable(self) -> TritonConfig:
+        found = self.fields().problem()
+        if found is not None:
+            raise ValueError(f"{found[0]}: {found[1]}")
+        return self
+
+    def fields(self) -> TritonFields:
+        return TritonFields(**self.model_dump())
+
+
 class TargetConfig(_Strict):
     url: str
     simulator: dict[str, Any] | None = None
     dialect: str = "openai-chat"
+    # The model's generate field names, for dialect triton-generate only (None: the defaults).
+    triton: TritonConfig | None = None
     # None: the embedded simulator's model, or the first model the server lists at preflight.
     model: str | None = None
     # Name of the environment variable holding the key; the key itself never appears in a file.
@@ -89,9 +114,21 @@ class TargetConfig(_Strict):
             raise ValueError("simulator settings are only used with url: embedded")
         return self
 
+    @model_validator(mode="after")
+    def _triton_needs_its_model(self) -> TargetConfig:
+        if self.triton is not None and self.dialect != TRITON_GENERATE:
+            raise ValueError(f"triton: settings for dialect {TRITON_GENERATE} only (dialect is {self.dialect})")
+        if self.dialect == TRITON_GENERATE and self.model is None:
+            # No listing to pick one from: Triton serves every step of an ensemble as a model too.
+            raise ValueError(f"model: dialect {TRITON_GENERATE} needs the model name (it is part of every URL)")
+        return self
+
     @property
     def embedded(self) -> bool:
         return self.url == EMBEDDED
+
+    def triton_fields(self) -> TritonFields:
+        return self.triton.fields() if self.triton is not None else TritonFields()
 
 
 class CorpusConfig(_Strict):

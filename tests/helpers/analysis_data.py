@@ -4,11 +4,16 @@
 steps.json, meta.json, scenario.yaml and (optionally) telemetry_series.csv with exactly the
 documented schema. Per step it writes round(rps × window_s) requests whose E2E latencies follow a
 log-normal with the given P50 and P99 (deterministic quantiles, shuffled), so the analysis must
-recover the numbers it was given.
+recover the numbers it was given. Its sends are evenly spaced: a throughput without noise.
+
+`make_queue_results(dir, levels=..., slots=..., service_ms=...)` is the noisy one: closed-loop
+users against a server with `slots` parallel slots and random service times, simulated request by
+request, so throughput and latency carry the noise a real server's do.
 """
 
 from __future__ import annotations
 
+import heapq
 import json
 import math
 from pathlib import Path
@@ -38,7 +43,7 @@ def make_results(
     e2e_p50_ms: list[float] | float = 500.0,
     e2e_p99_ms: list[float] | float = 600.0,
     kind: str = "concurrency",
-    window_s: float = 10.0,
+    window_s: float = 60.0,
     offered_rps: list[float] | None = None,
     error_rate: list[float] | None = None,
     client_limited: list[bool] | None = None,
@@ -56,6 +61,9 @@ def make_results(
     warmup_per_step: int = 2,
     seed: int = 0,
     scenario: bool = True,
+    step_extra: list[dict[str, Any]] | None = None,
+    load: dict[str, Any] | None = None,
+    scenario_extra: dict[str, Any] | None = None,
 ) -> Path:
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
@@ -113,6 +121,7 @@ def make_results(
             "sent_rps": off, "achieved_rps": n / window_s, "schedule_lag_p99_ms": 1.0,
             "client_cpu_max_pct": 95.0 if cl else 20.0, "client_limited": cl,
             "client_limited_reason": "client CPU above 90 %" if cl else None,
+            **(step_extra[k] if step_extra else {}),
         })
         for j in range(5):
             ts = wend + window_s * (j + 0.5) / 5
@@ -130,15 +139,96 @@ def make_results(
     (path / "requests.jsonl").write_bytes(b"\n".join(lines) + (b"\n" if lines else b""))
     if itl == "jsonl":
         (path / "itl.jsonl").write_bytes(b"\n".join(itl_lines) + b"\n")
+    _write_rest(path, steps, meta, kind, slo, capacity, scenario, load, scenario_extra, telem)
+    return path
+
+
+DEFAULT_META = {"versions": {"capacity_plugins": "0.1.0"}, "model": "test-model", "server": "vllm", "gpu_names": ["H100"]}
+
+
+def _write_rest(path: Path, steps: list[dict], meta: dict | None, kind: str, slo: dict | None, capacity: dict | None,
+                scenario: bool, load: dict | None, scenario_extra: dict | None, telem: list[str]) -> None:
     (path / "steps.json").write_text(json.dumps({"steps": steps}))
-    (path / "meta.json").write_text(json.dumps(meta if meta is not None else {
-        "versions": {"capacity_plugins": "0.1.0"}, "model": "test-model", "server": "vllm", "gpu_names": ["H100"]}))
+    (path / "meta.json").write_text(json.dumps(meta if meta is not None else DEFAULT_META))
     if scenario:
-        doc: dict[str, Any] = {"name": "synthetic", "load": {"kind": kind}}
+        doc: dict[str, Any] = {"name": "synthetic", "load": {"kind": kind, **(load or {})}}
         doc["slo"] = slo if slo is not None else {"ttft_p95_ms": None, "tpot_p95_ms": None, "e2e_p95_ms": 2000.0}
         if capacity is not None:
             doc["capacity"] = capacity
+        doc.update(scenario_extra or {})
         (path / "scenario.yaml").write_text(yaml.safe_dump(doc))
     if len(telem) > 1:
         (path / "telemetry_series.csv").write_text("\n".join(telem) + "\n")
+
+
+def make_queue_results(
+    path: Path,
+    *,
+    levels: list[int],
+    slots: int = 1,
+    service_ms: float = 68.0,
+    service_cv: float = 0.5,
+    window_s: float = 50.0,
+    warmup_s: float = 5.0,
+    seed: int = 0,
+    slo: dict[str, Any] | None = None,
+    capacity: dict[str, Any] | None = None,
+    meta: dict[str, Any] | None = None,
+    output_tokens: int = 32,
+) -> Path:
+    """Closed-loop `levels[k]` users against a FIFO server with `slots` slots, service times log-normal
+    with mean `service_ms` and coefficient of variation `service_cv`; one step per level."""
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    sigma = math.sqrt(math.log(1 + service_cv ** 2))
+    mu = math.log(service_ms / 1000.0) - sigma ** 2 / 2
+    lines: list[bytes] = []
+    steps = []
+    t0, rid = T0, 0
+    for k, users in enumerate(levels):
+        wend, end = t0 + warmup_s, t0 + warmup_s + window_s
+        free = [t0] * slots  # when each slot is next free
+        ready = [t0] * users  # when each user sends next
+        heapq.heapify(free)
+        heapq.heapify(ready)
+        measured = 0
+        while True:
+            sent = heapq.heappop(ready)
+            if sent >= end:
+                break  # the drain: nothing is sent after the window
+            start = max(sent, heapq.heappop(free))
+            service = float(rng.lognormal(mu, sigma))
+            done = start + service
+            heapq.heappush(free, done)
+            heapq.heappush(ready, done)
+            e2e, ttft = (done - sent) * 1000, (start - sent + 0.1 * service) * 1000
+            measured += sent >= wend
+            lines.append(orjson.dumps({
+                "request_id": f"q{rid}", "response_id": None, "prompt_id": f"p{rid % 1500}", "worker": 0, "step": k,
+                "warmup": sent < wend, "attempt": 1, "ok": True, "status": 200, "error_kind": None, "error": None,
+                "scheduled_unix": None, "sent_unix": sent, "ttft_ms": ttft, "first_visible_ms": ttft, "e2e_ms": e2e,
+                "ttft_from_schedule_ms": None, "e2e_from_schedule_ms": None,
+                "tpot_ms": (e2e - ttft) / (output_tokens - 1), "itl_ms": [], "itl_tokens": None, "prompt_tokens": 200,
+                "output_tokens": output_tokens, "output_tokens_source": "usage", "client_output_tokens": None,
+                "max_tokens": 64, "stream": True, "class": "default"}))
+            rid += 1
+        steps.append({"index": k, "kind": "concurrency", "level": users, "start_unix": t0, "warmup_end_unix": wend,
+                      "end_unix": end, "drain_end_unix": max(free), "achieved_rps": measured / window_s,
+                      "client_cpu_max_pct": 20.0, "client_limited": False})
+        t0 = max(free) + 1.0
+    (path / "requests.jsonl").write_bytes(b"\n".join(lines) + (b"\n" if lines else b""))
+    _write_rest(path, steps, meta, "concurrency", slo if slo is not None else {"ttft_p95_ms": None, "tpot_p95_ms": None,
+                "e2e_p95_ms": None}, capacity, True, None, None, [])
+    return path
+
+
+def make_repeat_set(path: Path, n: int, make: Any) -> Path:
+    """A repeat set as the runner writes it: repeats.json and `make(folder, i)` for repeat-1 … repeat-n."""
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    names = [f"repeat-{i + 1}" for i in range(n)]
+    for i, name in enumerate(names):
+        make(path / name, i)
+    (path / "repeats.json").write_text(json.dumps({"repeats": names}))
     return path

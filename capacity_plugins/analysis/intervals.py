@@ -1,0 +1,135 @@
+"""Uncertainty of the analysis's numbers: distribution-free where it can be, exact, and cheap.
+
+| quantity | interval | why this one |
+|---|---|---|
+| a percentile of n values | order statistics [X(r), X(s)], r and s from Binomial(n, q) | exact for any continuous latency distribution (no normal or log-normal assumption); costs one partition at two more ranks, so a million values take milliseconds (no bootstrap). With too few values an end does not exist: the P99 of 18 requests has no upper bound (None) |
+| a share (SLO attainment, error rate) | Clopper-Pearson | the exact binomial interval; honest at 0 % and 100 % where the normal approximation collapses |
+| a step's throughput (rps) | batch means: the window cut into 10 sub-windows, successful sends counted in each, Student t with 9 df on their rates; below 50 requests, counting noise (Garwood's Poisson interval) | completions are not Poisson: a closed loop at saturation completes far more regularly (a fixed-length batch finishes every cycle), a bursty server far less. Batch means measures the variation the step really had (bursts, drift, a slow minute) instead of assuming one; t with 9 df pays for estimating it from ten numbers |
+| clustered values (ITL gaps) | the percentile ranks computed for the number of *requests*, then mapped to gap ranks | the gaps of one request share its batch and its prompt: they are not independent draws |
+| a mean over repeats | Student t on the repeats' values | run-to-run spread, the variation a comparison of runs must beat |
+
+Every interval is two-sided at the `verdict.confidence` level (default 0.95). Within-run intervals
+describe *this* run: a second run of the same system varies more (warm caches, placement, other
+tenants), which is why `capacity compare` of single runs adds a minimum detectable difference.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Literal
+
+import numpy as np
+from scipy import stats
+
+from capacity_plugins.contracts.percentiles import nearest_rank_index, rank_bounds, share_interval
+
+# Sub-windows for batch means: 10 keeps 9 degrees of freedom (t = 2.26 at 95 %) while each batch
+# still holds a tenth of the step, long enough to span several request lifetimes.
+BATCHES = 10
+# Below this many requests a step's batches hold one or two requests each: counting noise only.
+BATCH_MIN_REQUESTS = 50
+
+Interval = tuple[float | None, float | None]
+Gain = Literal["rise", "flat", "unclear"]
+
+
+def _ranks_for(n: int, q: float, confidence: float, n_eff: int | None) -> tuple[int, int | None, int | None]:
+    """0-based (point, low, high) indices among n sorted values; n_eff < n = clustered values."""
+    point = nearest_rank_index(n, q)
+    if n_eff is None or n_eff >= n:
+        r, s = rank_bounds(n, q, confidence)
+        return point, (r - 1 if r else None), (s - 1 if s else None)
+    # Clustered: the ranks an independent sample of n_eff would allow, as shares, mapped to n values.
+    r, s = rank_bounds(max(n_eff, 1), q, confidence)
+    lo = nearest_rank_index(n, r / n_eff) if r else None
+    hi = nearest_rank_index(n, s / n_eff) if s else None
+    return point, lo, hi
+
+
+def quantiles_ci(values: np.ndarray, qs: Sequence[float], confidence: float, n_eff: int | None = None,
+                 keep_inf: bool = False) -> list[tuple[float | None, float | None, float | None]]:
+    """(nearest-rank point, low, high) per q, from one partition of the values.
+
+    Non-finite values are left out (a percentile of what was measured) unless `keep_inf`: then +inf
+    stands for a request that never produced the value and counts as the slowest (the SLO view).
+    None where there are no values, or an interval end the sample size cannot support.
+    """
+    if keep_inf:
+        v = values[~np.isnan(values)] if bool(np.isnan(values).any()) else values
+    else:
+        v = values if values.size == 0 or bool(np.isfinite(values).all()) else values[np.isfinite(values)]
+    n = int(v.size)
+    if n == 0:
+        return [(None, None, None) for _ in qs]
+    ranks = [_ranks_for(n, q, confidence, n_eff) for q in qs]
+    kth = sorted({i for rk in ranks for i in rk if i is not None})
+    part = np.partition(v, kth)
+    return [tuple(None if i is None else float(part[i]) for i in rk) for rk in ranks]  # type: ignore[misc]
+
+
+def share_ci(k: int, n: int, confidence: float) -> Interval:
+    """Clopper-Pearson interval of a share k/n (None, None when n = 0): contracts/percentiles.py."""
+    return share_interval(k, n, confidence)
+
+
+def poisson_rate_ci(n: int, window_s: float, confidence: float) -> tuple[float, float]:
+    """Garwood's exact interval of a Poisson count n over window_s, as a rate."""
+    a = 1.0 - confidence
+    lo = 0.0 if n <= 0 else float(stats.chi2.ppf(a / 2, 2 * n)) / 2.0
+    hi = float(stats.chi2.ppf(1 - a / 2, 2 * n + 2)) / 2.0
+    return lo / window_s, hi / window_s
+
+
+def rate_ci(times_unix: np.ndarray, begin_unix: float | None, window_s: float | None, n: int,
+            confidence: float) -> tuple[float | None, float | None, str | None]:
+    """(low, high, method) of a step's throughput n / window_s (see the module table)."""
+    if not window_s or window_s <= 0:
+        return None, None, None
+    point = n / window_s
+    if n < BATCH_MIN_REQUESTS or begin_unix is None:
+        lo, hi = poisson_rate_ci(n, window_s, confidence)
+        return lo, hi, "counting"
+    t = times_unix[np.isfinite(times_unix)]
+    counts, _ = np.histogram(t, bins=BATCHES, range=(begin_unix, begin_unix + window_s))
+    rates = counts / (window_s / BATCHES)
+    half = float(stats.t.ppf(1 - (1 - confidence) / 2, BATCHES - 1)) * float(np.std(rates, ddof=1)) / math.sqrt(BATCHES)
+    return max(point - half, 0.0), point + half, "batch_means"
+
+
+def gain_class(x: float, x_half: float, base: float, base_half: float, gain: float) -> Gain:
+    """Did x rise at least `gain` (e.g. 10 %) over base, beyond the noise of both?
+
+    rise: x − (1+gain)·base exceeds the half-width of that difference; flat: it falls short of
+    minus that half-width; unclear: the noise cannot tell. Half-widths combine as independent
+    errors (root of the sum of squares). With no noise given this is the plain point comparison.
+    """
+    d = x - (1.0 + gain) * base
+    half = math.hypot(x_half, (1.0 + gain) * base_half)
+    if d >= half:
+        return "rise"
+    if d < -half:
+        return "flat"
+    return "unclear"
+
+
+def half_width(point: float | None, lo: float | None, hi: float | None) -> float:
+    """The larger distance from the point to an interval end (inf when an end is unknown)."""
+    if point is None:
+        return math.inf
+    if lo is None or hi is None:
+        return math.inf
+    return max(point - lo, hi - point, 0.0)
+
+
+def t_interval(values: Sequence[float], confidence: float) -> tuple[float | None, float | None, float | None, float | None]:
+    """(mean, sd, low, high) of repeated measurements (sd, low, high None with fewer than 2)."""
+    v = np.asarray([x for x in values if x is not None and math.isfinite(x)], float)
+    if v.size == 0:
+        return None, None, None, None
+    mean = float(v.mean())
+    if v.size < 2:
+        return mean, None, None, None
+    sd = float(v.std(ddof=1))
+    half = float(stats.t.ppf(1 - (1 - confidence) / 2, v.size - 1)) * sd / math.sqrt(v.size)
+    return mean, sd, mean - half, mean + half

@@ -1,0 +1,177 @@
+"""A repeat set: the same rehearsal run several times, analysed as one.
+
+The runner writes a set folder holding `repeats.json` (`{"repeats": ["repeat-1", "repeat-2", ...]}`)
+and one ordinary results folder per repeat inside it. `capacity analyze SET` analyses each repeat
+(each gets its own summary and report) and writes the set's summary.json / summary.md /
+report.html with the run-to-run spread: per level (throughput, latency percentiles), for the
+capacity and for the knee.
+
+Within-run intervals describe one run; the spread between repeats is what a second run of the
+same system really does (caches, placement, thermal state, neighbours). The set's capacity is the
+mean over the repeats with a Student-t interval on the repeats' values, and the set's plan sizes
+the fleet from it, refusing like a single run's plan when that interval is too wide.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from capacity_plugins.analysis.intervals import t_interval
+from capacity_plugins.analysis.load import dumps_json
+from capacity_plugins.analysis.plan import make_plan
+from capacity_plugins.analysis.settings import read_settings
+from capacity_plugins.errors import UserError
+
+REPEATS_FILE = "repeats.json"
+# Per-level figures whose run-to-run spread the set reports (and `capacity compare` judges).
+LEVEL_METRICS = ("rps", "goodput_rps", "ttft_p95_ms", "e2e_p50_ms", "e2e_p95_ms", "e2e_p99_ms", "gpu_util_pct")
+
+
+def is_repeat_set(path: Path) -> bool:
+    return (Path(path) / REPEATS_FILE).is_file()
+
+
+def read_repeats(path: Path) -> list[Path]:
+    """The repeat folders a set lists, checked (one line naming repeats.json and the entry)."""
+    f = Path(path) / REPEATS_FILE
+    try:
+        doc = orjson.loads(f.read_bytes())
+    except orjson.JSONDecodeError as e:
+        raise UserError(f"{REPEATS_FILE}: invalid JSON ({e})") from None
+    except OSError as e:
+        raise UserError(f"{REPEATS_FILE}: cannot read ({e.strerror})") from None
+    names = doc.get("repeats") if isinstance(doc, dict) else None
+    if not isinstance(names, list) or not names:
+        raise UserError(f"{REPEATS_FILE}: expected {{\"repeats\": [\"repeat-1\", ...]}} with at least one folder")
+    out = []
+    for i, name in enumerate(names):
+        if not isinstance(name, str) or not name or "/" in name or "\\" in name or name in (".", ".."):
+            raise UserError(f"{REPEATS_FILE}: repeats[{i}]: expected a folder name inside the set, got {name!r}")
+        folder = Path(path) / name
+        if not folder.is_dir():
+            raise UserError(f"{REPEATS_FILE}: repeats[{i}]: {name}: no such folder in {path}")
+        out.append(folder)
+    return out
+
+
+def _stats(values: list[float | None], confidence: float) -> dict[str, Any]:
+    v = [x for x in values if x is not None]
+    mean, sd, lo, hi = t_interval(v, confidence)
+    return {"mean": mean, "sd": sd, "min": min(v) if v else None, "max": max(v) if v else None,
+            "ci": None if lo is None else [lo, hi], "n": len(v), "values": values}
+
+
+def _levels(names: list[str], summaries: list[dict[str, Any]], confidence: float) -> list[dict[str, Any]]:
+    levels = sorted({r["level"] for s in summaries for r in s["steps"]})
+    out = []
+    for lv in levels:
+        rows = [next((r for r in s["steps"] if r["level"] == lv and r["valid"]), None) for s in summaries]
+        entry: dict[str, Any] = {"level": lv, "valid_repeats": [n for n, r in zip(names, rows, strict=True) if r],
+                                 "invalid_repeats": [n for n, r in zip(names, rows, strict=True) if r is None]}
+        for m in LEVEL_METRICS:
+            entry[m] = _stats([r.get(m) if r else None for r in rows], confidence)
+        rps = entry["rps"]
+        entry["rps_relative_spread"] = ((rps["max"] - rps["min"]) / rps["mean"]) if rps["n"] >= 2 and rps["mean"] else None
+        out.append(entry)
+    return out
+
+
+def summarise_set(path: Path, names: list[str], summaries: list[dict[str, Any]],
+                  overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+    settings = read_settings(Path(path) / names[0], overrides)
+    conf = settings.verdict.confidence
+    caps = [s["capacity"].get("per_node_rps") for s in summaries]
+    cap_stats = _stats(caps, conf)
+    known = [s for s in summaries if s["capacity"].get("per_node_rps") is not None]
+    capacity: dict[str, Any] = {
+        "per_node_rps": cap_stats["mean"], "per_node_rps_ci": cap_stats["ci"], "sd": cap_stats["sd"],
+        "min": cap_stats["min"], "max": cap_stats["max"], "values": caps, "n": cap_stats["n"],
+        "methods": [s["capacity"].get("method") for s in summaries], "method": "repeats",
+        "interval_kind": "run_to_run" if cap_stats["ci"] else "within_run",
+        "per_node_concurrency": _stats([s["capacity"].get("per_node_concurrency") for s in summaries], conf)["mean"],
+        "relative_interval": None, "notes": [],
+    }
+    if cap_stats["ci"] is None and len(known) == 1:
+        # One repeat with a capacity: only its within-run interval is known (it understates).
+        capacity["per_node_rps_ci"] = known[0]["capacity"].get("per_node_rps_ci")
+        capacity["notes"].append("only one repeat has a capacity: its within-run interval stands in for the spread")
+    ci, mean = capacity["per_node_rps_ci"], capacity["per_node_rps"]
+    if ci and mean:
+        capacity["relative_interval"] = (ci[1] - ci[0]) / mean
+    if len(known) < len(summaries):
+        capacity["notes"].append(f"{len(summaries) - len(known)} repeat(s) have no capacity under the SLO")
+    knees = [s["knee"].get("value") for s in summaries]
+    found = [k for k in knees if k is not None]
+    knee = {"values": knees, "min": min(found) if found else None, "max": max(found) if found else None,
+            "agree": len(set(knees)) == 1, "unit": summaries[0]["knee"].get("unit")}
+    plan = make_plan(capacity, settings.capacity, settings.verdict)
+    decisions = [s["verdict"]["decision"] for s in summaries]
+    if plan.get("refused") and settings.capacity.peak_qps is not None:
+        verdict = {"decision": "observe", "reasons": [f"no fleet size from the set: {plan['refused']}"]}
+    elif len(set(decisions)) == 1:
+        verdict = {"decision": decisions[0],
+                   "reasons": [f"all {len(decisions)} repeats agree"] + summaries[0]["verdict"]["reasons"]}
+    else:
+        verdict = {"decision": "observe", "reasons": ["the repeats disagree: " + ", ".join(
+            f"{n} {d}" for n, d in zip(names, decisions, strict=True)) + " — the decision is within run-to-run noise"]}
+    warnings = [f"{n}: {w}" for n, s in zip(names, summaries, strict=True) for w in s["warnings"]]
+    reasons = [f"{n}: {r}" for n, s in zip(names, summaries, strict=True) for r in s["outcome"]["reasons"]]
+    if plan.get("refused") and settings.capacity.peak_qps is not None:
+        reasons.append(f"plan refused: {plan['refused']}")
+    return {
+        "schema_version": summaries[0].get("schema_version"), "kind": "repeat_set", "name": summaries[0].get("name"),
+        "sweep_kind": summaries[0].get("sweep_kind"), "run": {**(summaries[0].get("run") or {}), "repeats": names},
+        "slo": summaries[0]["slo"], "verdict_settings": settings.verdict.model_dump(),
+        "repeats": [{"name": n, "per_node_rps": s["capacity"].get("per_node_rps"),
+                     "per_node_rps_ci": s["capacity"].get("per_node_rps_ci"), "knee": s["knee"].get("value"),
+                     "decision": s["verdict"]["decision"], "nodes": s["plan"].get("nodes"),
+                     "valid_steps": sum(1 for r in s["steps"] if r["valid"]),
+                     "slo_missed_levels": [r["level"] for r in s["steps"] if r["valid"] and not r["slo_pass"]],
+                     "decision_complete": s["outcome"]["decision_complete"]} for n, s in zip(names, summaries, strict=True)],
+        "levels": _levels(names, summaries, conf), "capacity": capacity, "knee": knee, "plan": plan, "verdict": verdict,
+        "warnings": warnings, "outcome": {"decision_complete": not reasons, "reasons": reasons},
+        "meta": {"results_dir": str(path)},
+    }
+
+
+def analyze_set(path: Path, *, overrides: dict | None = None, progress: Callable[[str], None] | None = None,
+                report: bool = True, out: Path | None = None) -> dict[str, Any]:
+    """Analyse every repeat of a set, then write the set's summary.json (+ summary.md, report.html)
+    into the set (or `out`, with one sub-folder per repeat: a what-if leaves the set as it was).
+
+    Every repeat is read and judged before anything is written, so a bad repeat is exit 2 with no
+    half-written set; the reports then read each repeat once more (one run in memory at a time).
+    """
+    from capacity_plugins.analysis.load import load_run
+    from capacity_plugins.analysis.pipeline import summarise
+
+    say = progress or (lambda _m: None)
+    folders = read_repeats(path)
+    summaries = []
+    for f in folders:
+        say(f"repeat {f.name}")
+        try:
+            summaries.append(summarise(load_run(f, overrides, say), say))
+        except UserError as e:  # name the repeat: every repeat has a requests.jsonl
+            raise UserError(f"{f.name}/{e}") from None
+    summary = summarise_set(path, [f.name for f in folders], summaries, overrides)
+    dest = Path(out) if out is not None else Path(path)
+    for f, s in zip(folders, summaries, strict=True):
+        where = dest / f.name
+        where.mkdir(parents=True, exist_ok=True)
+        (where / "summary.json").write_text(dumps_json(s), encoding="utf-8")
+        if report:
+            from capacity_plugins.analysis.report import write_reports
+
+            say(f"writing {f.name}/report.html")
+            write_reports(s, load_run(f, overrides), where)
+    (dest / "summary.json").write_text(dumps_json(summary), encoding="utf-8")
+    if report:
+        from capacity_plugins.analysis.repeats_report import write_set_reports
+
+        write_set_reports(summary, dest)
+    return summary

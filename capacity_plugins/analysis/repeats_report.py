@@ -1,0 +1,123 @@
+"""A repeat set's words and page: headline, summary.md, report.html (one plot: every repeat's curve).
+
+Each repeat keeps its own full report in its folder; the set's page is about the spread.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from capacity_plugins.analysis.report_text import DECISION_TEXT, fmt, fmt_ci  # noqa: E402
+
+
+def _g(v: float | None) -> str:
+    return "–" if v is None else f"{v:.3g}"
+
+
+def set_headline(s: dict[str, Any]) -> list[str]:
+    cap, knee, plan, v = s["capacity"], s["knee"], s["plan"], s["verdict"]
+    n = len(s["repeats"])
+    conf = s["verdict_settings"]["confidence"]
+    lines = [f"Verdict ({n} repeats): {DECISION_TEXT[v['decision']]} — " + "; ".join(v["reasons"])]
+    lines += [f"Decision not completed: {r}" for r in s["outcome"]["reasons"]]
+    ci = cap.get("per_node_rps_ci")
+    kind = "run-to-run" if cap.get("interval_kind") == "run_to_run" else "within-run"
+    lines.append(f"Capacity per node under the SLO: {_g(cap['per_node_rps'])} rps mean"
+                 + (f" [{_g(ci[0])}–{_g(ci[1])}, {conf:.0%} {kind}]" if ci else "")
+                 + f"; repeats {', '.join(_g(c) for c in cap['values'])} (sd {_g(cap['sd'])})")
+    lines.append(f"Knee per repeat: {', '.join(_g(k) for k in knee['values'])}"
+                 + (" (all agree)" if knee["agree"] else f" (spread {_g(knee['min'])}–{_g(knee['max'])})"))
+    if plan.get("refused"):
+        lines.append(f"Plan: refused — {plan['refused']}")
+    elif plan.get("nodes") is not None:
+        span = plan.get("nodes_interval")
+        lines.append(f"Plan: {plan['nodes']} node(s)" + (f" ({span[0]}–{span[1]} within the interval)" if span else ""))
+    return lines
+
+
+LEVEL_COLS = (("rps", "ok rps", 2), ("e2e_p95_ms", "E2E P95 ms", 0), ("e2e_p99_ms", "E2E P99 ms", 0),
+              ("ttft_p95_ms", "TTFT P95 ms", 0))
+
+
+def _level_cells(e: dict[str, Any]) -> list[str]:
+    cells = [f"{e['level']:g}", f"{len(e['valid_repeats'])}/{len(e['valid_repeats']) + len(e['invalid_repeats'])}"]
+    for key, _, d in LEVEL_COLS:
+        st = e[key]
+        cells.append("–" if st["mean"] is None else
+                     f"{fmt(st['mean'], d)} {fmt_ci(st['ci'], d)} [{fmt(st['min'], d)}…{fmt(st['max'], d)}]".strip())
+    spread = e.get("rps_relative_spread")
+    cells.append("–" if spread is None else f"{spread:.1%}")
+    return cells
+
+
+def set_markdown(s: dict[str, Any]) -> str:
+    out = [f"# Capacity analysis of a repeat set{': ' + s['name'] if s.get('name') else ''}", ""]
+    out += [f"- {line}" for line in set_headline(s)]
+    out += ["", "## Repeats", "", "| repeat | capacity rps | interval | knee | verdict | nodes | complete |",
+            "|---|---|---|---|---|---|---|"]
+    for r in s["repeats"]:
+        out.append(f"| {r['name']} | {_g(r['per_node_rps'])} | {fmt_ci(r['per_node_rps_ci'], 2)} | {_g(r['knee'])} | "
+                   f"{r['decision']} | {fmt(r['nodes'], 0)} | {fmt(r['decision_complete'])} |")
+    conf = s["verdict_settings"]["confidence"]
+    out += ["", "## Run-to-run spread per level", "",
+            f"mean ({conf:.0%} t-interval of the mean over the repeats) [min…max]", "",
+            "| level | valid repeats | " + " | ".join(c[1] for c in LEVEL_COLS) + " | rps spread |",
+            "|" + "---|" * (len(LEVEL_COLS) + 3)]
+    for e in s["levels"]:
+        out.append("| " + " | ".join(_level_cells(e)) + " |")
+    out += ["", "## Warnings", ""] + [f"- {w}" for w in s["warnings"]]
+    return "\n".join(out) + "\n"
+
+
+def _plot(s: dict[str, Any]) -> bytes:
+    fig, ax = plt.subplots(figsize=(8, 4))
+    for i, name in enumerate(s["run"].get("repeats", [])):
+        pts = [(e["level"], e["rps"]["values"][i]) for e in s["levels"] if e["rps"]["values"][i] is not None]
+        if pts:
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-", alpha=0.7, label=name)
+    ax.set_xlabel("load level")
+    ax.set_ylabel("ok requests / s")
+    ax.set_title("Throughput per repeat (valid steps)")
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=8)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100, bbox_inches="tight")
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def write_set_reports(s: dict[str, Any], out_dir: Path) -> None:
+    e = html.escape
+    (out_dir / "summary.md").write_text(set_markdown(s), encoding="utf-8")
+    png = _plot(s)
+    (out_dir / "throughput_repeats.png").write_bytes(png)
+    rows = "".join("<tr>" + "".join(f"<td>{e(c)}</td>" for c in _level_cells(lv)) + "</tr>" for lv in s["levels"])
+    reps = "".join(f"<tr><td class=l><a href=\"{e(r['name'])}/report.html\">{e(r['name'])}</a></td><td>{e(_g(r['per_node_rps']))}"
+                   f"</td><td>{e(fmt_ci(r['per_node_rps_ci'], 2))}</td><td>{e(_g(r['knee']))}</td><td>{e(r['decision'])}</td>"
+                   f"<td>{e(fmt(r['nodes'], 0))}</td><td>{e(fmt(r['decision_complete']))}</td></tr>" for r in s["repeats"])
+    head = set_headline(s)
+    page = f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>Repeat set {e(s.get('name') or '')}</title>
+<style>body{{font-family:system-ui,sans-serif;margin:2em;max-width:1400px;color:#222}}
+table{{border-collapse:collapse;font-size:13px;margin:1em 0}} td,th{{border:1px solid #ccc;padding:3px 6px;text-align:right}}
+td.l,th.l{{text-align:left}} img{{max-width:100%}}</style></head><body>
+<h1 id="verdict" data-decision="{e(s['verdict']['decision'])}">{e(head[0])}</h1>
+<ul>{''.join(f'<li>{e(h)}</li>' for h in head[1:])}</ul>
+<h2>Repeats</h2><table><tr><th class=l>repeat</th><th>capacity rps</th><th>interval</th><th>knee</th><th>verdict</th>
+<th>nodes</th><th>complete</th></tr>{reps}</table>
+<h2>Run-to-run spread per level</h2><p>mean (t-interval of the mean over the repeats) [min…max]</p>
+<table><tr><th>level</th><th>valid repeats</th>{''.join(f'<th>{e(c[1])}</th>' for c in LEVEL_COLS)}<th>rps spread</th></tr>{rows}</table>
+<figure><img alt="throughput per repeat" src="data:image/png;base64,{base64.b64encode(png).decode()}"/></figure>
+<h2>Warnings</h2><ul>{''.join(f'<li>{e(w)}</li>' for w in s['warnings'])}</ul>
+</body></html>
+"""
+    (out_dir / "report.html").write_text(page, encoding="utf-8")

@@ -1,0 +1,127 @@
+"""What the analysis judges with: the scenario copy's sections, with the command line's flags on top.
+
+The results folder's `scenario.yaml` is the scenario as run. The analysis reads its `name`,
+`load` (kind, `min_requests`, the client-limit thresholds), `target` (for the run facts: the
+embedded simulator or a real server), `slo`, `capacity` and `verdict`. Flags override any of
+them; the models are the contracts' (contracts/planning.py), so a bad value is one line naming
+the section and the field, exactly as `capacity run` would have said.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from capacity_plugins.contracts.planning import CapacityConfig, SLOConfig, VerdictConfig
+from capacity_plugins.errors import UserError
+from capacity_plugins.scenario.loads import (
+    DEFAULT_MAX_LOOP_LAG_P99_MS,
+    DEFAULT_MIN_REQUESTS,
+    ConcurrencySweepLoad,
+)
+
+SCENARIO_FILE = "scenario.yaml"
+# The load section's own default (every load kind shares it), not a second copy of the number.
+DEFAULT_MAX_SCHEDULE_LAG_P99_MS: float = ConcurrencySweepLoad.model_fields["max_schedule_lag_p99_ms"].default
+DEFAULT_MAX_CLIENT_CPU_PCT: float = ConcurrencySweepLoad.model_fields["max_client_cpu_pct"].default
+
+SECTIONS: tuple[tuple[str, type[BaseModel]], ...] = (
+    ("slo", SLOConfig), ("capacity", CapacityConfig), ("verdict", VerdictConfig))
+# Flags that override the `load` section's sample-size and client-limit thresholds.
+LOAD_KEYS = ("min_requests", "max_loop_lag_p99_ms", "max_schedule_lag_p99_ms")
+
+
+@dataclass(frozen=True)
+class Settings:
+    name: str | None
+    load_kind: str | None
+    slo: SLOConfig
+    capacity: CapacityConfig
+    verdict: VerdictConfig
+    # Fewer measured requests than this: the step is `insufficient` and decides nothing.
+    min_requests: int = DEFAULT_MIN_REQUESTS
+    max_loop_lag_p99_ms: float = DEFAULT_MAX_LOOP_LAG_P99_MS
+    max_schedule_lag_p99_ms: float = DEFAULT_MAX_SCHEDULE_LAG_P99_MS
+    # A generator process above this CPU share is the likely limit (a bottleneck hint).
+    max_client_cpu_pct: float = DEFAULT_MAX_CLIENT_CPU_PCT
+    # The scenario copy's target section (already redacted by the writer): url, model, dialect.
+    target: dict[str, Any] = field(default_factory=dict)
+    # Where each value came from, for reasons: "scenario.yaml" or "options".
+    source: str = SCENARIO_FILE
+
+
+def _read_doc(path: Path) -> dict[str, Any]:
+    f = path / SCENARIO_FILE
+    if not f.exists():
+        return {}
+    try:
+        doc = yaml.safe_load(f.read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        line = f" line {mark.line + 1}" if mark is not None else ""
+        raise UserError(f"{SCENARIO_FILE}{line}: invalid YAML") from None
+    if not isinstance(doc, dict):
+        raise UserError(f"{SCENARIO_FILE}: expected a mapping at the top level")
+    return doc
+
+
+def _section(doc: dict[str, Any], key: str) -> dict[str, Any]:
+    v = doc.get(key) or {}
+    if not isinstance(v, dict):
+        raise UserError(f"{SCENARIO_FILE}: {key}: expected a mapping")
+    return dict(v)
+
+
+def _load_number(load: dict[str, Any], key: str, default: float, integer: bool = False) -> Any:
+    v = load.get(key, default)
+    if v is None:
+        return default
+    ok = isinstance(v, int) if integer else isinstance(v, int | float)
+    if isinstance(v, bool) or not ok or v <= 0:
+        kind = "an integer" if integer else "a number"
+        raise UserError(f"{SCENARIO_FILE}: load.{key}: expected {kind} > 0, got {v!r}")
+    return v
+
+
+def read_settings(path: Path, overrides: dict[str, Any] | None = None) -> Settings:
+    """The scenario copy's sections with `overrides` (flag values; None = not given) on top."""
+    doc = _read_doc(Path(path))
+    load = doc["load"] if isinstance(doc.get("load"), dict) else {}
+    data = {key: _section(doc, key) for key, _ in SECTIONS}
+    load_values: dict[str, Any] = {}
+    for k, v in (overrides or {}).items():
+        if v is None:
+            continue
+        if k in LOAD_KEYS:
+            load_values[k] = v
+            continue
+        for key, model in SECTIONS:
+            if k in model.model_fields:
+                data[key][k] = v
+                break
+        else:
+            raise UserError(f"unknown override {k!r}")
+    source = SCENARIO_FILE if doc else "options"
+    models: dict[str, Any] = {}
+    for key, model in SECTIONS:
+        try:
+            models[key] = model(**data[key])
+        except ValidationError as e:
+            err = e.errors()[0]
+            loc = ".".join(str(p) for p in err["loc"])
+            raise UserError(f"{source}: {key}.{loc}: {err['msg']}") from None
+    merged = {**load, **load_values}
+    target = doc["target"] if isinstance(doc.get("target"), dict) else {}
+    return Settings(
+        name=doc.get("name"), load_kind=load.get("kind"), slo=models["slo"], capacity=models["capacity"],
+        verdict=models["verdict"],
+        min_requests=int(_load_number(merged, "min_requests", DEFAULT_MIN_REQUESTS, integer=True)),
+        max_loop_lag_p99_ms=float(_load_number(merged, "max_loop_lag_p99_ms", DEFAULT_MAX_LOOP_LAG_P99_MS)),
+        max_schedule_lag_p99_ms=float(_load_number(merged, "max_schedule_lag_p99_ms", DEFAULT_MAX_SCHEDULE_LAG_P99_MS)),
+        max_client_cpu_pct=float(_load_number(merged, "max_client_cpu_pct", DEFAULT_MAX_CLIENT_CPU_PCT)),
+        target=dict(target), source=source,
+    )

@@ -1,0 +1,129 @@
+"""Which steps may decide, and what the run's own accounting says against its numbers.
+
+A step decides nothing (never sets knee, capacity or plan) when:
+
+| field | why |
+|---|---|
+| `client_limited` | the load generator could not do what was asked (steps.json; the analysis re-checks the event-loop lag and schedule lag against the scenario's `load.max_loop_lag_p99_ms` / `load.max_schedule_lag_p99_ms`) |
+| `membership_changed` | a worker was lost, joined or fell silent during the step (steps.json; also a `workers_lost` time of meta.json inside the step; a loss without a time leaves the steps alone and makes the decision incomplete) |
+| `interrupted` | the run was stopped during the step |
+| `insufficient` | fewer measured requests than `load.min_requests` (100): a P95 of 18 requests is its second-largest value, a P99 has no upper bound at all |
+| no successful request, no measured window | nothing to measure |
+
+meta.json's `workers_lost`, `records.lost` > 0 and `complete: false` become warnings, which the
+report's banner and the console headline carry.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any
+
+from capacity_plugins.analysis.settings import Settings
+from capacity_plugins.contracts.steps import StepRow
+
+
+def _clock(unix: float) -> str:
+    return time.strftime("%H:%M:%S UTC", time.gmtime(unix))
+
+
+def lost_workers(meta: dict[str, Any]) -> list[dict[str, Any]]:
+    """meta.json's lost workers: top-level `workers_lost` (what the master writes) or `workers.workers_lost`."""
+    lost = meta.get("workers_lost")
+    if not lost and isinstance(meta.get("workers"), dict):
+        lost = meta["workers"].get("workers_lost")
+    if not isinstance(lost, list):
+        return []
+    return [w if isinstance(w, dict) else {"worker": w} for w in lost]
+
+
+def _worker_name(w: dict[str, Any]) -> str:
+    who = w.get("worker")
+    return f"worker {who}" if who is not None else f"worker {w.get('client_id') or '?'}"
+
+
+def meta_warnings(meta: dict[str, Any]) -> list[str]:
+    """What meta.json's accounting says against the run (empty when nothing)."""
+    out: list[str] = []
+    if meta.get("incomplete"):
+        reason = meta.get("incomplete_reason") or "interrupted"
+        out.append(f"the run is incomplete ({reason}): the last step may be partial")
+    for w in lost_workers(meta):
+        when = w.get("lost_unix")
+        at = f" at {_clock(when)}" if isinstance(when, int | float) else " (time unknown: any step may be affected)"
+        out.append(f"{_worker_name(w)} was lost{at}: {w.get('reason') or 'no heartbeat'}")
+    records: dict = meta["records"] if isinstance(meta.get("records"), dict) else {}
+    lost = records.get("lost") or meta.get("lost_records")
+    if isinstance(lost, int | float) and lost > 0:
+        out.append(f"meta.json: {lost:g} request records were lost by the writer (percentiles may be biased)")
+    refusals = meta.get("refusals")
+    if isinstance(refusals, list) and refusals:
+        out.append(f"{len(refusals)} worker(s) refused to run: the swarm was smaller than asked")
+    return out
+
+
+def lost_without_time(meta: dict[str, Any]) -> list[dict[str, Any]]:
+    """Lost workers whose loss time is unknown (e.g. stopped without their final record batch)."""
+    return [w for w in lost_workers(meta) if not isinstance(w.get("lost_unix"), int | float)]
+
+
+def _membership_from_meta(st: StepRow, lost: list[dict[str, Any]]) -> str | None:
+    """A lost worker whose loss time falls inside the step changed its swarm.
+
+    A loss without a time cannot be placed in a step: the steps keep their numbers, and the
+    decision is not completed instead (analysis/outcome.py).
+    """
+    begin = st.start_unix
+    end = st.drain_end_unix if st.drain_end_unix is not None else st.end_unix
+    for w in lost:
+        when = w.get("lost_unix")
+        if not isinstance(when, int | float):
+            continue
+        if begin is not None and end is not None and begin <= when <= end:
+            return f"{_worker_name(w)} lost at {_clock(when)} (meta.json workers_lost)"
+    return None
+
+
+def _over(value: float | None, limit: float) -> bool:
+    return value is not None and math.isfinite(value) and value > limit
+
+
+def step_validity(st: StepRow, *, requests: int, ok_requests: int, window_s: float | None,
+                  settings: Settings, meta: dict[str, Any]) -> dict[str, Any]:
+    """The validity fields of one step's row (see the module table)."""
+    limited, why = st.client_limited, st.client_limited_reason
+    if not limited and _over(st.loop_lag_p99_ms, settings.max_loop_lag_p99_ms):
+        limited, why = True, (f"event-loop lag p99 {st.loop_lag_p99_ms:.0f} ms > {settings.max_loop_lag_p99_ms:g} ms "
+                              "(load.max_loop_lag_p99_ms): send and receive times were stamped late")
+    if not limited and st.kind in ("rate", "peak") and _over(st.schedule_lag_p99_ms, settings.max_schedule_lag_p99_ms):
+        limited, why = True, (f"sends {st.schedule_lag_p99_ms:.0f} ms behind schedule (p99) > "
+                              f"{settings.max_schedule_lag_p99_ms:g} ms (load.max_schedule_lag_p99_ms)")
+    changed, changed_why = st.membership_changed, st.membership_reason
+    if not changed:
+        from_meta = _membership_from_meta(st, lost_workers(meta))
+        if from_meta:
+            changed, changed_why = True, from_meta
+    reasons: list[str] = []
+    if limited:
+        reasons.append(f"client limited: {why or 'the load generator could not keep up'}")
+    if changed:
+        reasons.append(f"swarm changed: {changed_why or 'a worker was lost, joined or fell silent'}")
+    if st.interrupted:
+        reasons.append("interrupted: the run was stopped during this step")
+    insufficient = requests < settings.min_requests
+    if requests and insufficient:
+        reasons.append(f"insufficient: {requests} measured request(s) < {settings.min_requests} (load.min_requests)")
+    if not requests:
+        reasons.append("no measured requests")
+    elif ok_requests == 0:
+        reasons.append("no successful request")
+    if not window_s:
+        reasons.append("no measured window (steps.json has no times)")
+    return {
+        "client_limited": bool(limited), "client_limited_reason": why if limited else None,
+        "loop_lag_p99_ms": st.loop_lag_p99_ms, "schedule_lag_p99_ms": st.schedule_lag_p99_ms,
+        "membership_changed": bool(changed), "membership_reason": changed_why if changed else None,
+        "workers": st.workers, "interrupted": bool(st.interrupted), "insufficient": bool(insufficient),
+        "min_requests": settings.min_requests, "invalid_reasons": reasons, "valid": not reasons,
+    }
