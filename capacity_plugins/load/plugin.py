@@ -215,7 +215,6 @@ def _attach_rehearsal(environment: Environment, ctx: RunContext, run: _Run, scen
         log.warning("%s: ignored with --scenario (the scenario's load section decides users and duration)",
                     ", ".join(ignored))
     from capacity_plugins.load.authority import StepAuthority
-    from capacity_plugins.load.signals import route_to_main_greenlet
 
     generator = None
     if ctx.role == "local":
@@ -229,7 +228,11 @@ def _attach_rehearsal(environment: Environment, ctx: RunContext, run: _Run, scen
     # (main.start_automatic_run blocks in shape_greenlet.join() first), so a SIGTERM during the
     # rehearsal (Kubernetes, CI timeouts, `capacity run`) would kill the process without a stop:
     # no cancelled records, no meta.json. With the web UI, Locust's own SIGTERM handler is there.
+    # A SIGTERM while the process shuts down is ignored (load/signals.py): one clean stop, not two.
+    from capacity_plugins.load.signals import route_to_main_greenlet, shutting_down
+
     route_to_main_greenlet(sigterm=bool(getattr(opts, "headless", False)))
+    environment.events.quitting.add_listener(shutting_down)
 
 
 class _Run:
