@@ -11,13 +11,23 @@ every final batch (bounded), then Locust's own quit.
 
 `tests/test_locust_compat.py` checks that Locust's quit still has the shape this relies on; when
 Locust gains a hook here, replace this module with a listener.
+
+The second: Locust's shutdown closes its CSV files (`StatsCSVFileWriter.close_files`) without
+stopping the greenlet that rewrites them every second, and then lets the hub run again (with
+`--processes`, the master's atexit waits for its workers): when the writer's timer fell due in
+between, it writes to the closed files and prints `ValueError: I/O operation on closed file`
+tracebacks at the end of a clean run. Locust keeps no handle on that greenlet, so the writer is
+wrapped to note its own greenlet, which is killed at `quit` (fired just before the files close).
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable
 from typing import Any
+
+import gevent
 
 log = logging.getLogger(__name__)
 
@@ -57,3 +67,38 @@ def wait_for_workers_before_quit(runner: Any, ran: Callable[[], bool],
         original_quit()
 
     runner.quit = quit_after_final_records
+
+
+# Greenlets running StatsCSVFileWriter.stats_writer in this process (Locust spawns one per --csv run).
+_csv_writers: list[Any] = []
+
+
+def track_csv_writer() -> None:
+    """Wrap Locust's CSV writer loop so that its greenlet can be stopped (`stop_csv_writers`); idempotent."""
+    from locust.stats import StatsCSVFileWriter
+
+    original = StatsCSVFileWriter.stats_writer
+    if getattr(original, "_capacity_tracked", False):
+        return
+
+    @functools.wraps(original)
+    def stats_writer(self: Any) -> None:
+        me = gevent.getcurrent()
+        _csv_writers.append(me)
+        try:
+            original(self)
+        finally:
+            if me in _csv_writers:
+                _csv_writers.remove(me)
+
+    stats_writer._capacity_tracked = True  # type: ignore[attr-defined]
+    StatsCSVFileWriter.stats_writer = stats_writer  # type: ignore[method-assign]
+
+
+def stop_csv_writers(**_: Any) -> None:
+    """A `quit` listener: stop the CSV writer before Locust closes its files (it never writes to
+    them again; its last rows are those of its last round, as before)."""
+    while _csv_writers:
+        writer = _csv_writers.pop()
+        if writer is not gevent.getcurrent():
+            writer.kill(block=True, timeout=5)

@@ -35,7 +35,11 @@ from capacity_plugins.errors import UserError
 from capacity_plugins.load import meta as meta_mod
 from capacity_plugins.load.context import Role, RunContext
 from capacity_plugins.load.handshake import MasterHandshake, WorkerHandshake, load_corpus
-from capacity_plugins.load.locust_compat import wait_for_workers_before_quit
+from capacity_plugins.load.locust_compat import (
+    stop_csv_writers,
+    track_csv_writer,
+    wait_for_workers_before_quit,
+)
 from capacity_plugins.load.membership import SwarmMembership
 from capacity_plugins.load.options import LLMOptions, add_arguments, redact_headers, redacted_options
 from capacity_plugins.load.results import ResultsFolder, choose_folder
@@ -62,6 +66,9 @@ def install(events: Events | None = None) -> None:
     _installed_on.add(events)
     events.init_command_line_parser.add_listener(_on_parser)
     events.init.add_listener(_on_init)
+    # Locust's CSV writer would run once more after its files closed (load/locust_compat.py)
+    track_csv_writer()
+    events.quit.add_listener(stop_csv_writers)
 
 
 def _on_parser(parser: Any, **_: Any) -> None:
