@@ -16,5 +16,5 @@ pytest_plugins = [
     "fixtures.servers",
     "fixtures.simulator",
     "fixtures.locust",
-    "fixtures_faults",  # the fault suite, until it moves under fixtures/
+    "fixtures.faults",
 ]

@@ -9,27 +9,19 @@ no results folder is created.
 
 from __future__ import annotations
 
-import subprocess
-
 import pytest
-from fixtures_faults import (
-    CAPACITY,
-    LOCUST,
-    ROOT,
-    FaultSecrets,
-    child_env,
-    write_fault_corpus,
-    write_scenario,
-)
+from helpers.faults import FaultSecrets, write_fault_corpus
+from helpers.processes import capacity, env_with, run_locust
+from helpers.scenarios import write_scenario
+
+pytestmark = pytest.mark.slow  # `capacity run` / `locust` processes (each exits 2 before it starts anything)
 
 # distinctive values under the 6-character minimum: refused, and never printed back
 SHORT = "Qz9kX"
 
 
 def _scenario(tmp_path, server_url, **over):
-    secrets = FaultSecrets()
-    target = {"url": secrets.url(server_url), "model": "fault-model", "api_key_env": "FAULT_API_KEY",
-              "headers": {"X-Gateway-Key": "${GATEWAY_KEY}", "X-Route": "${ROUTE_SECRET}"}}
+    target = FaultSecrets().target(server_url)
     target.update(over.pop("target", {}))
     sections = {"target": target, "load": {"levels": [1], "step_s": 2, "warmup_s": 0}}
     sections.update(over)
@@ -37,7 +29,7 @@ def _scenario(tmp_path, server_url, **over):
 
 
 def _env(**over):
-    return child_env(**{**FaultSecrets().env(), **over})
+    return env_with(**{**FaultSecrets().env(), **over})
 
 
 def _check_refused(p, tmp_path, says, seen_before, server, *, locust=False):
@@ -67,8 +59,7 @@ def test_flags_the_misuse_table_leaves_out(fresh_fault_server, tmp_path, extra, 
     fault_server = fresh_fault_server
     sc = _scenario(tmp_path, fault_server.url)
     before = fault_server.seen()
-    p = subprocess.run([*CAPACITY, "run", str(sc), *extra], capture_output=True, text=True, timeout=60,
-                       env=_env(), cwd=ROOT)
+    p = capacity("run", str(sc), *extra, timeout=60, env=_env())
     _check_refused(p, tmp_path, says, before, fault_server)
 
 
@@ -105,28 +96,26 @@ def test_bad_scenario_or_secret(fresh_fault_server, tmp_path, case, says):
     if case == "missing scenario":
         sc = tmp_path / "no-such-scenario.yaml"
     before = fault_server.seen()
-    p = subprocess.run([*CAPACITY, "run", str(sc)], capture_output=True, text=True, timeout=60, env=env, cwd=ROOT)
+    p = capacity("run", str(sc), timeout=60, env=env)
     _check_refused(p, tmp_path, says, before, fault_server)
 
 
 @pytest.mark.parametrize(("args", "says"), [([], "command"), (["bogus"], "unknown command 'bogus'")])
 def test_no_or_unknown_command(args, says):
-    p = subprocess.run([*CAPACITY, *args], capture_output=True, text=True, timeout=60, env=child_env(), cwd=ROOT)
+    p = capacity(*args, timeout=60)
     assert p.returncode == 2, (p.returncode, p.stdout, p.stderr)
     assert says in p.stdout + p.stderr and "Traceback" not in p.stdout + p.stderr
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("extra", [["--header", f"X-Api-Key: {SHORT}"], ["--api-key-env", "FAULT_API_KEY"]],
                          ids=["header", "api-key"])
 def test_plain_locust_refuses_a_secret_too_short(fresh_fault_server, tmp_path, extra):
     fault_server = fresh_fault_server
     corpus = write_fault_corpus(tmp_path / "c.jsonl", ["ok"], per_mode=20)
     before = fault_server.seen()
-    p = subprocess.run(
-        [*LOCUST, "-f", str(ROOT / "locustfiles" / "llm.py"), "--headless", "-u", "1", "-t", "2s",
-         "--host", fault_server.url, "--corpus", str(corpus), "--min-distinct", "1", "--model", "fault-model",
-         "--results-dir", str(tmp_path / "results"), *extra],
-        capture_output=True, text=True, timeout=90, env=_env(FAULT_API_KEY=SHORT), cwd=ROOT,
+    p = run_locust(
+        ["--headless", "-u", "1", "-t", "2s", "--host", fault_server.url, "--corpus", str(corpus),
+         "--min-distinct", "1", "--model", "fault-model", "--results-dir", str(tmp_path / "results"), *extra],
+        timeout=90, env=_env(FAULT_API_KEY=SHORT),
     )
     _check_refused(p, tmp_path, "shorter than 6 characters", before, fault_server, locust=True)

@@ -1,5 +1,5 @@
 """The fault table, one request at a time: an LLMUser in this process against every mode of the
-hostile server (tests/fault_server.py).
+hostile server (tests/helpers/fault_server.py).
 
 The credentials: an API key (`--api-key-env`), `X-Gateway-Key` and `X-Route` headers whose values
 are those of credential-named environment variables, and a password in the target URL.
@@ -13,13 +13,14 @@ counts under concurrency, is tests/test_faults_runs.py.
 from __future__ import annotations
 
 import json
-import socket
 import time
 from collections import Counter
 
 import pytest
-from fault_server import MODES, REFUSED, Mode
-from fixtures_faults import GRACE_S, TIMEOUT_S, folder_files, local_user, read_records, secrets_in
+from helpers.fault_server import MODES, REFUSED, Mode
+from helpers.faults import GRACE_S, TIMEOUT_S, fault_user, folder_files, secrets_in
+from helpers.ports import free_port
+from helpers.results import read_records
 
 from capacity_plugins.contracts.records import ERROR_KINDS
 from capacity_plugins.contracts.redaction import REDACTED
@@ -47,12 +48,6 @@ def _case(mode: Mode) -> object:
     return pytest.param(mode, id=mode.name, marks=marks)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory):
     path = tmp_path_factory.mktemp("faults") / "prompts.jsonl"
@@ -71,18 +66,15 @@ def test_the_table_uses_the_documented_error_kinds():
 def test_one_request_per_mode(mode, fault_server, fault_secrets, corpus, tmp_path, capfd, caplog):
     base = fault_server.url if mode is not REFUSED else f"http://127.0.0.1:{free_port()}"
     out = tmp_path / "out"
-    env, ctx, user = local_user(
-        fault_secrets.url(base), out, corpus, model=f"FAULT:{mode.name}",
-        api_key_env="FAULT_API_KEY", header=fault_secrets.header_args(),
-    )
-    fired = []
-    env.events.request.add_listener(lambda **kw: fired.append(kw))
+    local = fault_user(fault_secrets.url(base), tmp_path, corpus, model=f"FAULT:{mode.name}",
+                       api_key_env="FAULT_API_KEY", header=fault_secrets.header_args())
     before = fault_server.seen()
 
     t0 = time.monotonic()
-    rec = user.call(ctx.next_sample())
+    rec = local.call()
     elapsed = time.monotonic() - t0
-    env.events.quitting.fire(environment=env)  # meta.json, llm_stats.csv, the records closed
+    local.env.events.quitting.fire(environment=local.env)  # meta.json, llm_stats.csv, the records closed
+    fired = local.fired
 
     # it ended in time, and a timeout is not declared early
     assert elapsed <= TIMEOUT_S + GRACE_S, f"{mode.name}: the request took {elapsed:.1f} s"
@@ -124,10 +116,10 @@ def test_echoed_basic_credentials_are_scrubbed(mode, fault_server, fault_secrets
     """Without an API key the URL's user:password is sent as Basic auth; a server that echoes it
     (token and decoded password) gets neither into a file, the console or the log."""
     out = tmp_path / "out"
-    env, ctx, user = local_user(fault_secrets.url(fault_server.url), out, corpus, model=f"FAULT:{mode}",
-                                header=fault_secrets.header_args())
-    rec = user.call(ctx.next_sample())
-    env.events.quitting.fire(environment=env)
+    local = fault_user(fault_secrets.url(fault_server.url), tmp_path, corpus, model=f"FAULT:{mode}",
+                       header=fault_secrets.header_args())
+    rec = local.call()
+    local.env.events.quitting.fire(environment=local.env)
     assert rec.error_kind == MODES[mode].kind
     assert REDACTED in rec.error and "decoded: " in rec.error, rec.error  # both echoes arrived, scrubbed
     console = capfd.readouterr()
@@ -139,10 +131,10 @@ def test_echoed_basic_credentials_are_scrubbed(mode, fault_server, fault_secrets
 def test_retry_after_is_waited_before_the_retry(fault_server, corpus, tmp_path):
     """429 with `Retry-After: 2` and one retry: two attempts, the second sent about 2 s after the first."""
     out = tmp_path / "out"
-    env, ctx, user = local_user(fault_server.url, out, corpus, model="FAULT:http_429", retries=1)
+    local = fault_user(fault_server.url, tmp_path, corpus, model="FAULT:http_429", retries=1)
     before = fault_server.seen()
-    rec = user.call(ctx.next_sample())
-    env.events.quitting.fire(environment=env)
+    rec = local.call()
+    local.env.events.quitting.fire(environment=local.env)
     records = read_records(out)
     assert [(r["attempt"], r["error_kind"]) for r in records] == [(1, "http_429"), (2, "http_429")]
     assert rec.attempt == 2 and len({r["prompt_id"] for r in records}) == 1

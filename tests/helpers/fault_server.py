@@ -14,8 +14,10 @@ The server counts the requests it has read, per mode: `GET /_faults/seen` → `{
 → `{"mode": bytes}`: how much of its most recent endless stream the client took before it hung up. No mode keeps a
 connection longer than `HOLD_S`, so a client that never hangs up cannot leave it running.
 
-Run: python tests/fault_server.py [PORT] [--exit-on-stdin-eof] — prints `PORT <n>` once it listens
-(0 = any free port); with the flag it exits when its stdin closes (the test that started it ended).
+Run (from tests/): python -m helpers.fault_server [PORT] [--exit-on-stdin-eof] — prints
+`ready on URL` once it listens (0 = any free port), as the tests' other servers do
+(helpers/servers.py); with the flag it exits when its stdin closes (the test that started it
+ended). The tests start it with helpers.faults.FaultServer. Standard library only.
 """
 
 from __future__ import annotations
@@ -468,7 +470,7 @@ async def handle(reader: asyncio.StreamReader, writer: Writer) -> None:
 
 async def main(port: int) -> None:
     server = await asyncio.start_server(handle, "127.0.0.1", port, limit=1 << 20, backlog=512)
-    print(f"PORT {server.sockets[0].getsockname()[1]}", flush=True)
+    print(f"ready on http://127.0.0.1:{server.sockets[0].getsockname()[1]}", flush=True)
     async with server:
         await server.serve_forever()
 
