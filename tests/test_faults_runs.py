@@ -13,9 +13,12 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import subprocess
+import threading
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -249,9 +252,45 @@ def _listening(procs: list[psutil.Process]) -> list[tuple[int, str, int]]:
     return out
 
 
+class _Console:
+    """A process's text output, read by a thread as it comes (a pipe nobody reads could fill and
+    stall the run); `text()` so far, `ended(timeout)` once every holder of the pipe has exited."""
+
+    def __init__(self, proc: subprocess.Popen) -> None:
+        assert proc.stdout is not None
+        self.proc = proc
+        self.lines: list[str] = []
+        self._thread = threading.Thread(target=self._read, args=(proc.stdout,), daemon=True)
+        self._thread.start()
+
+    def _read(self, stream: Any) -> None:
+        for line in stream:
+            self.lines.append(line)
+
+    def text(self) -> str:
+        return "".join(self.lines)
+
+    def has(self, prefix: str) -> bool:
+        return any(line.startswith(prefix) for line in self.lines)
+
+    def ended(self, timeout: float) -> bool:
+        self._thread.join(timeout)
+        return not self._thread.is_alive()
+
+    # helpers.waiting.Watched: a wait fails at once, with the output, if `capacity run` exits
+    def died(self) -> str | None:
+        if self.proc.poll() is None:
+            return None
+        self.ended(10)
+        return f"`capacity run` exited {self.proc.returncode}:\n{self.text()[-4000:]}"
+
+    def tail(self) -> str:
+        return self.text()[-4000:]
+
+
 def _start_slow_run(tmp_path: Path, server, secrets: FaultSecrets, *extra: str):
     """`capacity run` (in its own process group) of 4 users on 2 s streams, returned once the
-    step runs and requests are in flight: (process, console lines so far, the process tree)."""
+    step runs and requests are in flight: (process, its console, the process tree)."""
     corpus = write_fault_corpus(tmp_path / "slow.jsonl", [SLOW.name], per_mode=200)
     sc = write_scenario(
         tmp_path, "stopped", target=secrets.target(server.url),
@@ -260,22 +299,13 @@ def _start_slow_run(tmp_path: Path, server, secrets: FaultSecrets, *extra: str):
         load={"kind": "concurrency_sweep", "levels": [4], "step_s": 300, "warmup_s": 1},
     )
     p = popen([*CAPACITY, "run", str(sc), *extra], env=_env(secrets), process_group=0)
-    lines: list[str] = []
-    assert p.stdout is not None
-    deadline = time.monotonic() + 180  # a safety net for a run that hangs and prints nothing more
-    for line in p.stdout:
-        lines.append(line)
-        if line.startswith("[capacity] step 1/1"):
-            break
-        if time.monotonic() > deadline:
-            raise AssertionError(f"no step after 180 s:\n{''.join(lines)[-4000:]}")
-    else:  # the output ended: `capacity run` is gone before its step started
-        p.wait(30)
-        raise AssertionError(f"`capacity run` exited {p.returncode} before the step started:\n{''.join(lines)[-4000:]}")
+    console = _Console(p)
+    # generous bounds: they only stop a wait for a run that went wrong (a loaded host is slow)
+    wait_until(lambda: console.has("[capacity] step 1/1"), 180, "the step to start", console)
     # requests in flight: 4 users on 2 s streams, each starting the next at once
-    wait_until(lambda: server.seen()[SLOW.name] >= 4, 60, "4 slow requests read by the server")
+    wait_until(lambda: server.seen()[SLOW.name] >= 4, 120, "4 slow requests read by the server", console)
     tree = [psutil.Process(p.pid), *psutil.Process(p.pid).children(recursive=True)]
-    return p, lines, tree
+    return p, console, tree
 
 
 def _check_stopped_cleanly(folder: Path, server, tmp_path: Path, tree: list[psutil.Process], workers: int) -> None:
@@ -309,20 +339,20 @@ def test_a_signal_stops_the_run_cleanly(tmp_path, fresh_fault_server, signum, la
     traceback, exit 143 / 130, and no load after it (--processes: the swarm listens on loopback)."""
     secrets = FaultSecrets()
     exporter = free_port()
-    p, lines, tree = _start_slow_run(tmp_path, fresh_fault_server, secrets, *layout, "--exporter-port", str(exporter))
+    p, out, tree = _start_slow_run(tmp_path, fresh_fault_server, secrets, *layout, "--exporter-port", str(exporter))
     try:
         listening = _listening(tree)
         if signum == signal.SIGINT:
             os.killpg(p.pid, signal.SIGINT)  # a terminal's Ctrl-C: the foreground group
         else:
             p.send_signal(signal.SIGTERM)
-        rest, _ = p.communicate(timeout=120)
-        lines.append(rest)
+        p.wait(timeout=120)
+        assert out.ended(60), out.tail()
     finally:
         if p.poll() is None:
             os.killpg(p.pid, signal.SIGKILL)
             p.wait(10)
-    console = "".join(lines)
+    console = out.text()
     assert p.returncode == 128 + int(signum) and p.returncode in EXIT_CODES, (p.returncode, console[-4000:])
     _assert_no_traceback(console)
     # the swarm and the exporter listened on loopback only
@@ -348,7 +378,7 @@ def test_kill_9_of_capacity_run_still_ends_the_load_cleanly(tmp_path, fresh_faul
     SIGTERM during a stop is ignored (load/signals.py); the test sends a second one itself 0.3 s
     later, so a pair that does not coalesce (an orchestrator's SIGTERM too) is always exercised."""
     secrets = FaultSecrets()
-    p, lines, tree = _start_slow_run(tmp_path, fresh_fault_server, secrets, "--processes", "2")
+    p, out, tree = _start_slow_run(tmp_path, fresh_fault_server, secrets, "--processes", "2")
     master = tree[1]
     try:
         p.kill()
@@ -357,16 +387,16 @@ def test_kill_9_of_capacity_run_still_ends_the_load_cleanly(tmp_path, fresh_faul
             master.send_signal(signal.SIGTERM)
         # the pipe stays open until the orphans exit: a clean stop takes a few seconds (a loaded host
         # more); workers left behind would hold it ~60 s, until their heartbeat timeout
-        rest, _ = p.communicate(timeout=40)
-        lines.append(rest)
+        p.wait(10)
+        assert out.ended(40), f"the orphans still hold the console after 40 s:\n{out.tail()}"
     finally:
         for pid in processes_with(str(tmp_path)):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-    console = "".join(lines)
+    console = out.text()
     assert p.returncode == -signal.SIGKILL
     _assert_no_traceback(console)
-    folder = Path(next(line for line in lines if line.startswith("[capacity] results → ")).split(" → ", 1)[1].strip())
+    folder = Path(next(line for line in out.lines if line.startswith("[capacity] results → ")).split(" → ", 1)[1].strip())
     _check_stopped_cleanly(folder, fresh_fault_server, tmp_path, tree[1:], workers=2)
     _no_leaks(folder, console, secrets)
 
