@@ -16,4 +16,5 @@ pytest_plugins = [
     "fixtures.servers",
     "fixtures.simulator",
     "fixtures.locust",
+    "fixtures.faults",
 ]

@@ -26,3 +26,12 @@ def test_the_master_tolerates_the_configured_silence(monkeypatch):
     assert runners.HEARTBEAT_LIVENESS == locust_compat.HEARTBEAT_LIVENESS_S
     node = runners.WorkerNode("w", heartbeat_liveness=runners.HEARTBEAT_LIVENESS)
     assert node.heartbeat == locust_compat.HEARTBEAT_LIVENESS_S
+
+
+def test_the_csv_writer_is_still_a_method_run_as_its_own_greenlet_and_closed_by_close_files():
+    from locust.stats import StatsCSVFileWriter
+
+    assert callable(getattr(StatsCSVFileWriter, "stats_writer", None))
+    assert "close_files" in vars(StatsCSVFileWriter)
+    locust_compat.track_csv_writer()
+    assert getattr(StatsCSVFileWriter.stats_writer, "_capacity_tracked", False)

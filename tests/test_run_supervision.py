@@ -7,14 +7,17 @@ import contextlib
 import os
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
 import psutil
 import pytest
-from helpers.processes import CAPACITY, popen, read_until
+from helpers.processes import CAPACITY, env_with, popen, python, read_until
 from helpers.results import read_meta, read_steps, results_dir
 from helpers.scenarios import write_scenario
+
+from capacity_plugins.runner.child import run_child
 
 pytestmark = pytest.mark.slow
 
@@ -119,3 +122,17 @@ def test_a_worker_killed_mid_step_invalidates_the_step_and_the_run(tmp_path):
     steps = read_steps(folder)
     assert not steps[0]["membership_changed"]
     assert steps[1]["membership_changed"] and "worker" in steps[1]["membership_reason"]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the parent-death signal is Linux's")
+def test_the_child_gets_one_death_signal_not_two(tmp_path):
+    """`capacity run`'s child has the kernel's parent-death signal armed, so its supervisor-pipe
+    watchdog sends nothing (load/supervisor.py): a `kill -9` of `capacity run` gives it one
+    SIGTERM, not a second one thrown into the clean stop the first started."""
+    out = tmp_path / "pdeathsig"
+    code = ("from capacity_plugins.load.supervisor import parent_death_signal; "
+            f"open({str(out)!r}, 'w').write(str(parent_death_signal()))")
+    assert run_child([sys.executable, "-c", code], env_with()) == (0, None)
+    assert out.read_text() == str(int(signal.SIGTERM))
+    # a process started otherwise has none: there the watchdog is what stops the run
+    assert python(code).returncode == 0 and out.read_text() == "0"

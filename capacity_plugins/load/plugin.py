@@ -35,7 +35,12 @@ from capacity_plugins.errors import UserError
 from capacity_plugins.load import meta as meta_mod
 from capacity_plugins.load.context import Role, RunContext
 from capacity_plugins.load.handshake import MasterHandshake, WorkerHandshake, load_corpus
-from capacity_plugins.load.locust_compat import tolerate_slow_heartbeats, wait_for_workers_before_quit
+from capacity_plugins.load.locust_compat import (
+    stop_csv_writers,
+    tolerate_slow_heartbeats,
+    track_csv_writer,
+    wait_for_workers_before_quit,
+)
 from capacity_plugins.load.membership import SwarmMembership
 from capacity_plugins.load.options import LLMOptions, add_arguments, redact_headers, redacted_options
 from capacity_plugins.load.results import ResultsFolder, choose_folder
@@ -62,6 +67,9 @@ def install(events: Events | None = None) -> None:
     _installed_on.add(events)
     events.init_command_line_parser.add_listener(_on_parser)
     events.init.add_listener(_on_init)
+    # Locust's CSV writer would run once more after its files closed (load/locust_compat.py)
+    track_csv_writer()
+    events.quit.add_listener(stop_csv_writers)
 
 
 def _on_parser(parser: Any, **_: Any) -> None:
@@ -216,7 +224,6 @@ def _attach_rehearsal(environment: Environment, ctx: RunContext, run: _Run, scen
         log.warning("%s: ignored with --scenario (the scenario's load section decides users and duration)",
                     ", ".join(ignored))
     from capacity_plugins.load.authority import StepAuthority
-    from capacity_plugins.load.signals import route_to_main_greenlet
 
     generator = None
     if ctx.role == "local":
@@ -230,7 +237,11 @@ def _attach_rehearsal(environment: Environment, ctx: RunContext, run: _Run, scen
     # (main.start_automatic_run blocks in shape_greenlet.join() first), so a SIGTERM during the
     # rehearsal (Kubernetes, CI timeouts, `capacity run`) would kill the process without a stop:
     # no cancelled records, no meta.json. With the web UI, Locust's own SIGTERM handler is there.
+    # A SIGTERM while the process shuts down is ignored (load/signals.py): one clean stop, not two.
+    from capacity_plugins.load.signals import route_to_main_greenlet, shutting_down
+
     route_to_main_greenlet(sigterm=bool(getattr(opts, "headless", False)))
+    environment.events.quitting.add_listener(shutting_down)
 
 
 class _Run:

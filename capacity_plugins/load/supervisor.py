@@ -5,16 +5,23 @@ writes, so the read returns EOF exactly when `capacity run` has died, whatever k
 native thread blocks on that read and then sends this process SIGTERM, which stops the test the
 clean way (in-flight requests recorded as cancelled, files written, workers told to quit). Only
 the supervisor's direct child watches: Locust's own forked workers are stopped by their master.
-On Linux the kernel's parent-death signal (runner/child.py) usually gets there first; this is
-the portable path, and the one that also covers a supervisor killed between fork and exec.
+
+On Linux the kernel's parent-death signal (runner/child.py) sends that SIGTERM itself, at the same
+moment; the watchdog then only says why the run stops and sends nothing. Both sending was the
+bug: two SIGTERMs that did not coalesce, the second thrown into the clean stop the first had
+started (load/signals.py now ignores it too). The watchdog is the path where there is no
+parent-death signal (other systems, or one not armed).
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import ctypes.util
 import logging
 import os
 import signal
+import sys
 
 from capacity_plugins.contracts.processes import SUPERVISOR_FD_ENV, SUPERVISOR_PID_ENV
 from capacity_plugins.telemetry._native import start_native_thread
@@ -22,6 +29,19 @@ from capacity_plugins.telemetry._native import start_native_thread
 log = logging.getLogger(__name__)
 
 _watching = False
+_PR_GET_PDEATHSIG = 2
+
+
+def parent_death_signal() -> int:
+    """The signal the kernel sends this process when its parent dies (Linux prctl), 0 if none."""
+    if not sys.platform.startswith("linux"):
+        return 0
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        value = ctypes.c_int(0)
+        if libc.prctl(_PR_GET_PDEATHSIG, ctypes.byref(value), 0, 0, 0) == 0:
+            return int(value.value)
+    return 0
 
 
 def watch_supervisor() -> bool:
@@ -37,13 +57,16 @@ def watch_supervisor() -> bool:
     if os.getppid() != supervisor:
         return False  # a worker Locust forked (--processes): its master stops it
     _watching = True
+    # Armed while the supervisor is our parent (just checked): its death is signalled by the kernel.
+    kernel_signals = parent_death_signal() == signal.SIGTERM
 
     def wait_for_eof() -> None:
         with contextlib.suppress(OSError):
             while os.read(fd, 64):
                 pass
         log.warning("capacity run (pid %d) is gone: stopping this run", supervisor)
-        os.kill(os.getpid(), signal.SIGTERM)
+        if not kernel_signals:
+            os.kill(os.getpid(), signal.SIGTERM)
 
     start_native_thread(wait_for_eof)
     return True

@@ -9,7 +9,9 @@
 - **No load outlives its supervisor.** On Linux the kernel sends the child SIGTERM when
   `capacity run` dies (`PR_SET_PDEATHSIG`); everywhere, the child also holds the read end of a
   pipe whose write end only `capacity run` has, and a watchdog in the child (load/supervisor.py)
-  stops the run when it reads EOF. The child's own workers (`--processes`) are stopped by it.
+  stops the run when it reads EOF — it sends nothing where the kernel's signal is armed, so the
+  child gets one SIGTERM, not two (load/supervisor.py). The child's own workers (`--processes`)
+  are stopped by it.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import ctypes.util
+import functools
 import os
 import signal
 import subprocess
@@ -28,7 +31,7 @@ from capacity_plugins.contracts.processes import SUPERVISOR_FD_ENV, SUPERVISOR_P
 _PR_SET_PDEATHSIG = 1
 
 
-def _in_child() -> None:
+def _in_child(supervisor: int) -> None:
     """Runs in the forked child before exec: default signal dispositions, own group, death signal."""
     # A background job of a non-interactive shell starts with SIGINT ignored, and Locust would
     # inherit that and never stop on our forwarded SIGINT: give the child the default disposition.
@@ -38,6 +41,9 @@ def _in_child() -> None:
         with contextlib.suppress(OSError, AttributeError):
             libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
             libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+        # armed too late if the supervisor died since the fork: the kernel will not signal, so stop now
+        if os.getppid() != supervisor:
+            os.kill(os.getpid(), signal.SIGTERM)
 
 
 class Child:
@@ -48,7 +54,8 @@ class Child:
         env = dict(env)
         env[SUPERVISOR_FD_ENV] = str(read_fd)
         env[SUPERVISOR_PID_ENV] = str(os.getpid())
-        self.proc = subprocess.Popen(cmd, env=env, process_group=0, preexec_fn=_in_child, pass_fds=(read_fd,))
+        self.proc = subprocess.Popen(cmd, env=env, process_group=0,
+                                     preexec_fn=functools.partial(_in_child, os.getpid()), pass_fds=(read_fd,))
         os.close(read_fd)  # only the child holds the read end; our write end dies with us
         self.signal: int | None = None
 

@@ -13,6 +13,8 @@
 - binaries: require_binary and IN_CI
 - servers: the scripted fake LLM server and the canned /metrics server, as subprocesses
 - fake_llm, canned_metrics: those servers themselves (stdlib only; `python -m helpers.fake_llm`)
+- fault_server: a hostile LLM server, one misbehaviour per mode (stdlib only; the fault suite)
+- faults: the fault suite's server process, secrets, leak check, corpora and in-process user
 - analysis_data: synthetic results folders from known curves
 - tokenizer: the tests' tiny tokenizer.json and the simulator's text to count with it
 - fake_nvml, deploy_local, dockerfile_steps, hypothesis_profiles: stand-ins for what the machine lacks

@@ -66,9 +66,11 @@ def run_locust(args: Sequence[str], *, env: dict[str, str] | None = None, timeou
 
 def popen(argv: Sequence[str], *, env: dict[str, str] | None = None, cwd: Path | str = ROOT,
           stdout: int | IO[bytes] | None = subprocess.PIPE, stderr: int | IO[bytes] | None = subprocess.STDOUT,
-          text: bool = True) -> subprocess.Popen:
-    """Start a command in the background with the tests' environment (output piped, stderr merged)."""
-    return subprocess.Popen(list(argv), env=env or env_with(), cwd=cwd, stdout=stdout, stderr=stderr, text=text)
+          text: bool = True, process_group: int | None = None) -> subprocess.Popen:
+    """Start a command in the background with the tests' environment (output piped, stderr merged);
+    `process_group=0` puts it in a group of its own (a terminal's Ctrl-C goes to the group)."""
+    return subprocess.Popen(list(argv), env=env or env_with(), cwd=cwd, stdout=stdout, stderr=stderr, text=text,
+                            process_group=process_group)
 
 
 def stop(*procs: subprocess.Popen, timeout: float = 10) -> None:

@@ -25,10 +25,13 @@ class ServerProcess:
     """`python -m MODULE ARGS...` (from tests/) started and waited for; `.url` is what it reported.
     A context manager."""
 
-    def __init__(self, module: str, *args: str, start_timeout_s: float = 30.0) -> None:
+    def __init__(self, module: str, *args: str, start_timeout_s: float = 30.0, hold_stdin: bool = False) -> None:
         # stderr to a file: a pipe nobody reads could fill up and block a long-lived server
         self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 (closed in stop())
+        # hold_stdin: the server's stdin is a pipe this process holds, closed by stop() or by this
+        # process's end however it ends (a server that exits on stdin EOF never outlives its test)
         self.proc = subprocess.Popen([sys.executable, "-m", module, *args], stdout=subprocess.PIPE,
+                                     stdin=subprocess.PIPE if hold_stdin else None,
                                      stderr=self._stderr, text=True, cwd=TESTS)
         try:
             self.url = self._ready_line(module, start_timeout_s)
@@ -54,6 +57,8 @@ class ServerProcess:
             return ""
 
     def stop(self) -> None:
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
         if self.proc.poll() is None:
             self.proc.terminate()
             try:

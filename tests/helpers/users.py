@@ -14,6 +14,7 @@ from typing import Any
 from locust.env import Environment
 from locust.event import Events
 
+from capacity_plugins.contracts.redaction import strip_userinfo
 from capacity_plugins.load import plugin
 from capacity_plugins.load.context import RunContext
 from capacity_plugins.load.users import LLMUser
@@ -48,7 +49,8 @@ def local_user(url: str, tmp_path: Path, *, sampler: str = "sequential", corpus_
                             results_dir=str(tmp_path / "out"), no_stream=False)
     for k, v in options.items():
         setattr(ns, k, v)
-    user_class = type("U", (_User,), {"host": url})
+    # the user's class gets the URL without user:password, as the plugin leaves environment.host
+    user_class = type("U", (_User,), {"host": strip_userinfo(url)})
     env = Environment(user_classes=[user_class], events=Events(), host=url, parsed_options=ns)
     env.create_local_runner()
     ctx = plugin.register(env)
