@@ -348,3 +348,14 @@ def test_triton_fields_name_the_bad_setting(fields, key, why):
 def test_triton_fields_defaults_and_names_of_other_models_are_fine():
     assert TritonFields().problem() is None
     assert TritonFields(input_field="INPUT_0", max_tokens_field="INPUT_1", output_field="OUTPUT_0").problem() is None
+
+
+def test_an_sse_event_that_never_ends_is_bounded():
+    from capacity_plugins.dialects import MalformedEvent
+    from capacity_plugins.dialects.framing import MAX_EVENT_BYTES, SSEDecoder
+
+    d = SSEDecoder()
+    line = b"data: " + b"x" * 1023 + b"\n"
+    with pytest.raises(MalformedEvent, match="without its ending blank line"):
+        for _ in range(MAX_EVENT_BYTES // 1024 + 2):
+            d.feed(line)

@@ -27,18 +27,7 @@ from capacity_plugins.contracts.redaction import REDACTED
 
 # Findings: a case the product gets wrong today. Each test stays strict, so it fails the day the
 # product is fixed and the mark must go.
-FINDINGS = {
-    "endless_event": (
-        "an SSE event made of short `data:` lines that never ends with a blank line is buffered "
-        "without bound (SSEDecoder keeps every data line; stream.py bounds lines, not events): "
-        "~280 MB taken in 2 s, ended only by the timeout, where a line over 16 MiB is `malformed`"
-    ),
-    **dict.fromkeys(("echo_401_at_cut", "echo_stream_error_at_cut"), (
-        "a secret that straddles the 300-character cut of a server's text leaks its first part: the "
-        "text is cut first (load/users.py `[:300]`, dialects/base.py error_text) and scrubbed after, so "
-        "the scrub no longer finds the whole value; `error` in requests.jsonl keeps `sk-fault-A…`"
-    )),
-}
+FINDINGS: dict[str, str] = {}  # a mode whose behaviour is a known, unfixed finding: strict xfail with why
 FLOODS = ("endless_line", "endless_event")  # endless streams the client must stop taking
 MAX_TAKEN = 32 * 1024 * 1024  # the 16 MiB line limit, plus what the kernel's socket buffers hold
 

@@ -219,10 +219,7 @@ def test_dead_server_fails_the_preflight(tmp_path):
 
 @pytest.mark.parametrize("mode", [
     "echo_401",
-    pytest.param("echo_401_at_cut_200", marks=pytest.mark.xfail(strict=True, reason=(
-        "finding: the preflight's failure line keeps 200 characters of the server's text and scrubs "
-        "after the cut (runner/preflight.py _Client.text): a key that straddles the cut is printed in "
-        "part (`sk-fault-A…`) on the console"))),
+    "echo_401_at_cut_200",
 ])
 def test_a_preflight_answered_with_the_credentials_echoed(tmp_path, fault_server, mode):
     """The preflight's test request meets a server that echoes the credentials into its 401: exit 1,

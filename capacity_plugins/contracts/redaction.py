@@ -71,6 +71,33 @@ def strip_userinfo(url: str) -> str:
     return urlunsplit(parts._replace(netloc=host))
 
 
+# The shortest piece of a secret worth hiding at a cut edge: fewer characters are a key's public
+# prefix ("sk-") or ordinary text far more often than a leak.
+CUT_EDGE_MIN_CHARS = 4
+
+
+def _scrub_cut_edges(text: str, values: list[str]) -> str:
+    """Texts are often cut (a server's answer kept to 300 characters, a log tail) before they are
+    scrubbed: a secret that straddled the cut survives as a piece the whole-value replace cannot
+    find. A text that ends with a secret's beginning, or starts with its end, loses that piece."""
+    n = CUT_EDGE_MIN_CHARS
+    if len(text) < n:
+        return text
+    tail, head = text[-n:], text[:n]
+    for v in values:
+        if tail in v:  # cheap test first: most texts share no 4 characters with a key
+            for k in range(min(len(v) - 1, len(text)), n - 1, -1):
+                if text.endswith(v[:k]):
+                    text = text[:-k] + REDACTED
+                    break
+        if head in v:
+            for k in range(min(len(v) - 1, len(text)), n - 1, -1):
+                if text.startswith(v[-k:]):
+                    text = REDACTED + text[k:]
+                    break
+    return text
+
+
 class Secrets:
     """The secret values of one run, and the scrub every exit point applies."""
 
@@ -107,7 +134,7 @@ class Secrets:
         for v in self._values:
             if v in text:
                 text = text.replace(v, REDACTED)
-        return text
+        return _scrub_cut_edges(text, self._values)
 
     def scrub_bytes(self, data: bytes) -> bytes:
         if not self._values or not data:

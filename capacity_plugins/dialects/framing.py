@@ -8,6 +8,12 @@ the hot path parses each payload at most once (in the dialect).
 
 from __future__ import annotations
 
+from capacity_plugins.dialects.base import MalformedEvent
+
+# The most one SSE event may hold (its data lines together): the same 16 MiB the body reader
+# allows one line (load/stream.py), so no server can make the client buffer without bound.
+MAX_EVENT_BYTES = 16 * 1024 * 1024
+
 
 class SSEDecoder:
     """Turns SSE lines into event payloads (the joined `data:` lines of one event).
@@ -17,10 +23,11 @@ class SSEDecoder:
     `[DONE]` (call `flush()` at EOF).
     """
 
-    __slots__ = ("_data", "event")
+    __slots__ = ("_data", "_size", "event")
 
     def __init__(self) -> None:
         self._data: list[bytes] = []
+        self._size = 0  # bytes of data in the event being built
         self.event: bytes | None = None  # the `event:` field of the event being built
 
     def feed(self, line: bytes) -> bytes | None:
@@ -35,12 +42,16 @@ class SSEDecoder:
             if not self._data:
                 return None
             data = self._data[0] if len(self._data) == 1 else b"\n".join(self._data)
-            self._data = []
+            self._data, self._size = [], 0
             return data
         if line.startswith(b"data:"):
             value = line[5:]
             if value[:1] == b" ":
                 value = value[1:]
+            self._size += len(value) + 1
+            if self._size > MAX_EVENT_BYTES:
+                # Lines are bounded by the reader; an event of endless short lines is bounded here.
+                raise MalformedEvent(f"an event of over {MAX_EVENT_BYTES} bytes without its ending blank line")
             self._data.append(value)
         elif line[:1] == b":":
             pass  # comment / keep-alive
@@ -58,7 +69,7 @@ class SSEDecoder:
         if not self._data:
             return None
         data = b"\n".join(self._data)
-        self._data = []
+        self._data, self._size = [], 0
         return data
 
 
