@@ -105,7 +105,7 @@ def make_results(
                 "tpot_ms": (lat - lat * ttft_share) / (output_tokens - 1) if ok else None,
                 "itl_tokens": None, "prompt_tokens": 200, "output_tokens": output_tokens if ok else 0,
                 "output_tokens_source": "usage", "client_output_tokens": None, "max_tokens": 128,
-                "stream": True, "class": "default",
+                "stream": True, "workload": None,
             }
             if itl == "inline":
                 rec["itl_ms"] = gaps
@@ -211,7 +211,7 @@ def make_queue_results(
                 "ttft_from_schedule_ms": None, "e2e_from_schedule_ms": None,
                 "tpot_ms": (e2e - ttft) / (output_tokens - 1), "itl_ms": [], "itl_tokens": None, "prompt_tokens": 200,
                 "output_tokens": output_tokens, "output_tokens_source": "usage", "client_output_tokens": None,
-                "max_tokens": 64, "stream": True, "class": "default"}))
+                "max_tokens": 64, "stream": True, "workload": None}))
             rid += 1
         steps.append({"index": k, "kind": "concurrency", "level": users, "start_unix": t0, "warmup_end_unix": wend,
                       "end_unix": end, "drain_end_unix": max(free), "achieved_rps": measured / window_s,
