@@ -100,6 +100,10 @@ def parse_scenario(data: Any, where: str = "scenario", source: Path | None = Non
         path = _resolve_corpus(scenario.corpus.path, source)
         if not path.is_file():
             raise UserError(f"{where}: corpus.path: file not found: {path}")
+    for i, w in enumerate(scenario.workloads or ()):
+        spec = scenario.class_corpus_path(w)
+        if spec is not None and w.corpus.is_file and not Path(spec).is_file():
+            raise UserError(f"{where}: workloads[{i}].corpus.path: file not found: {spec}")
     return scenario
 
 
