@@ -4,7 +4,9 @@ At every test start the master sends `Setup`: its resolved `LLMOptions`, the sha
 and the shard count. A worker applies the options, loads its own copy of the corpus and refuses
 (`Refuse`, exit 2 for the whole swarm) when the hash differs — prompts must be the same
 everywhere, or the shards are not disjoint and the results mean nothing. Then it takes shard
-`worker_index` of `shard_count`. Workers need no scenario file of their own.
+`worker_index` of `shard_count`. The scenario's workload classes travel in the same message (each
+with its corpus hash, checked the same way), so every worker draws classes as the master says.
+Workers need no scenario file of their own.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import gevent
 from capacity_plugins.contracts.redaction import basic_auth
 from capacity_plugins.errors import UserError
 from capacity_plugins.load import messages
+from capacity_plugins.load import workloads as workloads_mod
 from capacity_plugins.load.context import RunContext
 from capacity_plugins.load.options import LLMOptions
 
@@ -79,7 +82,8 @@ class MasterHandshake:
         self.ready_workers.clear()
         messages.send(runner, messages.Setup(options=ctx.options.to_message(), sha256=ctx.corpus.sha256,
                                              shard_count=shard_count, open_loop=self.open_loop,
-                                             basic_auth=basic_auth(ctx.target_url)))
+                                             basic_auth=basic_auth(ctx.target_url),
+                                             workloads=[s.to_message() for s in ctx.workload_specs]))
 
     def _on_refuse(self, m: messages.Refuse) -> None:
         self.refusals.append(m.reason)
@@ -120,6 +124,12 @@ class WorkerHandshake:
             )
             return
         ctx.worker_count = m.shard_count
+        try:
+            specs = [workloads_mod.WorkloadSpec.from_message(w) for w in m.workloads]
+            workloads_mod.apply(ctx, specs, ctx.worker_index, ctx.worker_count)
+        except UserError as e:
+            self._refuse(f"worker {ctx.worker_index}: {e}")
+            return
         ctx.sampler = ctx.corpus.sampler(options.sampling, options.seed, ctx.worker_index, ctx.worker_count)
         if m.open_loop:
             ctx.ensure_pacer()  # users wait for arrivals from the first one they see
@@ -128,4 +138,5 @@ class WorkerHandshake:
     def _refuse(self, reason: str) -> None:
         log.error("capacity: refusing to run: %s", reason)
         self.ctx.sampler = None
+        self.ctx.workloads = None
         messages.send(self.runner, messages.Refuse(reason=reason))

@@ -33,6 +33,7 @@ from capacity_plugins.dialects import MalformedEvent
 from capacity_plugins.load.backoff import retry_after_s
 from capacity_plugins.load.context import RunContext, get_context
 from capacity_plugins.load.stream import RequestTimeout, read_body, read_stream
+from capacity_plugins.load.workloads import WorkloadLane
 
 log = logging.getLogger(__name__)
 
@@ -98,15 +99,17 @@ class LLMUser(FastHttpUser):
             if scheduled_unix is None:
                 gevent.sleep(0.05)  # no arrival for us right now; ask again shortly
                 return
-        self.call(ctx.next_sample(), scheduled_unix)
+        sample, lane = ctx.next_request(time.time())
+        self.call(sample, scheduled_unix, lane)
 
-    def call(self, sample: Any, scheduled_unix: float | None = None) -> RequestRecord:
-        """Send one sample (with opt-in retries); every attempt is recorded. Returns the last."""
+    def call(self, sample: Any, scheduled_unix: float | None = None, lane: WorkloadLane | None = None) -> RequestRecord:
+        """Send one sample (with opt-in retries) with its workload class's settings (the run's
+        without one); every attempt is recorded. Returns the last."""
         retries = self.ctx.options.retries
         attempt = 1
         while True:
             self._retry_after_s = None
-            record = self._attempt(sample, scheduled_unix, attempt)
+            record = self._attempt(sample, scheduled_unix, attempt, lane)
             if record.error_kind in ("connect", "protocol"):
                 self.ctx.backoff.failed(record.step)
             elif record.status:
@@ -119,10 +122,12 @@ class LLMUser(FastHttpUser):
 
     # -- one attempt ------------------------------------------------------------------------
 
-    def _attempt(self, sample: Any, scheduled_unix: float | None, attempt: int) -> RequestRecord:
+    def _attempt(self, sample: Any, scheduled_unix: float | None, attempt: int,
+                 lane: WorkloadLane | None = None) -> RequestRecord:
         ctx = self.ctx
-        call = ctx.dialect.build(sample, ctx.params)
-        parser = ctx.dialect.parser(ctx.params.stream)
+        params = lane.params if lane is not None else ctx.params
+        call = ctx.dialect.build(sample, params)
+        parser = ctx.dialect.parser(params.stream)
         if ctx.tokenizer is not None:
             parser.keep_text()
         headers = ctx.request_headers(call.headers)
@@ -155,7 +160,7 @@ class LLMUser(FastHttpUser):
                     # a proxy's or a load balancer's page instead of the API's answer
                     page = resp.read(_ERROR_BODY_LIMIT)[:300].decode("utf-8", "replace")
                     kind, error = "server_error", f"HTTP {status} with an HTML page instead of a response: {page}"
-                elif ctx.params.stream and not ("json" in ctype and parser.framing == "sse"):
+                elif params.stream and not ("json" in ctype and parser.framing == "sse"):
                     read_stream(resp, parser, t, deadline_ns=deadline_ns)
                 else:
                     # not streamed, or a JSON body where an event stream was asked for (servers
@@ -166,7 +171,7 @@ class LLMUser(FastHttpUser):
                 if kind is None:
                     if parser.error is not None:
                         kind, error = "server_error", parser.error
-                    elif ctx.params.stream and not parser.done:
+                    elif params.stream and not parser.done:
                         kind, error = "stream_cut", "stream ended before the server said it was done"
         except RequestTimeout:
             kind, error = "timeout", f"no complete response within {ctx.options.request_timeout_s:g} s"
@@ -202,10 +207,10 @@ class LLMUser(FastHttpUser):
         # non-streamed failure with no text keeps no count, as without a tokenizer.
         tokenizer_tokens = None
         text = parser.generated_text()
-        if (text is not None and (text or ctx.params.stream)
+        if (text is not None and (text or params.stream)
                 and parser.usage_output_tokens is None and parser.continuous_output_tokens is None):
             tokenizer_tokens = ctx.count_tokens(text)
-        chunks = len(t.token_ns) if ctx.params.stream else None
+        chunks = len(t.token_ns) if params.stream else None
         ctx.token_evidence.observe(parser.finish_reason, call.max_tokens, chunks, tokenizer_tokens)
         record = RequestRecord.build(
             t,
@@ -224,17 +229,18 @@ class LLMUser(FastHttpUser):
             continuous_output_tokens=parser.continuous_output_tokens,
             prompt_tokens=parser.prompt_tokens,
             max_tokens=call.max_tokens,
-            stream=ctx.params.stream,
+            stream=params.stream,
+            workload=lane.name if lane is not None else None,
             tokenizer_output_tokens=tokenizer_tokens,
             prefer_chunks=ctx.token_evidence.prefer_chunks,
             finish_reason=parser.finish_reason,
         )
-        self._finish(record)
+        self._finish(record, lane.request_name if lane is not None else ctx.request_name)
         if cancelled is not None:
             raise cancelled
         return record
 
-    def _finish(self, record: RequestRecord) -> None:
+    def _finish(self, record: RequestRecord, name: str) -> None:
         ctx = self.ctx
         if ctx.sink is not None:
             ctx.sink.add(record)  # first: whatever happens below, the record is kept
@@ -244,7 +250,7 @@ class LLMUser(FastHttpUser):
             return
         output = record.output_tokens or 0
         ctx.llm_stats.record(
-            ctx.request_name,
+            name,
             ok=record.ok,
             error_kind=record.error_kind,
             ttft_ms=record.ttft_ms,
@@ -257,7 +263,7 @@ class LLMUser(FastHttpUser):
         )
         self.environment.events.request.fire(
             request_type="POST",
-            name=ctx.request_name,
+            name=name,
             response_time=record.e2e_ms,
             response_length=output,
             exception=None if record.ok else LLMRequestError(record.error_kind or "error", record.status),
