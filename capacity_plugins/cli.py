@@ -17,6 +17,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("capacity_plugins.runner", "run a scenario (sweep, rate steps, peak) and analyse it"),
     "analyze": ("capacity_plugins.analysis.cli", "analyse a results folder: knee, capacity, plan, verdict"),
     "compare": ("capacity_plugins.analysis.compare", "compare two analysed runs (before / after)"),
+    "matrix": ("capacity_plugins.matrix", "run one scenario against several server configurations, one table"),
     "simulate": ("capacity_plugins.simulator.cli", "start the embedded inference simulator"),
     "corpus": ("capacity_plugins.corpus.cli", "corpus tools: stats, build"),
     "gpu-agent": ("capacity_plugins.telemetry.agent", "Prometheus exporter of NVML GPU readings"),

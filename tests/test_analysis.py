@@ -7,7 +7,7 @@ import math
 
 import numpy as np
 import pytest
-from fixtures_analysis import make_results
+from helpers.analysis_data import make_results
 
 from capacity_plugins.analysis import analyze, records
 from capacity_plugins.analysis.pipeline import load_run, summarise

@@ -3,29 +3,20 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
-from fixtures_analysis import make_queue_results, make_repeat_set, make_results
+from helpers.analysis_data import make_queue_results, make_repeat_set, make_results
+from helpers.processes import capacity
 
-ROOT = Path(__file__).resolve().parent.parent
-CAPACITY = [str(ROOT / ".venv" / "bin" / "capacity")] if (ROOT / ".venv" / "bin" / "capacity").exists() else \
-    [sys.executable, "-m", "capacity_plugins"]
 SLO = {"ttft_p95_ms": None, "tpot_p95_ms": None, "e2e_p95_ms": 400.0}
-
-
-def cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([*CAPACITY, *args], capture_output=True, text=True, timeout=180, cwd=ROOT)
 
 
 def test_a_set_reports_the_run_to_run_spread(tmp_path):
     s = make_repeat_set(tmp_path / "set", 3, lambda p, i: make_queue_results(
         p, levels=[1, 2, 4, 8], slots=4, window_s=20, service_cv=1.0, seed=40 + i, slo=SLO,
         capacity={"peak_qps": 100, "redundancy": 0}))
-    r = cli("analyze", str(s), "--quiet")
+    r = capacity("analyze", str(s), "--quiet", timeout=180)
     assert r.returncode == 0, r.stdout + r.stderr
     summary = json.loads((s / "summary.json").read_text())
     assert summary["kind"] == "repeat_set" and [x["name"] for x in summary["repeats"]] == ["repeat-1", "repeat-2", "repeat-3"]
@@ -80,7 +71,7 @@ def test_repeats_that_disagree_do_not_decide(tmp_path):
                      capacity={"peak_qps": 12, "current_nodes": 1, "redundancy": 0, "safety_factor": 1.0})
 
     s = make_repeat_set(tmp_path / "set", 2, make)
-    r = cli("analyze", str(s), "--quiet", "--no-report")
+    r = capacity("analyze", str(s), "--quiet", "--no-report", timeout=180)
     summary = json.loads((s / "summary.json").read_text())
     assert [x["decision"] for x in summary["repeats"]] == ["dont_scale_yet", "observe"]
     assert summary["verdict"]["decision"] == "observe"
@@ -92,13 +83,13 @@ def test_repeats_that_disagree_do_not_decide(tmp_path):
 def test_a_bad_repeats_file_is_exit_2_before_anything_is_written(tmp_path):
     s = make_repeat_set(tmp_path / "set", 2, lambda p, i: make_results(p, levels=[1, 2, 4], rps=[5, 10, 20]))
     (s / "repeats.json").write_text(json.dumps({"repeats": ["repeat-1", "../elsewhere"]}))
-    r = cli("analyze", str(s))
+    r = capacity("analyze", str(s), timeout=180)
     assert r.returncode == 2 and "repeats.json: repeats[1]" in r.stderr and len(r.stderr.strip().splitlines()) == 1
     # a corrupt repeat: nothing written anywhere, not even for the good repeat before it
     (s / "repeats.json").write_text(json.dumps({"repeats": ["repeat-1", "repeat-2"]}))
     lines = (s / "repeat-2" / "requests.jsonl").read_text().splitlines()
     lines[3] = lines[3][:30]
     (s / "repeat-2" / "requests.jsonl").write_text("\n".join(lines) + "\n")
-    r = cli("analyze", str(s))
+    r = capacity("analyze", str(s), timeout=180)
     assert r.returncode == 2 and "repeat-2/requests.jsonl line 4" in r.stderr
     assert not (s / "repeat-1" / "summary.json").exists() and not (s / "summary.json").exists()

@@ -4,24 +4,15 @@ torn and empty record files — and the exit code when nothing is left to decide
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
-from fixtures_analysis import T0, make_results
+from helpers.analysis_data import T0, make_results
+from helpers.processes import capacity
 
 from capacity_plugins.analysis import analyze
 from capacity_plugins.analysis.pipeline import load_run, summarise
 
-ROOT = Path(__file__).resolve().parent.parent
-CAPACITY = [str(ROOT / ".venv" / "bin" / "capacity")] if (ROOT / ".venv" / "bin" / "capacity").exists() else \
-    [sys.executable, "-m", "capacity_plugins"]
 SLO = {"ttft_p95_ms": None, "tpot_p95_ms": None, "e2e_p95_ms": 2000.0}
-
-
-def cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([*CAPACITY, *args], capture_output=True, text=True, timeout=120, cwd=ROOT)
 
 
 def test_steps_of_18_requests_are_insufficient_and_their_p99_has_no_upper_bound(tmp_path):
@@ -60,7 +51,7 @@ def test_interrupted_run_never_plans_from_its_two_request_step(tmp_path):
     assert any("interrupted" in x for x in last["invalid_reasons"]) and last["insufficient"]
     assert s["capacity"]["excluded_steps"] == [2] and s["capacity"]["per_node_rps"] == pytest.approx(20)
     assert s["plan"]["nodes"] == 8  # ceil(100 × 1.5 / 20) from the valid steps, never from 2 requests
-    r = cli("analyze", str(p), "--quiet")
+    r = capacity("analyze", str(p), "--quiet")
     assert r.returncode == 1, r.stderr  # the run is incomplete: the decision could not be completed
     assert "the decision could not be completed" in r.stderr and "incomplete" in r.stderr
     assert "incomplete" in r.stdout.splitlines()[1]  # the console headline says so before any number
@@ -69,7 +60,7 @@ def test_interrupted_run_never_plans_from_its_two_request_step(tmp_path):
 def test_only_an_interrupted_two_request_step_refuses_the_plan(tmp_path):
     p = make_results(tmp_path, levels=[8], rps=[0.2], window_s=10, slo=SLO, step_extra=[{"interrupted": True}],
                      capacity={"peak_qps": 100}, meta={"model": "m", "complete": False})
-    r = cli("analyze", str(p), "--quiet")
+    r = capacity("analyze", str(p), "--quiet")
     assert r.returncode == 1
     assert "Plan: refused" in r.stdout and "node(s)" not in r.stdout.split("Plan: refused")[1].splitlines()[0]
     s = json.loads((p / "summary.json").read_text())  # the analysis still wrote what it could
@@ -108,7 +99,7 @@ def test_lost_workers_in_meta_are_warned_and_invalidate_their_step(tmp_path):
     assert "worker 1 lost at" in s["steps"][1]["membership_reason"]
     assert any(w.startswith("worker 1 was lost at") for w in s["warnings"])
     assert any("10 request records were lost" in w for w in s["warnings"])
-    r = cli("analyze", str(p), "--quiet")
+    r = capacity("analyze", str(p), "--quiet")
     assert r.returncode == 0, r.stderr
     head = r.stdout.split("Capacity per node")[0]  # the console headline, before any number
     assert "worker 1 was lost" in head and "10 request records were lost" in head
@@ -127,7 +118,7 @@ def test_a_worker_lost_at_an_unknown_time_leaves_the_steps_but_not_the_decision(
     assert any("worker 3 was lost (time unknown" in w for w in s["warnings"])
     assert s["outcome"]["decision_complete"] is False  # ... so the decision cannot stand on them
     assert "lost at an unknown time" in s["outcome"]["reasons"][0]
-    assert cli("analyze", str(p), "--quiet", "--no-report").returncode == 1
+    assert capacity("analyze", str(p), "--quiet", "--no-report").returncode == 1
 
 
 def test_a_torn_last_line_is_skipped_and_counted(tmp_path):
@@ -138,7 +129,7 @@ def test_a_torn_last_line_is_skipped_and_counted(tmp_path):
     s = summarise(load_run(p))
     assert s["steps"][2]["requests"] == whole
     assert any("last line was cut" in w and "1 line skipped" in w for w in s["warnings"])
-    r = cli("analyze", str(p), "--quiet", "--no-report")
+    r = capacity("analyze", str(p), "--quiet", "--no-report")
     assert r.returncode == 0, r.stderr
     # the pure-Python reader skips it the same way
     from capacity_plugins.analysis import records
@@ -162,7 +153,7 @@ def test_an_empty_requests_file_exits_1_no_requests_recorded(tmp_path):
     # Seen: an empty requests.jsonl gave exit 0 and the verdict "observe".
     p = make_results(tmp_path, levels=[1, 2], rps=[0, 0], capacity={"peak_qps": 10})
     (p / "requests.jsonl").write_bytes(b"")
-    r = cli("analyze", str(p), "--quiet")
+    r = capacity("analyze", str(p), "--quiet")
     assert r.returncode == 1
     assert "no requests were recorded" in r.stderr and "no requests were recorded" in r.stdout
     s = json.loads((p / "summary.json").read_text())

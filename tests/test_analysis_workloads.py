@@ -7,7 +7,7 @@ import json
 
 import pytest
 import yaml
-from fixtures_analysis import make_results, with_workloads
+from helpers.analysis_data import make_results, with_workloads
 
 from capacity_plugins.analysis import analyze
 from capacity_plugins.analysis.pipeline import load_run, summarise

@@ -5,10 +5,19 @@ go to test-artifacts/ (look at them: the assertions cannot tell a pretty table f
 import re
 
 import pytest
-from conftest import free_port, require_binary
-from fixtures_webui import ARTIFACTS, CHROMIUM_ARGS, get_json, llm_args, locust_procs, sim, wait_until  # noqa: F401
+from helpers.binaries import require_binary
+from helpers.paths import ARTIFACTS
+from helpers.ports import free_port
+from helpers.scenarios import llm_args
+from helpers.simulator import LOADED
+from helpers.waiting import wait_until
+from helpers.web import get_json
 
-pytestmark = pytest.mark.browser
+pytestmark = [pytest.mark.browser, pytest.mark.slow]  # Chromium driving a real locust process
+
+SIMULATOR = LOADED
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run"]
 
 
 def _cells(page, row_name: str) -> dict[str, str]:
@@ -21,7 +30,7 @@ def _cells(page, row_name: str) -> dict[str, str]:
     return {}
 
 
-def test_llm_tab_in_a_real_browser(sim, locust_procs, tmp_path):  # noqa: F811
+def test_llm_tab_in_a_real_browser(simulator, locust_procs, tmp_path):
     chromium = require_binary("chromium")
     from playwright.sync_api import sync_playwright
 
@@ -29,7 +38,7 @@ def test_llm_tab_in_a_real_browser(sim, locust_procs, tmp_path):  # noqa: F811
     # No --temperature/--top-p: the form posts those unset options back as "", which must mean
     # "unset" (test_webui checks the requests; here every request must succeed).
     p = locust_procs(["--web-host", "127.0.0.1", "--web-port", str(port),
-                      *llm_args(sim.url, tmp_path / "out")], tmp_path / "locust.log")
+                      *llm_args(simulator.url, tmp_path / "out")], tmp_path / "locust.log")
     base = f"http://127.0.0.1:{port}"
     wait_until(lambda: get_json(f"{base}/llm/stats"), 30, "the web UI", p)
     ARTIFACTS.mkdir(exist_ok=True)

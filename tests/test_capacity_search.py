@@ -2,7 +2,18 @@
 
 from __future__ import annotations
 
+import json
+
+import pytest
+from helpers.processes import capacity
+from helpers.results import read_steps, results_dir
+from helpers.scenarios import write_scenario
+
+from capacity_plugins.contracts.percentiles import share_interval
+from capacity_plugins.contracts.slo import min_requests_to_show
+from capacity_plugins.errors import UserError
 from capacity_plugins.load.search import CapacitySearch
+from capacity_plugins.scenario import load_scenario
 
 
 def drive(search: CapacitySearch, passes_up_to: float, uncertain: set[float] = frozenset()) -> list[float]:
@@ -36,6 +47,10 @@ def test_never_failing_and_always_failing_are_answers_not_guesses():
     s = CapacitySearch(start=4, max_level=64, growth=2, tolerance=0.05, integer=True)
     assert drive(s, passes_up_to=0) == [4, 2, 1]
     assert s.result()["bracket"] == [None, 1] and "not met even at the lowest" in s.result()["stopped"]
+    # Uncertain at the lowest level is not "not met": the search says it could not tell.
+    s = CapacitySearch(start=1, max_level=64, growth=2, tolerance=0.05, integer=True)
+    assert s.next(s.first(), "uncertain", "40 requests < load.min_requests 100") is None
+    assert "could not be shown to meet the SLO (40 requests < load.min_requests 100)" in s.result()["stopped"]
 
 
 def test_noise_stops_the_bracket_and_says_so():
@@ -62,12 +77,21 @@ def test_an_invalid_step_halts_the_search():
     assert r["steps"][-1] == {"level": 2, "judgement": "invalid", "limiting": "client limited: generator event loop late"}
 
 
+def test_too_few_requests_per_step_is_refused_before_the_run(tmp_path):
+    # Below 72 requests not even a perfect step can show 95 % attainment at 95 % confidence: the
+    # search would stop at its first step, so the scenario is refused with the number it needs.
+    need = min_requests_to_show(0.95, 0.95)
+    assert share_interval(need, need, 0.95)[0] >= 0.95 > share_interval(need - 1, need - 1, 0.95)[0]
+    path = tmp_path / "s.yaml"
+    path.write_text("target: {url: embedded}\nload: {kind: capacity_search, min_requests: 50}\n")
+    with pytest.raises(UserError, match=r"load.min_requests: 50 is too few .* at least 72 requests"):
+        load_scenario(path)
+    path.write_text("target: {url: embedded}\nload: {kind: capacity_search, min_requests: 72}\n")
+    assert load_scenario(path).load.min_requests == 72
+
+
 # -- end to end on the simulator ------------------------------------------------------------------
 
-import json  # noqa: E402
-
-import pytest  # noqa: E402
-from fixtures_run import capacity, read_steps, results_dir, write_scenario  # noqa: E402
 
 
 @pytest.mark.slow
@@ -106,7 +130,7 @@ def test_search_stops_at_a_client_limited_step(tmp_path):
         target={"url": "embedded", "simulator": {"max_num_seqs": 4}},
         request={"max_tokens": 8, "timeout_s": 20},
         load={"kind": "capacity_search", "loop": "closed", "start": 2, "max_level": 64, "step_s": 2,
-              "warmup_s": 0.5, "max_loop_lag_p99_ms": 0.001},
+              "warmup_s": 0.5, "max_loop_lag_p99_ms": 0.001, "min_requests": 80},
         slo={"ttft_p95_ms": 1000},
     )
     r = capacity("run", str(sc), timeout=180)

@@ -3,18 +3,14 @@
 from __future__ import annotations
 
 import json
-import subprocess
-from pathlib import Path
 
 import pytest
-from fixtures_analysis import make_queue_results, make_results
+from helpers.analysis_data import make_queue_results, make_repeat_set, make_results
+from helpers.processes import capacity
 
 from capacity_plugins.analysis import analyze
 from capacity_plugins.analysis.compare import compare, load_summary
 from capacity_plugins.errors import UserError
-
-ROOT = Path(__file__).resolve().parent.parent
-EXE = str(ROOT / ".venv" / "bin" / "capacity")
 
 
 def _pair(tmp_path):
@@ -85,15 +81,13 @@ def test_a_run_without_valid_steps_is_refused_with_exit_2(tmp_path):
     empty = make_results(tmp_path / "empty", levels=[1, 2, 4], rps=[0, 0, 0])
     with pytest.raises(UserError, match="after: no valid step"):
         compare(load_summary(good), load_summary(empty))
-    r = subprocess.run([EXE, "compare", str(good), str(empty)], capture_output=True, text=True, timeout=120)
+    r = capacity("compare", str(good), str(empty))
     assert r.returncode == 2 and "no valid step" in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
     assert not (empty / "summary.json").exists()  # refused before any side effect
 
 
 def test_repeat_sets_compare_on_their_run_to_run_spread(tmp_path):
-    from fixtures_analysis import make_repeat_set
-
     slo = {"ttft_p95_ms": None, "tpot_p95_ms": None, "e2e_p95_ms": 400.0}
     a = make_repeat_set(tmp_path / "a", 3, lambda p, i: make_queue_results(
         p, levels=[1, 2, 4, 8], slots=4, window_s=30, seed=10 + i, slo=slo))
@@ -110,10 +104,9 @@ def test_repeat_sets_compare_on_their_run_to_run_spread(tmp_path):
 
 def test_cli_prints_table_and_bad_input_exits_2(tmp_path):
     before, after = _pair(tmp_path)
-    r = subprocess.run([EXE, "compare", str(before), str(after), "--out", str(tmp_path / "c.json")],
-                       capture_output=True, text=True, timeout=120)
+    r = capacity("compare", str(before), str(after), "--out", str(tmp_path / "c.json"))
     assert r.returncode == 0, r.stderr
     assert "| metric | before | after | change | ± noise | verdict |" in r.stdout and "Overall: improved" in r.stdout
     assert json.loads((tmp_path / "c.json").read_text())["overall"] == "improved"
-    r = subprocess.run([EXE, "compare", str(before), str(tmp_path / "missing")], capture_output=True, text=True, timeout=120)
+    r = capacity("compare", str(before), str(tmp_path / "missing"))
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr

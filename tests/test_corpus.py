@@ -8,22 +8,18 @@ import hashlib
 import json
 import logging
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers.paths import ROOT
+from helpers.processes import capacity
 
 from capacity_plugins.contracts.percentiles import quantile
 from capacity_plugins.corpus import Sample, estimate_tokens, load_corpus
 from capacity_plugins.corpus.builtin import BUILTIN_FILE, DATA_DIR, builtin_records, gzip_bytes
 from capacity_plugins.corpus.readers import to_jsonl
 from capacity_plugins.errors import UserError
-
-ROOT = Path(__file__).resolve().parent.parent
-CAPACITY = [str(ROOT / ".venv" / "bin" / "capacity")]
-if not Path(CAPACITY[0]).exists():  # fall back to the module when the console script is absent
-    CAPACITY = [sys.executable, "-m", "capacity_plugins"]
 
 
 def _write_jsonl(path: Path, n: int, extra: dict | None = None) -> Path:
@@ -334,7 +330,7 @@ def test_builtin_long_context_set() -> None:
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*CAPACITY, "corpus", *args], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    return capacity("corpus", *args)
 
 
 def test_cli_stats_exit_codes(tmp_path: Path) -> None:
@@ -415,14 +411,3 @@ def test_corpus_modules_depend_one_way() -> None:
 
     for name in graph:
         visit(name, [])
-
-
-def test_old_module_names_still_import_in_a_fresh_interpreter() -> None:
-    code = (
-        "import capacity_plugins.corpus_build as old, capacity_plugins.corpus_cli as old_cli\n"
-        "from capacity_plugins.corpus import builtin, cli, readers, synthetic\n"
-        "assert old.build_builtin is builtin.build_builtin and old.to_jsonl is readers.to_jsonl\n"
-        "assert old.synthetic_text is synthetic.synthetic_text and old_cli.main is cli.main\n"
-    )
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
-    assert r.returncode == 0, r.stderr

@@ -25,19 +25,21 @@ from typing import Any
 import jsonschema
 import pytest
 import yaml
-from conftest import free_port, require_binary
-from deploy_local import (
-    ROOT,
+from helpers import fake_nvml
+from helpers.binaries import require_binary
+from helpers.deploy_local import (
     Network,
     Processes,
     compose_interpolate,
     dockerfile_entrypoint,
-    http_ok,
     only,
     prometheus_query_range,
-    records_by_worker,
-    wait_for,
 )
+from helpers.paths import ROOT
+from helpers.ports import free_port
+from helpers.results import only_folder, records_by_worker
+from helpers.waiting import wait_until
+from helpers.web import http_ok
 
 COMPOSE = ROOT / "deploy/compose"
 DASHBOARD = ROOT / "deploy/grafana/capacity-dashboard.json"
@@ -124,10 +126,9 @@ def compose_run(tmp_path_factory):
         assert health[0] == "CMD"
         probe = [sys.executable if health[1] == "python" else health[1], *[net.url(a) for a in health[2:]]]
         probe[-1] = re.sub(r"127\.0\.0\.1:8000", f"127.0.0.1:{net.port('simulator', 8000)}", probe[-1])
-        wait_for(lambda: subprocess.run(probe, capture_output=True, timeout=5).returncode == 0,
-                 "the simulator's healthcheck", 60, procs)
-        run("gpu-agent", "gpu-agent", {"PYTHONPATH": str(ROOT / "tests"), "CAPACITY_FAKE_NVML": "fake_nvml",
-                                       "FAKE_NVML_SCENARIO": "two_gpus"})
+        wait_until(lambda: subprocess.run(probe, capture_output=True, timeout=5).returncode == 0, 60,
+                   "the simulator's healthcheck", procs, interval=0.2)
+        run("gpu-agent", "gpu-agent", fake_nvml.subprocess_env("two_gpus"))
 
         config = yaml.safe_load((COMPOSE / "prometheus.yml").read_text())
         for job in config["scrape_configs"]:
@@ -158,8 +159,8 @@ def compose_run(tmp_path_factory):
 def test_compose_services_run_a_distributed_rehearsal(compose_run):
     procs = compose_run["procs"]
     assert compose_run["master_rc"] == 0, procs.all_logs()
-    folder = only(p for p in compose_run["results"].iterdir() if p.is_dir())
-    assert set(records_by_worker(folder)) == set(range(WORKERS)), procs.all_logs()
+    folder = only_folder(compose_run["results"])
+    assert set(records_by_worker(folder / "requests.jsonl")) == set(range(WORKERS)), procs.all_logs()
     steps = json.loads((folder / "steps.json").read_text())["steps"]
     assert [s["level"] for s in steps] == [2, 4, 8, 16, 32, 64]
     assert (folder / "summary.json").exists() and (folder / "report.html").exists()

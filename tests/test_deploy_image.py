@@ -24,10 +24,11 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import free_port
-from dockerfile_steps import Builder, copy_from, dockerignore_allows, folder_bytes, parse
+from helpers.dockerfile_steps import Builder, copy_from, dockerignore_allows, folder_bytes, parse
+from helpers.paths import ROOT
+from helpers.ports import free_port
+from helpers.processes import capacity, stop
 
-ROOT = Path(__file__).resolve().parent.parent
 DOCKERFILE = ROOT / "Dockerfile"
 ANALYSIS = ("pandas", "scipy", "kneed", "matplotlib", "pyarrow")
 ONE_LINE = "capacity analyze: the analysis needs: pip install 'capacity-plugins[analysis]'"
@@ -145,21 +146,19 @@ def test_analyze_without_the_extra_is_one_line(worker_venv, tmp_path):
 @pytest.mark.slow
 def test_worker_only_swarm_runs_and_says_how_to_analyse(worker_venv, tmp_path):
     scenario = _scenario(tmp_path)
-    capacity = str(worker_venv / "bin/capacity")
+    image_capacity = str(worker_venv / "bin/capacity")  # the image's own console script
     port = str(free_port())
-    master = subprocess.Popen([capacity, "run", str(scenario), "--master", "--expect-workers", "1",
+    master = subprocess.Popen([image_capacity, "run", str(scenario), "--master", "--expect-workers", "1",
                                "--master-bind-port", port], cwd=tmp_path, stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True)
     time.sleep(1.0)
-    worker = subprocess.Popen([capacity, "run", str(scenario), "--worker", "--master-port", port], cwd=tmp_path,
+    worker = subprocess.Popen([image_capacity, "run", str(scenario), "--worker", "--master-port", port], cwd=tmp_path,
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         master_out = master.communicate(timeout=180)[0]
         worker_out = worker.communicate(timeout=60)[0]
     finally:
-        for proc in (master, worker):
-            if proc.poll() is None:
-                proc.kill()
+        stop(master, worker)
     logs = master_out + worker_out
     assert master.returncode == 0 and worker.returncode == 0, logs[-4000:]
     assert "Traceback" not in logs, logs[-4000:]
@@ -171,8 +170,7 @@ def test_worker_only_swarm_runs_and_says_how_to_analyse(worker_venv, tmp_path):
     assert len(records) > 10 and {r["worker"] for r in records} == {0}
     assert (folder / "steps.json").exists() and not (folder / "summary.json").exists()
     # the hint is right: the full install (this test's own venv) analyses the folder
-    done = subprocess.run([sys.executable, "-m", "capacity_plugins", "analyze", str(folder), "--quiet"],
-                          capture_output=True, text=True, timeout=300, cwd=ROOT)
+    done = capacity("analyze", str(folder), "--quiet", timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert (folder / "summary.json").exists()
 

@@ -29,19 +29,21 @@ from typing import Any
 import kubernetes_validate
 import pytest
 import yaml
-from conftest import free_port, require_binary
-from deploy_local import (
-    CAPACITY,
-    ROOT,
+from helpers import fake_nvml
+from helpers.binaries import require_binary
+from helpers.deploy_local import (
     Network,
     Processes,
     dockerfile_entrypoint,
-    http_ok,
     k8s_expand,
     only,
-    records_by_worker,
-    wait_for,
 )
+from helpers.paths import ROOT
+from helpers.ports import free_port
+from helpers.processes import CAPACITY
+from helpers.results import only_folder, records_by_worker
+from helpers.waiting import wait_until
+from helpers.web import http_ok
 
 from capacity_plugins.corpus import load_corpus
 from capacity_plugins.scenario import load_scenario
@@ -285,7 +287,7 @@ def test_small_overlay_runs_a_distributed_rehearsal(tmp_path):
         probe = container(pods["simulator"])["readinessProbe"]["httpGet"]
         named = {p["name"]: p["containerPort"] for p in container(pods["simulator"])["ports"]}
         ready = f"http://127.0.0.1:{net.port('simulator', named[probe['port']])}{probe['path']}"
-        wait_for(lambda: http_ok(ready), "the simulator's readiness probe", 60, procs)
+        wait_until(lambda: http_ok(ready), 60, "the simulator's readiness probe", procs, interval=0.2)
         _start_prometheus(prometheus, docs, net, procs, tmp_path, prom_port)
         t_start = time.time()
         master = start("master", "master")
@@ -296,8 +298,8 @@ def test_small_overlay_runs_a_distributed_rehearsal(tmp_path):
         time.sleep(2.5)
         logs = procs.all_logs()
         assert master.returncode == 0, logs
-        folder = only(p for p in results.iterdir() if p.is_dir())
-        assert set(records_by_worker(folder)) == {0, 1, 2}, logs
+        folder = only_folder(results)
+        assert set(records_by_worker(folder / "requests.jsonl")) == {0, 1, 2}, logs
         assert (folder / "summary.json").exists()
         for f in folder.iterdir():
             assert SECRET_VALUE not in f.read_text(errors="replace") and \
@@ -316,8 +318,8 @@ def _start_prometheus(binary: str, docs, net: Network, procs: Processes, tmp: Pa
     dcgm-exporter's pod mapping arrives through its Service (exported_namespace / exported_pod)."""
     ann = get(docs, "Service", "capacity-metrics")["metadata"]["annotations"]
     agent_port = free_port()
-    procs.start("gpu-agent", [CAPACITY, "gpu-agent", "--port", str(agent_port), "--interval", "1"],
-                {"PYTHONPATH": str(ROOT / "tests"), "CAPACITY_FAKE_NVML": "fake_nvml"}, cwd=tmp)
+    procs.start("gpu-agent", [*CAPACITY, "gpu-agent", "--port", str(agent_port), "--interval", "1"],
+                fake_nvml.subprocess_env(), cwd=tmp)
     pod = {"namespace": "inference", "pod": "vllm-0"}
     config = {"global": {"scrape_interval": "1s"}, "scrape_configs": [
         {"job_name": "capacity", "metrics_path": ann["prometheus.io/path"],
@@ -330,7 +332,7 @@ def _start_prometheus(binary: str, docs, net: Network, procs: Processes, tmp: Pa
     (tmp / "prometheus.yml").write_text(yaml.safe_dump(config))
     procs.start("prometheus", [binary, f"--config.file={tmp / 'prometheus.yml'}", f"--storage.tsdb.path={tmp / 'tsdb'}",
                                f"--web.listen-address=127.0.0.1:{port}"], {}, cwd=tmp)
-    wait_for(lambda: http_ok(f"http://127.0.0.1:{port}/-/ready"), "prometheus", 60, procs)
+    wait_until(lambda: http_ok(f"http://127.0.0.1:{port}/-/ready"), 60, "prometheus", procs, interval=0.2)
 
 
 def _prom(base: str, path: str, params: dict[str, Any]) -> Any:

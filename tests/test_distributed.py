@@ -7,18 +7,15 @@ import time
 
 import orjson
 import pytest
-from fixtures_core import fake_llm, free_port, write_corpus  # noqa: F401
-from locust_runs import (
-    LOCUST,
-    LOCUSTFILE,
-    ROOT,
-    env_with,
-    llm_stats_rows,
-    locust_request_count,
-    nearest_rank,
-    records,
-    run_locust,
-)
+from helpers.ports import free_port
+from helpers.processes import Watch, env_with, locust_argv, popen, run_locust, stop
+from helpers.results import llm_stats_rows, locust_request_count, read_records, records_by_worker
+from helpers.scenarios import write_corpus
+from helpers.waiting import wait_until
+
+from capacity_plugins.contracts.percentiles import quantile
+
+pytestmark = pytest.mark.slow  # real locust processes
 
 KEY = "sk-distributed-secret-789"
 HDR = "hdr-distributed-secret-012"
@@ -33,7 +30,7 @@ def llm_args(url, tmp_path):
 
 def check_run(tmp_path, logs: str, n_workers: int):
     out = tmp_path / "out"
-    recs = records(out)
+    recs = read_records(out)
     n, failures = locust_request_count(tmp_path / "locust")
     finished = [r for r in recs if r["error_kind"] != "cancelled"]  # cancelled at the stop: records only
     assert len(finished) == n > 20, (len(recs), n, logs[-4000:])
@@ -52,7 +49,7 @@ def check_run(tmp_path, logs: str, n_workers: int):
         row = rows[("openai-chat", metric)]
         assert int(row["count"]) == len(values)
         for col, q in (("p50_ms", 0.5), ("p90_ms", 0.9), ("p99_ms", 0.99)):
-            exact = nearest_rank(values, q)
+            exact = quantile(values, q)
             assert abs(float(row[col]) - exact) <= 0.01 * exact, (metric, col, row[col], exact)
     meta = orjson.loads((out / "meta.json").read_bytes())
     assert meta["records"]["lost"] == 0 and meta["records"]["written"] == len(recs)
@@ -63,7 +60,19 @@ def check_run(tmp_path, logs: str, n_workers: int):
     assert KEY not in logs and HDR not in logs
 
 
-def test_processes_two(fake_llm, tmp_path):  # noqa: F811
+def _master(port: int, expect_workers: int, *args: str) -> subprocess.Popen:
+    return popen(locust_argv(["--master", "--master-bind-host", "127.0.0.1", "--master-bind-port", str(port),
+                              "--headless", "--expect-workers", str(expect_workers), *args]),
+                 env=env_with(DIST_TEST_KEY=KEY))
+
+
+def _worker(port: int, **output: int) -> subprocess.Popen:
+    # workers get no LLM options on their command line: they must take the master's
+    return popen(locust_argv(["--worker", "--master-host", "127.0.0.1", "--master-port", str(port)]),
+                 env=env_with(DIST_TEST_KEY=KEY), **output)
+
+
+def test_processes_two(fake_llm, tmp_path):
     # an explicit free port: the default 5557 may be taken by another locust run on this machine
     port = str(free_port())
     args = ["--headless", "--processes", "2", "--master-bind-port", port, "--master-port", port, "-u", "4", "-r", "4", "-t", "4s", "--only-summary",
@@ -74,96 +83,57 @@ def test_processes_two(fake_llm, tmp_path):  # noqa: F811
     check_run(tmp_path, logs, 2)
 
 
-def test_master_and_two_workers(fake_llm, tmp_path):  # noqa: F811
+def test_master_and_two_workers(fake_llm, tmp_path):
     port = free_port()
-    env = env_with(DIST_TEST_KEY=KEY)
-    master = subprocess.Popen(
-        [LOCUST, "-f", LOCUSTFILE, "--master", "--master-bind-host", "127.0.0.1", "--master-bind-port", str(port),
-         "--headless", "--expect-workers", "2", "-u", "4", "-r", "4", "-t", "4s", "--only-summary",
-         "--json-file", str(tmp_path / "locust"), *llm_args(fake_llm, tmp_path)],
-        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )
+    master = _master(port, 2, "-u", "4", "-r", "4", "-t", "4s", "--only-summary",
+                     "--json-file", str(tmp_path / "locust"), *llm_args(fake_llm, tmp_path))
     time.sleep(0.5)
-    # workers get no LLM options on their command line: they must take the master's
-    workers = [
-        subprocess.Popen([LOCUST, "-f", LOCUSTFILE, "--worker", "--master-host", "127.0.0.1", "--master-port", str(port)],
-                         cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        for _ in range(2)
-    ]
+    workers = [_worker(port) for _ in range(2)]
     try:
         logs = master.communicate(timeout=90)[0]
         logs += "".join(w.communicate(timeout=30)[0] for w in workers)
     finally:
-        for proc in (master, *workers):
-            if proc.poll() is None:
-                proc.kill()
+        stop(master, *workers)
     assert "Traceback" not in logs, logs[-3000:]
     check_run(tmp_path, logs, 2)
 
 
-def test_worker_with_a_different_corpus_refuses(fake_llm, tmp_path):  # noqa: F811
+def test_worker_with_a_different_corpus_refuses(fake_llm, tmp_path):
     port = free_port()
-    env = env_with(DIST_TEST_KEY=KEY)
-    args = llm_args(fake_llm, tmp_path)
-    master = subprocess.Popen(
-        [LOCUST, "-f", LOCUSTFILE, "--master", "--master-bind-host", "127.0.0.1", "--master-bind-port", str(port),
-         "--headless", "--expect-workers", "1", "-u", "2", "-r", "2", "-t", "20s", *args],
-        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )
-    # the worker host has a different file at the same path: simulate by rewriting it after the master loaded it
-    time.sleep(2.0)
+    master = _master(port, 1, "-u", "2", "-r", "2", "-t", "20s", *llm_args(fake_llm, tmp_path))
+    # the worker host has a different file at the same path: simulate by rewriting it after the master
+    # loaded it (the master opens requests.jsonl right after loading the corpus)
+    wait_until(lambda: (tmp_path / "out" / "requests.jsonl").exists(), 60, "the master to load the corpus",
+               Watch(master), interval=0.1)
     write_corpus(tmp_path / "c.jsonl", 1400)
-    worker = subprocess.Popen([LOCUST, "-f", LOCUSTFILE, "--worker", "--master-port", str(port)],
-                              cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    worker = _worker(port)
     try:
         logs = master.communicate(timeout=60)[0]
         logs += worker.communicate(timeout=30)[0]
     finally:
-        for proc in (master, worker):
-            if proc.poll() is None:
-                proc.kill()
+        stop(master, worker)
     assert master.returncode == 2, logs[-3000:]
     assert "sha256" in logs and "refus" in logs
 
 
-if __name__ == "__main__":
-    pytest.main([__file__, "-q"])
-
-
-def test_killed_worker_loses_at_most_its_last_second(fake_llm, tmp_path):  # noqa: F811
+def test_killed_worker_loses_at_most_its_last_second(fake_llm, tmp_path):
     import signal
 
     port = free_port()
-    env = env_with(DIST_TEST_KEY=KEY)
-    master = subprocess.Popen(
-        [LOCUST, "-f", LOCUSTFILE, "--master", "--master-bind-host", "127.0.0.1", "--master-bind-port", str(port),
-         "--headless", "--expect-workers", "2", "-u", "4", "-r", "4", "-t", "7s", "--only-summary",
-         *llm_args(fake_llm, tmp_path)],
-        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )
-    workers = [
-        subprocess.Popen([LOCUST, "-f", LOCUSTFILE, "--worker", "--master-port", str(port)],
-                         cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        for _ in range(2)
-    ]
+    master = _master(port, 2, "-u", "4", "-r", "4", "-t", "7s", "--only-summary", *llm_args(fake_llm, tmp_path))
+    workers = [_worker(port, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for _ in range(2)]
     try:
-        deadline = time.time() + 30
         out = tmp_path / "out" / "requests.jsonl"
         # wait until both workers have shipped records, then kill one hard
-        while time.time() < deadline:
-            if out.exists() and {r["worker"] for r in records(tmp_path / "out")} == {0, 1}:
-                break
-            time.sleep(0.2)
+        wait_until(lambda: set(records_by_worker(out)) == {0, 1}, 30, "records from both workers", interval=0.2)
         time.sleep(1.5)
         workers[1].send_signal(signal.SIGKILL)
         kill_unix = time.time()
         logs = master.communicate(timeout=90)[0]
         workers[0].communicate(timeout=30)
     finally:
-        for proc in (master, *workers):
-            if proc.poll() is None:
-                proc.kill()
-    recs = records(tmp_path / "out")
+        stop(master, *workers)
+    recs = read_records(tmp_path / "out")
     meta = orjson.loads((tmp_path / "out" / "meta.json").read_bytes())
     finals = {int(w): v["final_batch"] for w, v in meta["records"]["by_worker"].items()}
     assert sorted(finals.values()) == [False, True], meta["records"]

@@ -5,7 +5,9 @@ window it was not sent in."""
 from __future__ import annotations
 
 import pytest
-from fixtures_run import capacity, read_records, read_steps, results_dir, write_scenario
+from helpers.processes import capacity
+from helpers.results import read_records, read_steps, results_dir
+from helpers.scenarios import write_scenario
 
 pytestmark = pytest.mark.slow
 

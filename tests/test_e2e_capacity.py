@@ -12,7 +12,9 @@ import json
 import math
 
 import pytest
-from fixtures_run import capacity, read_steps, results_dir, write_scenario
+from helpers.processes import capacity
+from helpers.results import read_steps, results_dir
+from helpers.scenarios import write_scenario
 
 pytestmark = pytest.mark.slow
 

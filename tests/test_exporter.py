@@ -5,8 +5,8 @@ import time
 import urllib.request
 
 import pytest
-from conftest import free_port
-from prometheus_client.parser import text_string_to_metric_families
+from helpers.ports import free_port
+from helpers.prometheus import parse
 
 from capacity_plugins.sinks.stats import LLMStats
 from capacity_plugins.webui.exporter import BUCKETS_S, build_registry, flask_view, rebucket, serve
@@ -15,12 +15,7 @@ from capacity_plugins.webui.exporter import BUCKETS_S, build_registry, flask_vie
 def _scrape(port: int) -> dict:
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as resp:
         assert resp.headers["Content-Type"].startswith("text/plain")
-        text = resp.read().decode()
-    out = {}
-    for fam in text_string_to_metric_families(text):
-        for s in fam.samples:
-            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
-    return out
+        return parse(resp.read().decode())
 
 
 def _stats() -> LLMStats:

@@ -2,28 +2,25 @@
 port, `--exporter-port` in a headless run, a real Prometheus server scraping it during the run,
 and a taken port refused with one line."""
 
-import re
 import socket
 import subprocess
 import urllib.parse
 
 import pytest
-from conftest import free_port, require_binary
-from fixtures_webui import (  # noqa: F401
-    aggregated,
-    get_json,
-    http_get,
-    llm_args,
-    locust_procs,
-    sim,
-    wait_until,
-)
-from locust_runs import run_locust
+from helpers.binaries import require_binary
+from helpers.ports import free_port
+from helpers.processes import run_locust
+from helpers.prometheus import parse, value
+from helpers.results import llm_row
+from helpers.scenarios import llm_args
+from helpers.simulator import LOADED
+from helpers.waiting import wait_until
+from helpers.web import get_json, http_get
 
+pytestmark = pytest.mark.slow  # real locust processes
 
-def metric(text: str, name: str, labels: str = "") -> float | None:
-    m = re.search(rf"^{re.escape(name)}{re.escape(labels)} (\S+)$", text, re.M)
-    return float(m.group(1)) if m else None
+SIMULATOR = LOADED
+CHAT = {"name": "openai-chat"}  # the dialect's row in the live numbers
 
 
 def scrape(url: str) -> str:
@@ -33,36 +30,37 @@ def scrape(url: str) -> str:
     return body.decode()
 
 
-def test_metrics_on_the_web_ui_port_during_a_run(sim, locust_procs, tmp_path):  # noqa: F811
+def test_metrics_on_the_web_ui_port_during_a_run(simulator, locust_procs, tmp_path):
     port = free_port()
     p = locust_procs(["--web-host", "127.0.0.1", "--web-port", str(port), "--autostart", "-u", "3", "-r", "3",
-                      *llm_args(sim.url, tmp_path / "out")], tmp_path / "locust.log")
+                      *llm_args(simulator.url, tmp_path / "out")], tmp_path / "locust.log")
     base = f"http://127.0.0.1:{port}"
-    name = '{name="openai-chat"}'
-    first = wait_until(lambda: (t := scrape(f"{base}/metrics")) and (metric(t, "capacity_ttft_seconds_count", name) or 0) >= 5
-                       and t, 40, "TTFT observations on /metrics", p)
-    n1 = metric(first, "capacity_ttft_seconds_count", name)
-    assert metric(first, "capacity_users") == 3
+    first = wait_until(lambda: (t := scrape(f"{base}/metrics")) and (value(parse(t), "capacity_ttft_seconds_count", **CHAT)
+                                                                      or 0) >= 5 and t,
+                       40, "TTFT observations on /metrics", p)
+    samples = parse(first)
+    n1 = value(samples, "capacity_ttft_seconds_count", **CHAT)
+    assert value(samples, "capacity_users") == 3
     assert 'capacity_runner_state{state="running"} 1.0' in first
-    assert metric(first, "capacity_ttft_seconds_bucket", '{le="+Inf",name="openai-chat"}') == n1
+    assert value(samples, "capacity_ttft_seconds_bucket", le="+Inf", **CHAT) == n1
     # the same live numbers as /llm/stats (a few more may have finished in between)
-    llm = aggregated(get_json(f"{base}/llm/stats"))
+    llm = llm_row(get_json(f"{base}/llm/stats"))
     assert llm["ttft_count"] >= n1
     second = wait_until(lambda: (t := scrape(f"{base}/metrics"))
-                        and metric(t, "capacity_ttft_seconds_count", name) > llm["ttft_count"] and t,
+                        and value(parse(t), "capacity_ttft_seconds_count", **CHAT) > llm["ttft_count"] and t,
                         20, "the TTFT count to grow", p)
-    assert metric(second, "capacity_output_tokens_total", name) > 0
+    assert value(parse(second), "capacity_output_tokens_total", **CHAT) > 0
     assert p.interrupt() == 0, p.log()[-2000:]
 
 
-def test_headless_exporter_port_serves_the_swarm(sim, locust_procs, tmp_path):  # noqa: F811
+def test_headless_exporter_port_serves_the_swarm(simulator, locust_procs, tmp_path):
     port = free_port()
     p = locust_procs(["--headless", "-u", "2", "-r", "2", "-t", "8s", "--exit-code-on-error", "0", "--exporter-port", str(port),
-                      *llm_args(sim.url, tmp_path / "out")], tmp_path / "locust.log")
+                      *llm_args(simulator.url, tmp_path / "out")], tmp_path / "locust.log")
     url = f"http://127.0.0.1:{port}/metrics"
-    text = wait_until(lambda: (t := scrape(url)) and (metric(t, "capacity_ttft_seconds_count", '{name="openai-chat"}')
-                                                      or 0) > 0 and t, 30, "headless /metrics", p)
-    assert metric(text, "capacity_users") == 2
+    text = wait_until(lambda: (t := scrape(url)) and (value(parse(t), "capacity_ttft_seconds_count", **CHAT) or 0) > 0
+                      and t, 30, "headless /metrics", p)
+    assert value(parse(text), "capacity_users") == 2
     assert "capacity_e2e_seconds_bucket" in text and "capacity_itl_seconds_bucket" in text
     assert "live metrics for Prometheus at http://127.0.0.1:" in p.log()
     # a request cut by the -t stop is a recorded failure (cancelled), not a failed run
@@ -70,24 +68,24 @@ def test_headless_exporter_port_serves_the_swarm(sim, locust_procs, tmp_path):  
     assert "Traceback" not in p.log()
 
 
-def test_exporter_port_taken_is_one_line_and_exit_2(sim, tmp_path):  # noqa: F811
+def test_exporter_port_taken_is_one_line_and_exit_2(simulator, tmp_path):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         s.listen()
         taken = s.getsockname()[1]
         p = run_locust(["--headless", "-u", "1", "-r", "1", "-t", "3s", "--exporter-port", str(taken),
-                        *llm_args(sim.url, tmp_path / "out")], timeout=60)
+                        *llm_args(simulator.url, tmp_path / "out")], timeout=60)
     assert p.returncode == 2, p.stdout[-2000:] + p.stderr[-2000:]
     assert f"capacity: --exporter-port {taken} on 127.0.0.1:" in p.stderr
     assert "Traceback" not in p.stderr
 
 
 @pytest.mark.prometheus
-def test_real_prometheus_scrapes_the_live_exporter_during_a_run(sim, locust_procs, tmp_path):  # noqa: F811
+def test_real_prometheus_scrapes_the_live_exporter_during_a_run(simulator, locust_procs, tmp_path):
     prometheus = require_binary("prometheus")
     exporter_port = free_port()
     p = locust_procs(["--headless", "-u", "2", "-r", "2", "-t", "30s", "--exporter-port", str(exporter_port),
-                      *llm_args(sim.url, tmp_path / "out")], tmp_path / "locust.log")
+                      *llm_args(simulator.url, tmp_path / "out")], tmp_path / "locust.log")
     config = tmp_path / "prometheus.yml"
     config.write_text(f"""
 global: {{scrape_interval: 1s, scrape_timeout: 1s}}

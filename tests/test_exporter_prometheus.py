@@ -1,15 +1,17 @@
 """A real Prometheus server (Debian package) on loopback scrapes the live exporter and a vLLM+DCGM
 endpoint; its query API returns the TTFT histogram, and PromQL mode reads the series back."""
 
-import json
 import subprocess
 import time
 import urllib.parse
-import urllib.request
 
 import pytest
-from conftest import free_port, require_binary
-from fixtures_telemetry import canned_url_fixture  # noqa: F401
+from helpers.binaries import require_binary
+from helpers.paths import ROOT
+from helpers.ports import free_port
+from helpers.processes import Watch
+from helpers.waiting import wait_until
+from helpers.web import get_json
 
 from capacity_plugins.sinks.stats import LLMStats
 from capacity_plugins.telemetry.promql import DEFAULT_QUERIES, query_range
@@ -18,20 +20,15 @@ from capacity_plugins.webui.exporter import build_registry, serve
 pytestmark = pytest.mark.prometheus
 
 
-def test_promtool_accepts_shipped_config(repo_root):
+def test_promtool_accepts_shipped_config():
     promtool = require_binary("promtool")
-    out = subprocess.run([promtool, "check", "config", str(repo_root / "deploy/prometheus/prometheus.yml")],
+    out = subprocess.run([promtool, "check", "config", str(ROOT / "deploy/prometheus/prometheus.yml")],
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stdout + out.stderr
 
 
-def _get_json(url: str) -> dict:
-    with urllib.request.urlopen(url, timeout=5) as resp:
-        return json.loads(resp.read())
-
-
 def _query(base: str, expr: str) -> list:
-    return _get_json(f"{base}/api/v1/query?" + urllib.parse.urlencode({"query": expr}))["data"]["result"]
+    return get_json(f"{base}/api/v1/query?" + urllib.parse.urlencode({"query": expr}))["data"]["result"]
 
 
 def test_prometheus_scrapes_exporter_and_promql_mode_reads_back(canned_url, tmp_path):
@@ -62,20 +59,10 @@ scrape_configs:
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         t_start = time.time()
-        deadline = time.time() + 60
-        ttft: list = []
-        waiting: list = []
-        while time.time() < deadline:
-            assert proc.poll() is None, proc.communicate()[1].decode()[-2000:]
-            try:
-                ttft = _query(base, 'capacity_ttft_seconds_count{name="chat"}')
-                waiting = _query(base, "vllm:num_requests_waiting")
-            except OSError:
-                ttft = waiting = []
-            if ttft and waiting:
-                break
-            time.sleep(0.5)
-        assert ttft and float(ttft[0]["value"][1]) == 4
+        ttft, _ = wait_until(lambda: (q := (_query(base, 'capacity_ttft_seconds_count{name="chat"}'),
+                                            _query(base, "vllm:num_requests_waiting"))) and all(q) and q,
+                             60, "both scrape jobs in Prometheus", Watch(proc), interval=0.5)
+        assert float(ttft[0]["value"][1]) == 4
         median = _query(base, 'histogram_quantile(0.5, sum by (le) (capacity_ttft_seconds_bucket))')
         assert 0.025 < float(median[0]["value"][1]) <= 0.05
         assert float(_query(base, "capacity_users")[0]["value"][1]) == 4
@@ -86,15 +73,15 @@ scrape_configs:
         queries = {k: DEFAULT_QUERIES[k] for k in ("gpu_util_pct", "server_waiting", "vram_used_bytes")}
         want = {("gpu_util_pct", "gpu-node-1", "1"), ("vram_used_bytes", "gpu-node-1", "0"),
                 ("server_waiting", f"127.0.0.1:{canned_port}", "meta-llama/Llama-3.1-8B-Instruct")}
-        deadline = time.time() + 30
-        while True:
+        def series() -> dict | None:
             gaps: list = []
             rows = query_range(base, queries, start=t_start, end=time.time(), step_s=1.0, gaps=gaps)
-            assert gaps == []
+            if gaps:
+                pytest.fail(f"query_range reported gaps: {gaps}")  # an error: waiting longer cannot help
             by = {(r["series"], r["host"], r["device"]): r["value"] for r in rows}
-            if want <= by.keys() or time.time() > deadline:
-                break
-            time.sleep(0.2)
+            return by if want <= by.keys() else None
+
+        by = wait_until(series, 30, f"the series {sorted(want)} in query_range", interval=0.2)
         assert by[("gpu_util_pct", "gpu-node-1", "1")] == 91
         assert by[("vram_used_bytes", "gpu-node-1", "0")] == 61440 * 2**20
         assert by[("server_waiting", f"127.0.0.1:{canned_port}", "meta-llama/Llama-3.1-8B-Instruct")] == 5

@@ -1,45 +1,43 @@
 """`capacity gpu-agent` as a real subprocess with the fake NVML module, scraped over HTTP."""
 
 import json
-import os
 import socket
 import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
-from conftest import free_port
+from helpers import fake_nvml
+from helpers.paths import TESTS
+from helpers.ports import free_port
+from helpers.processes import CAPACITY, Watch, capacity, env_with, popen
+from helpers.waiting import wait_until
 
 from capacity_plugins.telemetry.maps import MIB, SeriesTracker, guess_kind, normalize
 from capacity_plugins.telemetry.scrape import ScrapeTarget
 
-ROOT = Path(__file__).resolve().parent.parent
 
-
-def _env(scenario: str) -> dict:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "tests"), str(ROOT)])
-    env["CAPACITY_FAKE_NVML"] = "fake_nvml"
-    env["FAKE_NVML_SCENARIO"] = scenario
-    return env
+def _env(scenario: str) -> dict[str, str]:
+    nvml = fake_nvml.subprocess_env(scenario)
+    return env_with(path=[TESTS], CAPACITY_FAKE_NVML=nvml["CAPACITY_FAKE_NVML"],
+                    FAKE_NVML_SCENARIO=nvml["FAKE_NVML_SCENARIO"])
 
 
 def _agent(scenario: str, *args: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "capacity_plugins", "gpu-agent", *args],
-                            env=_env(scenario), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return popen([*CAPACITY, "gpu-agent", *args], env=_env(scenario), stderr=subprocess.PIPE)
+
+
+def _gpu_agent(scenario: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return capacity("gpu-agent", *args, env=_env(scenario), timeout=60)
 
 
 def _scrape_when_up(url: str, proc: subprocess.Popen, timeout_s: float = 30):
     target = ScrapeTarget(url)
-    deadline = time.time() + timeout_s
-    while time.time() < deadline:
-        assert proc.poll() is None, proc.communicate()
+
+    def served():
         result = target.scrape(timeout_s=2)
-        if result.error is None:
-            return target, result
-        time.sleep(0.1)
-    pytest.fail(f"agent did not serve {url}")
+        return result if result.error is None else None
+
+    return target, wait_until(served, timeout_s, f"the agent to serve {url}", Watch(proc), interval=0.1)
 
 
 def _stop(proc: subprocess.Popen) -> tuple[int, str, str]:
@@ -112,35 +110,29 @@ def test_agent_without_driver_still_serves_and_says_why():
 
 
 def test_check_prints_json_verdict():
-    ok = subprocess.run([sys.executable, "-m", "capacity_plugins", "gpu-agent", "--check", "--seconds", "0.6",
-                         "--interval", "0.2"], env=_env("partial"), capture_output=True, text=True, timeout=60)
+    ok = _gpu_agent("partial", "--check", "--seconds", "0.6", "--interval", "0.2")
     assert ok.returncode == 1, ok.stderr                      # partial: vram used unsupported -> not ok
     report = json.loads(ok.stdout)
     (gpu,) = report["gpus"]
     assert gpu["samples"] >= 3 and "power_w" in gpu["unsupported"]
     assert gpu["fields"]["temp_c"]["max"] == 61
 
-    good = subprocess.run([sys.executable, "-m", "capacity_plugins", "gpu-agent", "--check", "--seconds", "0.4",
-                           "--interval", "0.2"], env=_env("two_gpus"), capture_output=True, text=True, timeout=60)
+    good = _gpu_agent("two_gpus", "--check", "--seconds", "0.4", "--interval", "0.2")
     assert good.returncode == 0, good.stderr
     report = json.loads(good.stdout)
     assert report["ok"] and len(report["gpus"]) == 2
     assert report["gpus"][0]["fields"]["clock_event_reasons"]["seen"] == ["SwPowerCap", "SwThermalSlowdown"]
 
-    none = subprocess.run([sys.executable, "-m", "capacity_plugins", "gpu-agent", "--check", "--seconds", "0.2"],
-                          env=_env("no_driver"), capture_output=True, text=True, timeout=60)
+    none = _gpu_agent("no_driver", "--check", "--seconds", "0.2")
     assert none.returncode == 1
     assert json.loads(none.stdout)["verdict"].startswith("no GPU sampling on this host: NVMLError_LibraryNotFound")
 
 
 def test_bad_flags_and_busy_port_are_one_line_errors():
-    bad = subprocess.run([sys.executable, "-m", "capacity_plugins", "gpu-agent", "--port", "70000"],
-                         env=_env("two_gpus"), capture_output=True, text=True, timeout=60)
+    bad = _gpu_agent("two_gpus", "--port", "70000")
     assert bad.returncode == 2 and bad.stderr.strip().count("\n") == 0 and "--port 70000" in bad.stderr
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         s.listen()
-        busy = subprocess.run([sys.executable, "-m", "capacity_plugins", "gpu-agent", "--port",
-                               str(s.getsockname()[1])], env=_env("no_gpu"), capture_output=True, text=True,
-                              timeout=60)
+        busy = _gpu_agent("no_gpu", "--port", str(s.getsockname()[1]))
     assert busy.returncode == 1 and "cannot listen" in busy.stderr and "Traceback" not in busy.stderr

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from fixtures_analysis import make_results
+from helpers.analysis_data import make_queue_results, make_results
 
 from capacity_plugins.analysis.knee import marginal_gain_knee, rate_knee, usl_fit
 from capacity_plugins.analysis.pipeline import load_run, summarise
@@ -136,8 +136,6 @@ def test_recorded_llama_cpp_figures_are_saturated_from_the_first_level(window_s)
 
 
 def test_noisy_one_slot_server_never_shows_a_knee_beyond_the_first_level(tmp_path):
-    from fixtures_analysis import make_queue_results
-
     point_rule_fooled = 0
     for seed in range(20):
         # one slot, service-time CV 1.5, 20 s steps (~300 requests): a step's throughput varies ±10 %
@@ -155,8 +153,6 @@ def test_noisy_one_slot_server_never_shows_a_knee_beyond_the_first_level(tmp_pat
 
 
 def test_a_real_knee_is_still_found_through_the_noise(tmp_path):
-    from fixtures_analysis import make_queue_results
-
     # 4 slots: throughput rises to 4 users (×2 per doubling) and is flat after
     for seed in range(5):
         p = make_queue_results(tmp_path / f"s{seed}", levels=[1, 2, 4, 8, 16], slots=4, service_cv=0.5,

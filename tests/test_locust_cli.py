@@ -1,8 +1,12 @@
 """The thin locustfile under a real `locust` process (headless, loopback fake server)."""
 
 import pytest
-from fixtures_core import FAKE_TOKENS, fake_llm, free_port, write_corpus  # noqa: F401
-from locust_runs import locust_request_count, records, run_locust
+from helpers.fake_llm import FAKE_TOKENS
+from helpers.processes import run_locust
+from helpers.results import locust_request_count, read_records
+from helpers.scenarios import write_corpus
+
+pytestmark = pytest.mark.slow  # real locust processes
 
 
 def base_args(url, tmp_path, *extra):
@@ -13,10 +17,10 @@ def base_args(url, tmp_path, *extra):
 
 
 @pytest.mark.parametrize("stream_flag", [[], ["--no-stream"]])
-def test_locustfile_run_writes_one_record_per_locust_request(fake_llm, tmp_path, stream_flag):  # noqa: F811
+def test_locustfile_run_writes_one_record_per_locust_request(fake_llm, tmp_path, stream_flag):
     p = run_locust(base_args(fake_llm, tmp_path, "--dialect", "openai-chat", "--model", "ok", *stream_flag))
     assert "Traceback" not in p.stderr, p.stderr[-3000:]
-    recs = records(tmp_path / "out")
+    recs = read_records(tmp_path / "out")
     n, failures = locust_request_count(tmp_path / "locust")
     cancelled = [r for r in recs if r["error_kind"] == "cancelled"]
     # every finished request is one Locust request; those cut by the stop are recorded but are
@@ -31,10 +35,10 @@ def test_locustfile_run_writes_one_record_per_locust_request(fake_llm, tmp_path,
     assert (tmp_path / "out" / "meta.json").exists() and (tmp_path / "out" / "llm_stats.csv").exists()
 
 
-def test_swarm_keeps_going_through_failures(fake_llm, tmp_path):  # noqa: F811
+def test_swarm_keeps_going_through_failures(fake_llm, tmp_path):
     p = run_locust(base_args(fake_llm, tmp_path, "--model", "cut"))
     assert "Traceback" not in p.stderr, p.stderr[-3000:]
-    recs = records(tmp_path / "out")
+    recs = read_records(tmp_path / "out")
     assert len(recs) > 20 and all(not r["ok"] for r in recs)
     assert {r["error_kind"] for r in recs} <= {"stream_cut", "cancelled"}
     n, failures = locust_request_count(tmp_path / "locust")
@@ -51,7 +55,7 @@ def test_swarm_keeps_going_through_failures(fake_llm, tmp_path):  # noqa: F811
         (["--header", "no-colon-here"], "--header"),
     ],
 )
-def test_bad_options_exit_2_with_one_line(fake_llm, tmp_path, extra, message):  # noqa: F811
+def test_bad_options_exit_2_with_one_line(fake_llm, tmp_path, extra, message):
     args = base_args(fake_llm, tmp_path)
     if "--corpus" in extra:
         i = args.index("--corpus")
@@ -62,12 +66,12 @@ def test_bad_options_exit_2_with_one_line(fake_llm, tmp_path, extra, message):  
     assert message in p.stderr
 
 
-def test_a_second_run_never_appends_to_another_runs_records(fake_llm, tmp_path):  # noqa: F811
+def test_a_second_run_never_appends_to_another_runs_records(fake_llm, tmp_path):
     args = base_args(fake_llm, tmp_path, "--model", "ok")
     run_locust(args)  # plain Locust exits 1 when any request failed (cancelled ones at the stop)
-    first = records(tmp_path / "out")
+    first = read_records(tmp_path / "out")
     assert first
     p = run_locust(args, timeout=60)  # the same --results-dir again
     assert p.returncode == 2 and "Traceback" not in p.stderr
     assert "already holds requests.jsonl" in p.stderr
-    assert records(tmp_path / "out") == first  # untouched
+    assert read_records(tmp_path / "out") == first  # untouched

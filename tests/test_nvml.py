@@ -6,8 +6,8 @@ import sys
 import threading
 import time
 
-import fake_nvml
 import pytest
+from helpers import fake_nvml
 
 from capacity_plugins.telemetry.nvml import NvmlSampler, acquire_host_lock, decode_clock_event_reasons
 

@@ -18,7 +18,7 @@ import json
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-import hypothesis_profiles  # noqa: F401  (registers and loads the settings profile)
+import helpers.hypothesis_profiles  # noqa: F401  (registers and loads the settings profile)
 import pytest
 from hypothesis import assume, example, given
 from hypothesis import strategies as st

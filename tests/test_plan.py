@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from fixtures_analysis import make_results
+from helpers.analysis_data import make_results
 
 from capacity_plugins.analysis.pipeline import load_run, summarise
 from capacity_plugins.analysis.plan import make_cost, make_plan

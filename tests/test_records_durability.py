@@ -3,14 +3,15 @@ are written off the event loop by a native thread that flushes every FLUSH_INTER
 
 from __future__ import annotations
 
-import json
 import signal
 import subprocess
 import time
 
 import pytest
-from fixtures_core import write_corpus
-from locust_runs import LOCUST, LOCUSTFILE, ROOT, env_with
+from helpers.processes import Watch, locust_argv, popen
+from helpers.results import read_records
+from helpers.scenarios import write_corpus
+from helpers.waiting import wait_until
 
 from capacity_plugins.sinks.records import FLUSH_INTERVAL_S
 
@@ -20,17 +21,14 @@ pytestmark = pytest.mark.slow
 def test_kill_9_loses_at_most_the_last_flush(fake_llm, tmp_path):
     corpus = write_corpus(tmp_path / "c.jsonl", 1200)
     out = tmp_path / "out"
-    p = subprocess.Popen(
-        [LOCUST, "-f", LOCUSTFILE, "--headless", "-u", "8", "-r", "8", "-t", "60s", "--host", fake_llm,
-         "--corpus", str(corpus), "--min-distinct", "1000", "--max-tokens", "16", "--results-dir", str(out),
-         "--only-summary"],
-        cwd=ROOT, env=env_with(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    p = popen(
+        locust_argv(["--headless", "-u", "8", "-r", "8", "-t", "60s", "--host", fake_llm, "--corpus", str(corpus),
+                     "--min-distinct", "1000", "--max-tokens", "16", "--results-dir", str(out), "--only-summary"]),
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
     try:
-        deadline = time.time() + 30
         path = out / "requests.jsonl"
-        while time.time() < deadline and (not path.exists() or path.stat().st_size < 20_000):
-            time.sleep(0.2)
+        wait_until(lambda: path.stat().st_size >= 20_000, 30, "20 kB of records", Watch(p), interval=0.2)
         time.sleep(2.0)
         p.send_signal(signal.SIGKILL)
         killed = time.time()
@@ -38,7 +36,7 @@ def test_kill_9_loses_at_most_the_last_flush(fake_llm, tmp_path):
     finally:
         if p.poll() is None:
             p.kill()
-    recs = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]  # every line whole
+    recs = read_records(out)  # every line whole
     assert len(recs) > 50
     last_end = max(r["sent_unix"] + r["e2e_ms"] / 1000.0 for r in recs)
     # finished more than one flush interval before the kill → on disk (0.5 s slack for a loaded box)

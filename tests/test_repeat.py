@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 
 import pytest
-from fixtures_run import capacity, read_steps, results_dir, write_scenario
+from helpers.processes import capacity
+from helpers.results import read_steps, results_dir
+from helpers.scenarios import write_scenario
 
 pytestmark = pytest.mark.slow
 

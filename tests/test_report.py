@@ -6,22 +6,18 @@ import base64
 import json
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from fixtures_analysis import make_results
-
-ROOT = Path(__file__).resolve().parent.parent
-CAPACITY = [str(ROOT / ".venv" / "bin" / "capacity")] if (ROOT / ".venv" / "bin" / "capacity").exists() else \
-    [sys.executable, "-m", "capacity_plugins"]
+from helpers.analysis_data import make_results
+from helpers.processes import capacity
 
 SEED = dict(levels=[1, 4, 8, 16], rps=[2, 7, 9, 9], e2e_p50_ms=[480, 620, 850, 1200], e2e_p99_ms=[490, 800, 1500, 2600],
             gpu_util=[35, 72, 89, 91], waiting=[0, 1, 3, 8])
 
 
 def cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([*CAPACITY, *args], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    return capacity(*args)
 
 
 @pytest.fixture(scope="module")

@@ -11,19 +11,10 @@ import time
 from collections import Counter
 
 import pytest
-from conftest import free_port
-from fixtures_run import (
-    CAPACITY,
-    ROOT,
-    capacity,
-    env,
-    only_folder,
-    read_meta,
-    read_records,
-    read_steps,
-    results_dir,
-    write_scenario,
-)
+from helpers.ports import free_port
+from helpers.processes import CAPACITY, capacity, popen, read_until
+from helpers.results import only_folder, read_meta, read_records, read_steps, results_dir
+from helpers.scenarios import write_scenario
 
 pytestmark = pytest.mark.slow
 
@@ -108,13 +99,9 @@ def test_sigint_mid_run_leaves_an_analysable_folder(tmp_path):
         request={"max_tokens": 200, "timeout_s": 30},
         load={"kind": "concurrency_sweep", "levels": [2, 4], "step_s": 60, "warmup_s": 1},
     )
-    p = subprocess.Popen([*CAPACITY, "run", str(sc)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env(), cwd=ROOT)
+    p = popen([*CAPACITY, "run", str(sc)], stderr=subprocess.PIPE)
     try:
-        assert p.stdout is not None
-        deadline = time.monotonic() + 60
-        for line in p.stdout:
-            if line.startswith("[capacity] step 1/2 (2 users, run)") or time.monotonic() > deadline:
-                break
+        read_until(p, "[capacity] step 1/2 (2 users, run)", 60)
         p.send_signal(signal.SIGINT)
         out, err = p.communicate(timeout=60)
     finally:
@@ -190,8 +177,7 @@ def test_web_mode_each_ui_test_gets_its_own_analysed_folder(tmp_path):
         request={"max_tokens": 8, "timeout_s": 10},
         load={"kind": "concurrency_sweep", "levels": [1, 2], "step_s": 3, "warmup_s": 1},
     )
-    p = subprocess.Popen([*CAPACITY, "run", str(sc), "--web", "--web-port", str(port)],
-                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env(), cwd=ROOT)
+    p = popen([*CAPACITY, "run", str(sc), "--web", "--web-port", str(port)])
     lines: list[str] = []
     reader = threading.Thread(target=lambda: lines.extend(iter(p.stdout.readline, "")), daemon=True)  # type: ignore[union-attr]
     reader.start()

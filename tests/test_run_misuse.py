@@ -4,7 +4,10 @@ folder, no simulator, no preflight."""
 from __future__ import annotations
 
 import pytest
-from fixtures_run import capacity, write_scenario
+from helpers.processes import capacity
+from helpers.scenarios import write_scenario
+
+pytestmark = pytest.mark.slow  # `capacity run` processes (each exits 2 before it starts anything)
 
 
 @pytest.fixture

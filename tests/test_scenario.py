@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from helpers.paths import ROOT
+from helpers.processes import capacity
 
 from capacity_plugins.errors import UserError
 from capacity_plugins.scenario import (
@@ -15,8 +15,6 @@ from capacity_plugins.scenario import (
     RateSweepLoad,
     load_scenario,
 )
-
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def write(tmp_path: Path, text: str, name: str = "s.yaml") -> Path:
@@ -130,7 +128,8 @@ def test_every_shipped_scenario_loads(monkeypatch):
     for var in ("VLLM_URL", "TGI_URL", "OLLAMA_URL", "VLLM_MODEL", "OPENAI_API_KEY", "TRITON_URL", "TRITON_MODEL",
                 "TRITON_METRICS_URL"):
         monkeypatch.setenv(var, "http://127.0.0.1:8000" if var.endswith("URL") else "x")
-    files = sorted((ROOT / "scenarios").glob("*.yaml"))
+    # matrix-*.yaml are `capacity matrix` files, not scenarios (tests/test_matrix_spec.py loads them)
+    files = sorted(f for f in (ROOT / "scenarios").glob("*.yaml") if not f.name.startswith("matrix-"))
     names = {f.stem for f in files}
     assert {"quickstart", "concurrency_sweep", "rate_sweep", "peak", "long_context", "soak", "vllm", "tgi", "ollama",
             "triton", "capacity_search"} <= names
@@ -138,11 +137,10 @@ def test_every_shipped_scenario_loads(monkeypatch):
         load_scenario(f)
 
 
+@pytest.mark.slow  # `capacity run`
 def test_cli_bad_scenario_one_line_exit_2(tmp_path):
     bad = write(tmp_path, "target: {url: embedded}\nload: {kind: rate_sweep, levels: [1, x]}\n", "bad.yaml")
-    r = subprocess.run(
-        [sys.executable, "-m", "capacity_plugins", "run", str(bad)], capture_output=True, text=True, timeout=60
-    )
+    r = capacity("run", str(bad), timeout=60)
     assert r.returncode == 2, r.stderr
     lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and "bad.yaml: load.levels[1]" in lines[0] and "Traceback" not in r.stderr

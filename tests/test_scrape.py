@@ -2,7 +2,8 @@
 and normalising them with the known metric maps (units, label spellings, sentinels, deltas)."""
 
 import pytest
-from fixtures_telemetry import GPU_MODEL, SGLANG_MODEL, VLLM_MODEL, canned_url_fixture  # noqa: F401
+from helpers.canned_metrics import GPU_MODEL, SGLANG_MODEL, VLLM_MODEL
+from helpers.ports import free_port
 
 from capacity_plugins.telemetry.maps import (
     MIB,
@@ -145,8 +146,6 @@ def test_bad_endpoints_are_errors_not_exceptions(canned_url, path, reason):
 
 
 def test_unreachable_and_timeout(canned_url):
-    from conftest import free_port
-
     down = ScrapeTarget(f"http://127.0.0.1:{free_port()}").scrape(timeout_s=2)
     assert down.error is not None and "unreachable" in down.error
     slow = ScrapeTarget(canned_url + "/slow/metrics").scrape(timeout_s=0.3)

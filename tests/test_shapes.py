@@ -145,6 +145,33 @@ def test_prepare_waits_for_ready_generators_and_the_open_loop_pool():
     assert shape2.tick() == (16, 200.0) and shape2.steps
 
 
+def test_the_next_step_waits_for_a_worker_that_joined_to_be_set_up():
+    state = {"ready": True}
+    shape, clock, events = make(sweep(levels=(2, 4)), lambda since: 0, ready=lambda: state["ready"],
+                                prepare_timeout_s=20.0, drain_timeout_s=5.0)
+    shape.tick()
+    assert events == [("start", 0)]
+    clock.t += 10.0
+    shape.tick()  # window ends: drain
+    state["ready"] = False  # a worker joined during step 1; its setup is on the way
+    clock.t += 1.0
+    assert shape.tick() == (0, 100.0) and ("start", 1) not in events
+    state["ready"] = True
+    clock.t += 1.0
+    assert shape.tick() == (4, 100.0) and events[-1] == ("start", 1)
+    # a worker that never gets ready delays the next step by prepare_timeout_s at most
+    shape2, clock2, events2 = make(sweep(levels=(2, 4)), lambda since: 0, ready=lambda: True,
+                                   prepare_timeout_s=20.0, drain_timeout_s=5.0)
+    shape2.tick()
+    shape2.ready = lambda: False
+    clock2.t += 10.0
+    shape2.tick()
+    clock2.t += 24.0
+    assert shape2.tick() == (0, 100.0)
+    clock2.t += 2.0
+    assert shape2.tick() == (4, 100.0) and events2[-1] == ("start", 1)
+
+
 def test_a_step_short_of_min_requests_runs_on_until_it_has_them_or_hits_the_cap():
     plans = [StepPlan("concurrency", 2.0, 2, 100.0, 10.0, 2.0, min_requests=100, max_duration_s=30.0)]
     have = {"n": 0}

@@ -12,7 +12,7 @@ import statistics
 import threading
 import time
 
-from fixtures_simulator import metric, scrape
+from helpers.simulator import metric, scrape
 
 from capacity_plugins.simulator.rawclient import Connection
 from capacity_plugins.simulator.truth import read_truth

@@ -9,7 +9,7 @@ import statistics
 import threading
 import time
 
-from fixtures_simulator import metric, scrape
+from helpers.simulator import metric, scrape
 
 from capacity_plugins.simulator.engine import jitter_factors
 from capacity_plugins.simulator.rawclient import Connection, request
@@ -42,11 +42,13 @@ def test_service_jitter_scales_each_requests_prefill_and_decode_by_its_seeded_fa
     def rel(measured: list[float]) -> list[float]:
         return [abs(m / f - 1) for m, f in zip(measured, expected, strict=True)]
 
-    # The same factor drives prefill and decode. Measurement noise is the event loop's wake-up
-    # lateness (well under a millisecond on an idle box, against steps of 16 ms × f).
-    assert statistics.median(rel(from_prefill)) < 0.05, (from_prefill, expected)
-    assert statistics.median(rel(from_decode)) < 0.05, (from_decode, expected)
-    assert sum(e < 0.15 for e in rel(from_decode)) >= 0.8 * n
+    # The same seeded factor drives each request's prefill and decode. Ignoring the factor, taking
+    # another seed's or the next request's would put the median error at 0.45 or more and leave
+    # at most 7 of 24 within 30 %; the host's wake-up lateness (against steps of 16 ms × f) stays
+    # well inside these bounds. (How far inside, the simulator's precision: bench/bench_simulator.py.)
+    assert statistics.median(rel(from_prefill)) < 0.15, (from_prefill, expected)
+    assert statistics.median(rel(from_decode)) < 0.15, (from_decode, expected)
+    assert sum(e < 0.3 for e in rel(from_decode)) >= 0.8 * n
     # Noisy service times: the factors really spread (a lognormal with CV 0.5, not a constant).
     assert max(expected) / min(expected) > 2 and max(from_decode) / min(from_decode) > 2
 
@@ -56,8 +58,9 @@ def test_batch_delay_holds_a_lone_request_until_it_expires(start_simulator, tmp_
     sim = start_simulator(truth_log=truth, max_num_seqs=4, batch_delay_ms=200.0, decode_base_ms=5.0)
     assert request(sim.port, "POST", "/v1/chat/completions", {**CHAT, "max_tokens": 2}).status == 200
     (row,) = read_truth(truth, 1)
-    # An idle engine sleeps out the delay, then starts at once (plus a timer's lateness).
-    assert 0.2 <= row["queue_s"] < 0.25
+    # An idle engine sleeps out the delay, then starts: not before it, and not after a second one.
+    # (How late after the delay it starts on this host: bench/bench_simulator.py.)
+    assert 0.2 <= row["queue_s"] < 0.4
 
 
 def test_batch_delay_ends_when_the_waiting_requests_fill_the_free_slots(start_simulator, tmp_path):
@@ -84,12 +87,13 @@ def test_batch_delay_on_a_busy_engine_admits_at_the_first_step_after_it(start_si
     while metric(scrape(sim.port), "vllm:num_requests_running") < 1 and time.monotonic() < deadline:
         time.sleep(0.01)
     # The engine now steps for the long request (1 of 4 slots); a short one arrives, cannot fill the
-    # 3 free slots alone, so it waits out the 150 ms and joins at the next 10 ms step boundary.
+    # 3 free slots alone, so it waits out the 150 ms and joins at the next 10 ms step boundary: not
+    # before the delay, nor after a second one or after the long request's 600 ms.
     short = request(sim.port, "POST", "/v1/completions", completion(4, 3))
     long_runner.join()
     rows = {r["id"]: r for r in read_truth(truth, 2)}
     row = rows.pop(short.headers["x-request-id"])
-    assert 0.15 <= row["queue_s"] < 0.15 + 0.010 + 0.03
+    assert 0.15 <= row["queue_s"] < 0.15 + 0.15
     (long_row,) = rows.values()
     assert long_row["output_tokens"] == 60 and long_row["queue_s"] >= 0.15
 

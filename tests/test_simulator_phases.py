@@ -7,7 +7,7 @@ import statistics
 import threading
 
 import pytest
-from fixtures_simulator import metric, scrape
+from helpers.simulator import metric, scrape
 
 from capacity_plugins.simulator.rawclient import Connection, request
 from capacity_plugins.simulator.truth import read_truth
@@ -78,9 +78,12 @@ def test_prefix_cache_shortens_prefill_for_repeats_and_shared_prefixes(start_sim
     rows = read_truth(truth, len(cases))
     assert [r["cached_tokens"] for r in rows] == [c for _, c in cases]
     for (p, cached), row in zip(cases, rows, strict=True):
-        # The joining step is 1 ms of decode plus the uncached tokens' prefill (plus wake-up slack).
+        # The joining step is 1 ms of decode plus the uncached tokens' prefill: never less. Never as
+        # much as charging the cached tokens too (or charging the prompt twice) either: each of
+        # those adds more than half the whole prompt's prefill. (How close to the model a step
+        # starts on this host, the wake-up slack: bench/bench_simulator.py.)
         expected = 0.001 + (len(p) - cached) / rate
-        assert expected <= row["prefill_s"] < expected + 0.005, (cached, row["prefill_s"])
+        assert expected <= row["prefill_s"] < expected + 0.5 * len(p) / rate, (cached, row["prefill_s"])
     samples = scrape(sim.port)
     assert metric(samples, "vllm:prefix_cache_queries_total") == sum(len(p) for p, _ in cases)
     assert metric(samples, "vllm:prefix_cache_hits_total") == sum(c for _, c in cases)

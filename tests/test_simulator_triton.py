@@ -11,7 +11,7 @@ import threading
 import time
 
 import pytest
-from fixtures_simulator import metric, scrape
+from helpers.simulator import metric, scrape
 
 from capacity_plugins.simulator.rawclient import Connection, request
 from capacity_plugins.simulator.truth import read_truth
@@ -195,14 +195,15 @@ def test_triton_kind_scrape_finds_every_series_and_the_means_match_the_truth_log
 def test_triton_failures_are_counted_by_reason(start_simulator):
     def failures(sim) -> dict[str, float]:
         samples = scrape(sim.port)
-        return {reason: samples[f"nv_inference_request_failure_total{{model=sim-model,reason={reason},version=1}}"]
+        return {reason: metric(samples, "nv_inference_request_failure_total", model="sim-model", reason=reason,
+                               version="1")
                 for reason in ("BACKEND", "CANCELED", "REJECTED", "OTHER")}
 
     faulty = start_simulator(error_rate=1.0)
     for _ in range(3):
         request(faulty.port, "POST", GENERATE, {"text_input": "x"})
     assert failures(faulty) == {"BACKEND": 3, "CANCELED": 0, "REJECTED": 0, "OTHER": 0}
-    assert scrape(faulty.port)["nv_inference_request_success_total{model=sim-model,version=1}"] == 0
+    assert metric(scrape(faulty.port), "nv_inference_request_success_total", model="sim-model", version="1") == 0
 
     slow = start_simulator(max_num_seqs=1, queue_limit_429=1, decode_base_ms=20.0)
     s = socket.create_connection(("127.0.0.1", slow.port))

@@ -11,12 +11,16 @@ from __future__ import annotations
 import contextlib
 import signal
 import subprocess
+import sys
 import threading
 import time
 
 import psutil
 import pytest
-from fixtures_run import CAPACITY, ROOT, env, read_steps, results_dir, write_scenario
+from helpers.processes import CAPACITY, Watch, capacity, popen
+from helpers.results import read_steps, results_dir
+from helpers.scenarios import write_scenario
+from helpers.waiting import wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -28,13 +32,11 @@ SCENARIO = {
 
 
 def _locust_child(p: subprocess.Popen[str], timeout_s: float = 60.0) -> psutil.Process:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        for c in psutil.Process(p.pid).children(recursive=True):
-            if "locust" in " ".join(c.cmdline()):
-                return c
-        time.sleep(0.1)
-    raise AssertionError("capacity run started no Locust child")
+    def child() -> psutil.Process | None:
+        return next((c for c in psutil.Process(p.pid).children(recursive=True) if "locust" in " ".join(c.cmdline())),
+                    None)
+
+    return wait_until(child, timeout_s, "capacity run's Locust child", Watch(p), interval=0.1)
 
 
 def _duty_cycle(proc: psutil.Process, stop: threading.Event, paused_s: float = 0.05, period_s: float = 0.1) -> None:
@@ -49,13 +51,12 @@ def _duty_cycle(proc: psutil.Process, stop: threading.Event, paused_s: float = 0
 
 
 def _burners(n: int) -> list[subprocess.Popen[bytes]]:
-    return [subprocess.Popen(["python3", "-c", "while True: pass"]) for _ in range(n)]
+    return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
 
 
 def test_a_paused_generator_flags_every_step(tmp_path):
     sc = write_scenario(tmp_path, "starved", **SCENARIO)
-    p = subprocess.Popen([*CAPACITY, "run", str(sc), "--no-analyze"], stdout=subprocess.PIPE,
-                         stderr=subprocess.STDOUT, text=True, env=env(), cwd=ROOT)
+    p = popen([*CAPACITY, "run", str(sc), "--no-analyze"])
     stop = threading.Event()
     try:
         child = _locust_child(p)
@@ -79,8 +80,7 @@ def test_a_healthy_generator_on_a_busy_host_flags_nothing(tmp_path):
     sc = write_scenario(tmp_path, "busy", **SCENARIO)
     burners = _burners(2)
     try:
-        p = subprocess.run([*CAPACITY, "run", str(sc), "--no-analyze"], capture_output=True, text=True,
-                           env=env(), cwd=ROOT, timeout=240)
+        p = capacity("run", str(sc), "--no-analyze", timeout=240)
     finally:
         for b in burners:
             b.kill()

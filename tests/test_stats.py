@@ -11,7 +11,8 @@ from typing import Any
 import msgpack
 import pytest
 
-from capacity_plugins.sinks.stats import METRICS, LLMStats, LogHistogram, nearest_rank
+from capacity_plugins.contracts.percentiles import nearest_rank
+from capacity_plugins.sinks.stats import METRICS, LLMStats, LogHistogram
 
 QS = [i / 200 for i in range(201)] + [0.001, 0.999, 0.9999]
 

@@ -5,32 +5,27 @@ after it count, and the run is complete."""
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import time
 
 import pytest
-from fixtures_run import CAPACITY, ROOT, env, read_records, read_steps, results_dir, write_scenario
+from helpers.ports import free_port
+from helpers.processes import CAPACITY, popen
+from helpers.results import read_records, read_steps, results_dir
+from helpers.scenarios import write_scenario
 
 pytestmark = pytest.mark.slow
-
-
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def test_a_late_worker_invalidates_only_the_step_it_joined(tmp_path):
     sc = write_scenario(tmp_path, "late", target={"url": "embedded", "simulator": {"max_num_seqs": 8}},
                         request={"max_tokens": 16, "timeout_s": 20},
                         load={"levels": [2, 4, 4], "step_s": 8, "warmup_s": 1, "min_requests": 10})
-    port = _port()
-    master = subprocess.Popen([*CAPACITY, "run", str(sc), "--master", "--expect-workers", "1",
-                               "--master-bind-port", str(port), "--no-analyze"],
-                              cwd=ROOT, env=env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    port = free_port()  # `capacity run --master` cannot bind port 0 and say where it listens
+    master = popen([*CAPACITY, "run", str(sc), "--master", "--expect-workers", "1", "--master-bind-port", str(port),
+                    "--no-analyze"])
     worker = [*CAPACITY, "run", str(sc), "--worker", "--master-port", str(port)]
-    first = subprocess.Popen(worker, cwd=ROOT, env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    first = popen(worker, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     late = None
     out = []
     try:
@@ -38,8 +33,7 @@ def test_a_late_worker_invalidates_only_the_step_it_joined(tmp_path):
         for line in master.stdout:
             out.append(line)
             if line.startswith("[capacity] step 2/3"):
-                late = subprocess.Popen(worker, cwd=ROOT, env=env(), stdout=subprocess.DEVNULL,
-                                        stderr=subprocess.DEVNULL)
+                late = popen(worker, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                 break
         rest, _ = master.communicate(timeout=240)
         out.append(rest)

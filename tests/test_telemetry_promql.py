@@ -1,8 +1,8 @@
 """PromQL query mode against a Prometheus HTTP API stand-in on loopback (the real server test comes
 with integration): rows, units, label mapping, NaN dropped, chunking, errors as gaps."""
 
-from conftest import free_port
-from fixtures_telemetry import VLLM_MODEL, canned_url_fixture  # noqa: F401
+from helpers.canned_metrics import VLLM_MODEL
+from helpers.ports import free_port
 
 from capacity_plugins.telemetry.files import SERIES_COLUMNS, write_series_csv
 from capacity_plugins.telemetry.promql import DEFAULT_QUERIES, MAX_POINTS, query_range

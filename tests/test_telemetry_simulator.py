@@ -9,8 +9,6 @@ import urllib.request
 import gevent
 import pytest
 
-from capacity_plugins.simulator.config import SimConfig
-from capacity_plugins.simulator.launch import SimulatorProcess
 from capacity_plugins.telemetry.collector import TelemetryCollector
 from capacity_plugins.telemetry.scrape import ScrapeTarget
 
@@ -24,23 +22,23 @@ def _chat(url: str) -> None:
         resp.read()
 
 
-def test_simulator_series_move_with_load_and_carry_steps(tmp_path):
+def test_simulator_series_move_with_load_and_carry_steps(start_simulator, tmp_path):
     # slow decode so 8 concurrent requests keep the batch busy for a few scrapes
-    with SimulatorProcess(SimConfig(max_num_seqs=4, decode_base_ms=20.0, force_max_tokens=True)) as sim:
-        bounds: list[float] = [time.time()]
+    sim = start_simulator(max_num_seqs=4, decode_base_ms=20.0, force_max_tokens=True)
+    bounds: list[float] = [time.time()]
 
-        def step_of(unix):
-            if unix < bounds[0]:
-                return None
-            return 0 if len(bounds) == 1 or unix < bounds[1] else 1
+    def step_of(unix):
+        if unix < bounds[0]:
+            return None
+        return 0 if len(bounds) == 1 or unix < bounds[1] else 1
 
-        collector = TelemetryCollector([ScrapeTarget(sim.url)], interval_s=0.3, out_dir=tmp_path, step_of=step_of)
-        collector.start()
-        gevent.sleep(1.0)                              # step 0: idle
-        bounds.append(time.time())                     # step 1: 8 concurrent streams of 64 tokens
-        workers = [gevent.spawn(_chat, sim.url) for _ in range(8)]
-        gevent.joinall(workers, timeout=60, raise_error=True)
-        collector.stop()
+    collector = TelemetryCollector([ScrapeTarget(sim.url)], interval_s=0.3, out_dir=tmp_path, step_of=step_of)
+    collector.start()
+    gevent.sleep(1.0)                              # step 0: idle
+    bounds.append(time.time())                     # step 1: 8 concurrent streams of 64 tokens
+    workers = [gevent.spawn(_chat, sim.url) for _ in range(8)]
+    gevent.joinall(workers, timeout=60, raise_error=True)
+    collector.stop()
 
     with (tmp_path / "telemetry_series.csv").open(newline="") as fh:
         rows = list(csv.DictReader(fh))

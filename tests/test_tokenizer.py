@@ -1,63 +1,35 @@
 """--tokenizer / request.tokenizer: output tokens counted by a local tokenizer.json when the server
 reports no usage (docs/metrics.md: usage > continuous usage > tokenizer > chunks).
 
-The tokenizer is a tiny byte-level BPE trained here, offline, on a few sentences: it splits most
-simulator words into several tokens, so its count differs from the chunk count and a test can
-tell which source was used.
+The tokenizer is helpers.tokenizer's tiny byte-level BPE: it splits most simulator words into
+several tokens, so its count differs from the chunk count and a test can tell which source was used.
 """
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 from types import SimpleNamespace
 
 import orjson
 import pytest
-from fixtures_core import fake_llm, write_corpus  # noqa: F401
-from fixtures_simulator import start_simulator  # noqa: F401
-from locust.env import Environment
-from locust.event import Events
-from locust_runs import records, run_locust
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from helpers.processes import run_locust
+from helpers.results import read_records
+from helpers.scenarios import write_corpus
+from helpers.tokenizer import count, make_tokenizer, sim_text
+from helpers.users import local_user
 
 from capacity_plugins.dialects import get_dialect
 from capacity_plugins.errors import UserError
-from capacity_plugins.load import plugin
 from capacity_plugins.load.context import RunContext, load_tokenizer
 from capacity_plugins.load.options import LLMOptions
-from capacity_plugins.load.users import LLMUser
 from capacity_plugins.record import RequestRecord, Timings
 from capacity_plugins.scenario import load_scenario
-from capacity_plugins.simulator.tokens import output_text
 from capacity_plugins.simulator.truth import read_truth
-
-SENTENCES = ["the cat sat on the mat", "a dog and the cat were in the house", "it was the best of times"]
-
-
-def make_tokenizer(path: Path) -> Path:
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=300, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-                                  show_progress=False)
-    tok.train_from_iterator(SENTENCES, trainer)
-    tok.save(str(path))
-    return path
 
 
 @pytest.fixture
 def tokenizer_json(tmp_path: Path) -> Path:
     return make_tokenizer(tmp_path / "tokenizer.json")
-
-
-def count(path: Path, text: str) -> int:
-    return len(Tokenizer.from_file(str(path)).encode(text, add_special_tokens=False).ids)
-
-
-def sim_text(n: int) -> str:
-    """What the simulator generates for n output tokens (reasoning first, then content)."""
-    return "".join(output_text(i) for i in range(n))
 
 
 # -- parsers keep the generated text only when asked ---------------------------------------------------
@@ -228,30 +200,18 @@ def test_context_loads_once_and_rejects_bad_files(tmp_path, tokenizer_json):
 # -- against the simulator -------------------------------------------------------------------------------
 
 
-class _U(LLMUser):
-    pass
-
-
 SIM = dict(decode_base_ms=2.0, decode_per_seq_ms=0.2, prefill_tokens_per_s=50000.0, force_max_tokens=True)
 
 
 @pytest.mark.parametrize("dialect", ["openai-chat", "openai-completions", "tgi", "ollama"])
 @pytest.mark.parametrize("stream", [True, False])
-def test_users_count_with_the_tokenizer_when_the_server_gives_no_usage(start_simulator, tmp_path,  # noqa: F811
+def test_users_count_with_the_tokenizer_when_the_server_gives_no_usage(start_simulator, tmp_path,
                                                                        tokenizer_json, dialect, stream):
     truth_path = tmp_path / "truth.jsonl"
     sim = start_simulator(truth_log=truth_path, reasoning_tokens=3 if dialect == "openai-chat" else 0, **SIM)
-    corpus = write_corpus(tmp_path / "c.jsonl", 20)
-    ns = argparse.Namespace(dialect=dialect, model="sim-model", corpus=str(corpus), min_distinct=1, max_tokens=12,
-                            results_dir=str(tmp_path / "out"), no_stream=not stream, no_usage=True,
-                            tokenizer=str(tokenizer_json))
-    user_class = type("U", (_U,), {"host": sim.url})
-    env = Environment(user_classes=[user_class], events=Events(), host=sim.url, parsed_options=ns)
-    env.create_local_runner()
-    ctx = plugin.register(env)
-    ctx.sampler = ctx.corpus.sampler("sequential", 0, 0, 1)
-    user = user_class(env)
-    recs = [user.call(ctx.next_sample()) for _ in range(3)]
+    user = local_user(sim.url, tmp_path, dialect=dialect, model="sim-model", max_tokens=12, no_stream=not stream,
+                      no_usage=True, tokenizer=str(tokenizer_json))
+    recs = [user.call() for _ in range(3)]
     counted_here = dialect.startswith("openai") and stream
     truth = {t["id"]: t for t in read_truth(truth_path, min_rows=3)} if counted_here else {}
     for r in recs:
@@ -273,12 +233,13 @@ def locust_args(url: str, tmp_path: Path, *extra: str) -> list[str]:
             "--results-dir", str(tmp_path / "out"), "--only-summary", *extra]
 
 
-def test_locust_run_counts_with_the_tokenizer(start_simulator, tmp_path, tokenizer_json):  # noqa: F811
+@pytest.mark.slow  # a real locust process
+def test_locust_run_counts_with_the_tokenizer(start_simulator, tmp_path, tokenizer_json):
     truth_path = tmp_path / "truth.jsonl"
     sim = start_simulator(truth_log=truth_path, reasoning_tokens=2, **SIM)
     p = run_locust(locust_args(sim.url, tmp_path, "--no-usage", "--tokenizer", str(tokenizer_json)))
     assert "Traceback" not in p.stderr, p.stderr[-3000:]
-    ok = [r for r in records(tmp_path / "out") if r["ok"]]
+    ok = [r for r in read_records(tmp_path / "out") if r["ok"]]
     assert len(ok) >= 10
     truth = {t["id"]: t for t in read_truth(truth_path, min_rows=len(ok))}
     for r in ok:
@@ -304,17 +265,19 @@ def meta_text(meta: dict) -> str:
     return orjson.dumps(meta).decode()
 
 
-def test_locust_run_with_usage_keeps_usage(start_simulator, tmp_path, tokenizer_json):  # noqa: F811
+@pytest.mark.slow  # a real locust process
+def test_locust_run_with_usage_keeps_usage(start_simulator, tmp_path, tokenizer_json):
     sim = start_simulator(**SIM)
     p = run_locust(locust_args(sim.url, tmp_path, "--tokenizer", str(tokenizer_json)))
     assert "Traceback" not in p.stderr, p.stderr[-3000:]
-    ok = [r for r in records(tmp_path / "out") if r["ok"]]
+    ok = [r for r in read_records(tmp_path / "out") if r["ok"]]
     assert len(ok) >= 10
     assert all(r["output_tokens_source"] == "usage" and r["output_tokens"] == 16 for r in ok)
 
 
+@pytest.mark.slow  # a real locust process
 @pytest.mark.parametrize("bad", ["missing", "garbage"])
-def test_bad_tokenizer_path_exits_2_with_one_line(start_simulator, tmp_path, bad):  # noqa: F811
+def test_bad_tokenizer_path_exits_2_with_one_line(start_simulator, tmp_path, bad):
     sim = start_simulator(**SIM)
     path = tmp_path / f"{bad}.json"
     if bad == "garbage":
@@ -327,17 +290,9 @@ def test_bad_tokenizer_path_exits_2_with_one_line(start_simulator, tmp_path, bad
 
 
 @pytest.mark.parametrize("stream", [True, False])
-def test_failed_request_counts_like_without_a_tokenizer(fake_llm, tmp_path, tokenizer_json, stream):  # noqa: F811
-    corpus = write_corpus(tmp_path / "c.jsonl", 20)
-    ns = argparse.Namespace(dialect="openai-chat", model="http-500", corpus=str(corpus), min_distinct=1,
-                            max_tokens=12, results_dir=str(tmp_path / "out"), no_stream=not stream, no_usage=True,
-                            tokenizer=str(tokenizer_json))
-    user_class = type("U", (_U,), {"host": fake_llm})
-    env = Environment(user_classes=[user_class], events=Events(), host=fake_llm, parsed_options=ns)
-    env.create_local_runner()
-    ctx = plugin.register(env)
-    ctx.sampler = ctx.corpus.sampler("sequential", 0, 0, 1)
-    r = user_class(env).call(ctx.next_sample())
+def test_failed_request_counts_like_without_a_tokenizer(fake_llm, tmp_path, tokenizer_json, stream):
+    r = local_user(fake_llm, tmp_path, model="http-500", max_tokens=12, no_stream=not stream, no_usage=True,
+                   tokenizer=str(tokenizer_json)).call()
     assert r.error_kind == "http_5xx"
     # streamed: 0 tokens from the tokenizer (was 0 chunks); non-streamed: no count at all, as before
     assert (r.output_tokens, r.output_tokens_source) == ((0, "tokenizer") if stream else (None, None))

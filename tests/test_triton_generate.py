@@ -19,15 +19,17 @@ from typing import Any
 
 import pytest
 import yaml
-from fixtures_core import write_corpus
-from fixtures_run import ROOT, capacity, read_records, results_dir
+from helpers.paths import ROOT
+from helpers.processes import capacity, run_locust
+from helpers.results import read_records, results_dir
+from helpers.scenarios import write_corpus
+from helpers.tokenizer import make_tokenizer, sim_text
 from locust.env import Environment
 from locust.event import Events
-from locust_runs import nearest_rank, records, run_locust
-from test_tokenizer import make_tokenizer, sim_text
 from tokenizers import Tokenizer
 
 from capacity_plugins.contracts.dialects import TritonFields
+from capacity_plugins.contracts.percentiles import quantile
 from capacity_plugins.errors import RunError, UserError
 from capacity_plugins.load import plugin
 from capacity_plugins.load.options import LLMOptions
@@ -75,6 +77,7 @@ def test_scenario_keys_reach_the_options(tmp_path):
     assert LLMOptions.from_parsed(SimpleNamespace(**opts.parser_defaults())) == opts
 
 
+@pytest.mark.slow  # `capacity run`
 @pytest.mark.parametrize(
     ("target", "says"),
     [
@@ -96,6 +99,7 @@ def test_bad_triton_scenario_is_one_line_exit_2(tmp_path, target, says):
     assert r.returncode == 2 and len(lines) == 1 and says in lines[0], r.stderr
 
 
+@pytest.mark.slow  # a real locust process
 def test_locust_flag_error_is_one_line_exit_2(tmp_path):
     r = run_locust(["--headless", "-u", "1", "-t", "1s", "--host", "http://127.0.0.1:9", "--dialect", "triton-generate",
                     "--model", "m", "--triton-input-field", "stream", "--results-dir", str(tmp_path / "out")])
@@ -244,6 +248,7 @@ def test_in_stream_error_cut_and_malformed_events(start_simulator, tmp_path):
 # -- a real Locust run and a capacity run ----------------------------------------------------------
 
 
+@pytest.mark.slow  # a real locust process
 def test_locust_run_cumulative_outputs_against_the_truth(start_simulator, tmp_path):
     truth_path = tmp_path / "truth.jsonl"
     sim = start_simulator(truth_log=truth_path, triton_cumulative=True, **CUSTOM, **sim_config())
@@ -255,7 +260,7 @@ def test_locust_run_cumulative_outputs_against_the_truth(start_simulator, tmp_pa
                     "--corpus", str(corpus), "--min-distinct", "1000", "--max-tokens", str(MAX_TOKENS),
                     "--results-dir", str(out), "--only-summary"])
     assert "Traceback" not in p.stderr, p.stderr[-3000:]
-    recs = records(out)
+    recs = read_records(out)
     ok = [r for r in recs if r["ok"]]
     # every request ends ok but those the stop cancelled (Locust stops users mid-request)
     assert len(ok) >= 10 and {r["error_kind"] for r in recs} <= {None, "cancelled"}
@@ -266,7 +271,7 @@ def test_locust_run_cumulative_outputs_against_the_truth(start_simulator, tmp_pa
         assert r["output_tokens"] == t["output_tokens"] == MAX_TOKENS and r["output_tokens_source"] == "chunks"
         assert len(r["itl_ms"]) == MAX_TOKENS - 1
         diffs.append(r["ttft_ms"] - t["first_token_s"] * 1000.0)
-    print(f"TTFT client-server: median {statistics.median(diffs):.3f} ms, p99 {nearest_rank(diffs, 0.99):.3f} ms "
+    print(f"TTFT client-server: median {statistics.median(diffs):.3f} ms, p99 {quantile(diffs, 0.99):.3f} ms "
           f"(n={len(diffs)})")
     assert min(diffs) > -0.5  # never before the server wrote it
     # The systematic offset (loopback, reading, parsing): test_accuracy.py's bound. Its tail is the

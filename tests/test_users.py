@@ -1,44 +1,21 @@
 """LLMUser against the scripted fake server, in-process (one Environment, its own Events)."""
 
-import argparse
 import os
 from pathlib import Path
 
 import gevent
 import orjson
 import pytest
-from fixtures_core import FAKE_TOKENS, fake_llm, fake_llm_tls, free_port, write_corpus  # noqa: F401
-from locust.env import Environment
-from locust.event import Events
-
-from capacity_plugins.load import plugin
-from capacity_plugins.load.users import LLMUser
-
-
-class U(LLMUser):
-    pass
+from helpers.fake_llm import FAKE_TOKENS
+from helpers.ports import free_port
+from helpers.users import local_user
 
 
 def make(url, tmp_path: Path, **opts):
-    tmp_path.mkdir(parents=True, exist_ok=True)
-    corpus = tmp_path / "c.jsonl"
-    if not corpus.exists():
-        write_corpus(corpus, 50)
-    ns = argparse.Namespace(
-        dialect="openai-chat", model="ok", corpus=str(corpus), min_distinct=1, max_tokens=16,
-        results_dir=str(tmp_path / "out"), no_stream=False, request_timeout=10.0, retries=0,
-        header=[], api_key_env="", insecure=False, sampling="shuffle", seed=0,
-    )
-    for k, v in opts.items():
-        setattr(ns, k, v)
-    user_class = type("U", (U,), {"host": url})
-    env = Environment(user_classes=[user_class], events=Events(), host=url, parsed_options=ns)
-    env.create_local_runner()
-    ctx = plugin.register(env)
-    ctx.sampler = ctx.corpus.sampler("shuffle", 0, 0, 1)
-    fired = []
-    env.events.request.add_listener(lambda **kw: fired.append(kw))
-    return env, ctx, user_class(env), fired
+    options = dict(model="ok", max_tokens=16, request_timeout=10.0, retries=0, header=[], api_key_env="",
+                   insecure=False, sampling="shuffle", seed=0)
+    u = local_user(url, tmp_path, sampler="shuffle", corpus_size=50, **{**options, **opts})
+    return u.env, u.ctx, u.user, u.fired
 
 
 def lines(ctx):
@@ -48,7 +25,7 @@ def lines(ctx):
 
 @pytest.mark.parametrize("dialect", ["openai-chat", "openai-completions", "tgi", "ollama", "ollama-generate"])
 @pytest.mark.parametrize("stream", [True, False])
-def test_every_dialect_streaming_and_not(fake_llm, tmp_path, dialect, stream):  # noqa: F811
+def test_every_dialect_streaming_and_not(fake_llm, tmp_path, dialect, stream):
     env, ctx, user, fired = make(fake_llm, tmp_path, dialect=dialect, model="ok", no_stream=not stream)
     rec = user.call(ctx.next_sample())
     assert rec.ok, rec.error
@@ -65,7 +42,7 @@ def test_every_dialect_streaming_and_not(fake_llm, tmp_path, dialect, stream):  
     assert lines(ctx)[0]["request_id"] == rec.request_id
 
 
-def test_reasoning_counts_for_ttft_and_content_for_first_visible(fake_llm, tmp_path):  # noqa: F811
+def test_reasoning_counts_for_ttft_and_content_for_first_visible(fake_llm, tmp_path):
     env, ctx, user, fired = make(fake_llm, tmp_path, model="reasoning")
     rec = user.call(ctx.next_sample())
     assert rec.ok and rec.first_visible_ms > rec.ttft_ms
@@ -84,7 +61,7 @@ def test_reasoning_counts_for_ttft_and_content_for_first_visible(fake_llm, tmp_p
         ("inerror", "server_error", 200),
     ],
 )
-def test_error_classes_are_records_and_locust_failures(fake_llm, tmp_path, model, kind, status):  # noqa: F811
+def test_error_classes_are_records_and_locust_failures(fake_llm, tmp_path, model, kind, status):
     env, ctx, user, fired = make(fake_llm, tmp_path, model=model)
     rec = user.call(ctx.next_sample())
     assert (rec.ok, rec.error_kind, rec.status) == (False, kind, status)
@@ -95,7 +72,7 @@ def test_error_classes_are_records_and_locust_failures(fake_llm, tmp_path, model
     assert [d["error_kind"] for d in lines(ctx)] == [kind, kind]
 
 
-def test_timeout_and_connect_refused(fake_llm, tmp_path):  # noqa: F811
+def test_timeout_and_connect_refused(fake_llm, tmp_path):
     env, ctx, user, fired = make(fake_llm, tmp_path, model="hang", request_timeout=0.5)
     rec = user.call(ctx.next_sample())
     assert rec.error_kind == "timeout" and rec.e2e_ms >= 450
@@ -104,7 +81,7 @@ def test_timeout_and_connect_refused(fake_llm, tmp_path):  # noqa: F811
     assert (rec.error_kind, rec.status) == ("connect", 0) and fired2[0]["exception"] is not None
 
 
-def test_cancelled_mid_stream_is_recorded(fake_llm, tmp_path):  # noqa: F811
+def test_cancelled_mid_stream_is_recorded(fake_llm, tmp_path):
     env, ctx, user, fired = make(fake_llm, tmp_path, model="hang")
     g = gevent.spawn(user.call, ctx.next_sample())
     gevent.sleep(0.3)
@@ -114,7 +91,7 @@ def test_cancelled_mid_stream_is_recorded(fake_llm, tmp_path):  # noqa: F811
     assert fired == []
 
 
-def test_retries_record_every_attempt(fake_llm, tmp_path):  # noqa: F811
+def test_retries_record_every_attempt(fake_llm, tmp_path):
     env, ctx, user, fired = make(fake_llm, tmp_path, model="http-503", retries=2)
     rec = user.call(ctx.next_sample())
     assert rec.attempt == 3
@@ -125,7 +102,7 @@ def test_retries_record_every_attempt(fake_llm, tmp_path):  # noqa: F811
     assert user.call(ctx.next_sample()).attempt == 1  # 4xx is not retryable
 
 
-def test_api_key_sent_but_never_written(fake_llm, tmp_path, monkeypatch):  # noqa: F811
+def test_api_key_sent_but_never_written(fake_llm, tmp_path, monkeypatch):
     monkeypatch.setenv("FAKE_LLM_KEY", "sk-very-secret-123")
     env, ctx, user, fired = make(
         fake_llm, tmp_path, api_key_env="FAKE_LLM_KEY", header=["X-Api-Key: hdr-secret-456", "X-Team: blue"]
@@ -146,7 +123,7 @@ def test_api_key_sent_but_never_written(fake_llm, tmp_path, monkeypatch):  # noq
     assert meta["server"].get("models") == ["fake-model"]
 
 
-def test_tls_verified_unless_insecure(fake_llm_tls, tmp_path):  # noqa: F811
+def test_tls_verified_unless_insecure(fake_llm_tls, tmp_path):
     # a self-signed certificate: refused by default (FastHttpUser alone would accept it) ...
     env, ctx, user, fired = make(fake_llm_tls, tmp_path)
     rec = user.call(ctx.next_sample())
@@ -157,7 +134,7 @@ def test_tls_verified_unless_insecure(fake_llm_tls, tmp_path):  # noqa: F811
     assert rec.ok, rec.error
 
 
-def test_missing_api_key_env_and_unknown_dialect_are_user_errors(fake_llm, tmp_path):  # noqa: F811
+def test_missing_api_key_env_and_unknown_dialect_are_user_errors(fake_llm, tmp_path):
     from capacity_plugins.errors import UserError
 
     os.environ.pop("NOPE_KEY_XYZ", None)
@@ -167,7 +144,7 @@ def test_missing_api_key_env_and_unknown_dialect_are_user_errors(fake_llm, tmp_p
         make(fake_llm, tmp_path, dialect="grpc-magic")
 
 
-def test_seams_pacer_step_provider_listeners_extra_meta(fake_llm, tmp_path):  # noqa: F811
+def test_seams_pacer_step_provider_listeners_extra_meta(fake_llm, tmp_path):
     import time
 
     env, ctx, user, fired = make(fake_llm, tmp_path)
@@ -202,7 +179,7 @@ def test_seams_pacer_step_provider_listeners_extra_meta(fake_llm, tmp_path):  # 
     assert lines(ctx)[0]["step"] == 3
 
 
-def test_reset_stats_clears_llm_stats(fake_llm, tmp_path):  # noqa: F811
+def test_reset_stats_clears_llm_stats(fake_llm, tmp_path):
     env, ctx, user, fired = make(fake_llm, tmp_path)
     user.call(ctx.next_sample())
     assert ctx.llm_stats.rows()[0]["requests"] == 1

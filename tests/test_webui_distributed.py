@@ -7,37 +7,34 @@ import subprocess
 import time
 
 import orjson
-from conftest import free_port
-from fixtures_webui import (  # noqa: F401
-    aggregated,
-    count_lines,
-    get_json,
-    http_get,
-    http_post,
-    llm_args,
-    locust_procs,
-    records_by_worker,
-    sim,
-    wait_until,
-)
-from locust_runs import LOCUST, LOCUSTFILE, ROOT, env_with
+import pytest
+from helpers.ports import free_port
+from helpers.processes import locust_argv, popen
+from helpers.results import count_lines, llm_row, llm_tab, records_by_worker
+from helpers.scenarios import llm_args
+from helpers.simulator import LOADED
+from helpers.waiting import wait_until
+from helpers.web import get_json, http_post
+
+pytestmark = pytest.mark.slow  # real locust processes
+
+SIMULATOR = LOADED
 
 
-def test_master_view_covers_both_workers_and_shows_a_lost_one(sim, locust_procs, tmp_path):  # noqa: F811
+def test_master_view_covers_both_workers_and_shows_a_lost_one(simulator, locust_procs, tmp_path):
     web, master_port = free_port(), free_port()
     out = tmp_path / "out"
     jsonl = out / "requests.jsonl"
     master = locust_procs(["--master", "--master-bind-host", "127.0.0.1", "--master-bind-port", str(master_port),
                            "--web-host", "127.0.0.1", "--web-port", str(web), "--autostart", "--expect-workers", "2",
-                           "-u", "4", "-r", "4", *llm_args(sim.url, out)], tmp_path / "master.log")
-    workers = [subprocess.Popen([LOCUST, "-f", LOCUSTFILE, "--worker", "--master-host", "127.0.0.1",
-                                 "--master-port", str(master_port)], cwd=ROOT, env=env_with(),
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for _ in range(2)]
+                           "-u", "4", "-r", "4", *llm_args(simulator.url, out)], tmp_path / "master.log")
+    workers = [popen(locust_argv(["--worker", "--master-host", "127.0.0.1", "--master-port", str(master_port)]),
+                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for _ in range(2)]
     base = f"http://127.0.0.1:{web}"
     try:
         # -- phase 1: both workers run, the test is stopped from the UI -------------------------------
         wait_until(lambda: jsonl.exists() and set(records_by_worker(jsonl)) == {0, 1}
-                   and aggregated(get_json(f"{base}/llm/stats"))["requests"] >= 20, 60,
+                   and llm_row(get_json(f"{base}/llm/stats"))["requests"] >= 20, 60,
                    "records from both workers", master)
         status, _ = http_post(f"{base}/stop")
         assert status == 200
@@ -45,13 +42,13 @@ def test_master_view_covers_both_workers_and_shows_a_lost_one(sim, locust_procs,
         def settled():
             # workers ship their last records at stop and their last stats delta with the next
             # report (≤ 3 s): the master's live count must end equal to the file, both workers in it
-            n = aggregated(get_json(f"{base}/llm/stats"))["requests"]
+            n = llm_row(get_json(f"{base}/llm/stats"))["requests"]
             by_worker = records_by_worker(jsonl, finished_only=True)  # cancelled by the stop: records only
             return n == sum(by_worker.values()) and count_lines(jsonl) >= n and by_worker
 
         by_worker = wait_until(settled, 20, "the master's count to equal requests.jsonl", master, interval=0.5)
         assert set(by_worker) == {0, 1} and min(by_worker.values()) > 0
-        tab = next(e for e in get_json(f"{base}/stats/requests")["extended_stats"] if e["key"] == "llm")["data"]
+        tab = llm_tab(get_json(f"{base}/stats/requests"))
         assert next(r for r in tab if r["name"] == "Aggregated")["requests"] == sum(by_worker.values())
         doc = get_json(f"{base}/llm/stats")
         assert doc["workers"]["count"] == 2 and doc["workers"]["lost"] == []
@@ -69,7 +66,7 @@ def test_master_view_covers_both_workers_and_shows_a_lost_one(sim, locust_procs,
                           "the killed worker to show as lost", master)
         assert len(lost) == 1 and lost[0]["worker"] in (0, 1) and lost[0]["lost_unix"] >= killed_unix
         dead = lost[0]["worker"]
-        tab = next(e for e in get_json(f"{base}/stats/requests")["extended_stats"] if e["key"] == "llm")["data"]
+        tab = llm_tab(get_json(f"{base}/stats/requests"))
         assert any(r["name"] == f"LOST workers: {dead}" for r in tab), tab
         doc = get_json(f"{base}/llm/stats")
         assert doc["workers"]["count"] == 1 and doc["state"] in ("running", "spawning")

@@ -4,18 +4,26 @@ level and the simulator's GPU / queue / KV-cache readings."""
 
 import re
 
-from conftest import free_port
-from fixtures_run import write_scenario
-from fixtures_webui import get_json, http_get, locust_procs, sim, wait_until  # noqa: F401
+import pytest
+from helpers.ports import free_port
+from helpers.results import llm_tab
+from helpers.scenarios import write_scenario
+from helpers.simulator import LOADED
+from helpers.waiting import wait_until
+from helpers.web import get_json, http_get
+
+pytestmark = pytest.mark.slow  # a real locust process
+
+SIMULATOR = LOADED
 
 
-def test_rehearsal_step_and_telemetry_live(sim, locust_procs, tmp_path):  # noqa: F811
+def test_rehearsal_step_and_telemetry_live(simulator, locust_procs, tmp_path):
     sc = write_scenario(
         tmp_path, "live",
-        target={"url": sim.url, "model": "sim-model"},
+        target={"url": simulator.url, "model": "sim-model"},
         request={"max_tokens": 16, "timeout_s": 10},
         load={"kind": "concurrency_sweep", "levels": [2, 4], "step_s": 6, "warmup_s": 1},
-        telemetry={"scrape": [{"url": sim.url + "/metrics", "kind": "simulator"}], "interval_s": 0.5},
+        telemetry={"scrape": [{"url": simulator.url + "/metrics", "kind": "simulator"}], "interval_s": 0.5},
     )
     port = free_port()
     p = locust_procs(["--scenario", str(sc), "--web-host", "127.0.0.1", "--web-port", str(port), "--autostart",
@@ -37,7 +45,7 @@ def test_rehearsal_step_and_telemetry_live(sim, locust_procs, tmp_path):  # noqa
     assert 0 <= doc["telemetry"]["gpu_util_pct"] <= 100 and 0 <= doc["telemetry"]["kv_cache_usage"] <= 1
     assert doc["telemetry"]["server_waiting"] is not None
 
-    tab = next(e for e in get_json(f"{base}/stats/requests")["extended_stats"] if e["key"] == "llm")["data"]
+    tab = llm_tab(get_json(f"{base}/stats/requests"))
     row = next(r for r in tab if r["name"] == "Aggregated")
     assert re.fullmatch(r"[12]/2 [24] users \((run|drain|settle)\)", row["step"]), row["step"]
     assert row["gpu_util"].endswith("%") and row["kv_cache"].endswith("%") and row["queue"] != ""

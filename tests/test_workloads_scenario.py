@@ -3,17 +3,14 @@ copy in a results folder, and one-line errors naming the file and the field path
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
+from helpers.processes import capacity
 
 from capacity_plugins.errors import UserError
 from capacity_plugins.scenario import load_scenario
-
-ROOT = Path(__file__).resolve().parent.parent
 
 MIX = """
 target: {url: embedded}
@@ -134,8 +131,7 @@ def test_a_class_may_null_every_limit_it_inherits_only_by_setting_its_own(tmp_pa
 
 def test_cli_bad_workload_one_line_exit_2(tmp_path):
     bad = write(tmp_path, W + "  - {name: chat, weight: 0}\n", "bad.yaml")
-    r = subprocess.run([sys.executable, "-m", "capacity_plugins", "run", str(bad)],
-                       capture_output=True, text=True, timeout=60, cwd=ROOT)
+    r = capacity("run", str(bad), timeout=60)
     assert r.returncode == 2, r.stderr
     lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and "bad.yaml: workloads[0].weight" in lines[0] and "Traceback" not in r.stderr

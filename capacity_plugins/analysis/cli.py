@@ -38,6 +38,9 @@ VERDICT_HELP = {
     "trigger_share": "share of current capacity that triggers planning (default 0.7)",
     "max_capacity_interval": "widest capacity interval, as a share of capacity, the plan sizes from (default 0.5)",
     "min_detectable_difference": "compare: smallest relative change single runs can show (default 0.10)",
+    "queue_dominant_share": "share of TTFT spent in the server queue at which queueing dominates (default 0.5)",
+    "client_remainder_max_ms": "client TTFT mean - server TTFT mean (network + client) called out above this, ms "
+                               "(default 10)",
 }
 
 

@@ -21,6 +21,7 @@ from capacity_plugins.analysis.plan import make_cost, make_plan
 from capacity_plugins.analysis.runfacts import redact_url, run_facts
 from capacity_plugins.analysis.stability import stability
 from capacity_plugins.analysis.table import step_rows
+from capacity_plugins.analysis.ttft_breakdown import breakdown_notes
 from capacity_plugins.analysis.validity import meta_warnings
 from capacity_plugins.analysis.verdict import checklists, decide
 from capacity_plugins.analysis.workloads import class_warnings, mix_capacity
@@ -73,6 +74,7 @@ def summarise(run: RunData, progress: Callable[[str], None] | None = None) -> di
         "verdict_settings": run.verdict.model_dump(),
         "min_requests": run.settings.min_requests,
         "steps": rows,
+        "ttft_breakdown": breakdown_notes(series, run.meta),
         "knee": knee,
         "capacity": cap,
         "plan": plan,

@@ -30,6 +30,7 @@ from capacity_plugins.analysis.report_text import (  # noqa: E402
     search_lines,
     table_columns,
 )
+from capacity_plugins.analysis.report_ttft import plot_ttft_breakdown, section  # noqa: E402
 
 DECISION_COLOUR = {"scale": "#b3261e", "dont_scale_yet": "#1e6b35", "observe": "#8a6d00"}
 
@@ -214,6 +215,7 @@ tr.needs_human td{{background:#fff6d6}} tr.pass td{{background:#e8f6ec}} img{{ma
 {_workloads_html(summary)}
 <h2>Throughput and latency against load</h2>{_img(figs.get('throughput_latency'), 'throughput and latency vs load')}
 <h2>Latency distributions per step</h2>{_img(figs.get('latency_distributions'), 'TTFT and E2E per step')}
+{section(summary, _img(figs.get('ttft_breakdown'), 'where TTFT goes, per step'))}
 {('<h2>GPU and queue timeline</h2>' + _img(figs.get('timeline'), 'GPU and queue timeline')) if figs.get('timeline') else '<p>No telemetry in this run.</p>'}
 <h2>Load table</h2>
 <p>Intervals in brackets ({(summary.get('run') or {}).get('confidence', 0.95):.0%}); ∞: too few requests to bound that
@@ -251,5 +253,7 @@ def write_reports(summary: dict[str, Any], run: RunData, out_dir: Path) -> None:
         "latency_distributions": plot_distributions(run, summary, out_dir / "latency_distributions.png"),
         "timeline": plot_timeline(run, out_dir / "timeline.png", bool((summary.get("run") or {}).get("simulated"))),
     }
+    ttft = plot_ttft_breakdown(summary)
+    figs["ttft_breakdown"] = _save(ttft, out_dir / "ttft_breakdown.png") if ttft is not None else None
     (out_dir / "summary.md").write_text(markdown(summary), encoding="utf-8")
     (out_dir / "report.html").write_text(html_page(summary, figs), encoding="utf-8")

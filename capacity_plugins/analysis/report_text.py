@@ -172,11 +172,11 @@ def search_lines(summary: dict[str, Any]) -> list[str]:
     unit = s.get("unit", "")
     lo, hi = s.get("highest_pass"), s.get("lowest_fail")
     if lo is not None and hi is not None:
-        found = f"the SLO held at {lo:g} {unit} and not at {hi:g} {unit}"
+        found = f"the SLO held at {lo:g} {unit} and not (or not surely) at {hi:g} {unit}"
     elif lo is not None:
         found = f"the SLO held at {lo:g} {unit}, the highest level tried: capacity is at least that"
     elif hi is not None:
-        found = f"the SLO was not met at {hi:g} {unit}, the lowest level tried"
+        found = f"no level was shown to meet the SLO (the lowest tried: {hi:g} {unit})"
     else:
         found = "no step was judged"
     state = "converged" if s.get("converged") else "not converged"
@@ -191,6 +191,10 @@ TABLE_COLS: list[tuple[str, str, int | None, str | None]] = [
     ("rps", "ok rps", 2, "rps_ci"), ("goodput_rps", "goodput rps", 2, None),
     ("requests", "requests", 0, None), ("error_rate", "error %", None, None), ("ttft_p50_ms", "TTFT P50", 0, None),
     ("ttft_p95_ms", "TTFT P95", 0, "ttft_p95_ci_ms"), ("ttft_p99_ms", "TTFT P99", 0, "ttft_p99_ci_ms"),
+    # Where TTFT goes (means, ms): the server's own histograms, the client's mean, what is left between.
+    ("client_ttft_mean_ms", "TTFT mean", 1, None), ("server_queue_mean_ms", "server queue ms", 1, None),
+    ("server_prefill_mean_ms", "server prefill ms", 1, None), ("server_ttft_mean_ms", "server TTFT ms", 1, None),
+    ("client_remainder_ms", "client rest ms", 2, None), ("ttft_queue_share", "queue share", None, None),
     ("itl_p95_ms", "ITL P95", 1, None), ("tpot_p95_ms", "TPOT P95", 1, "tpot_p95_ci_ms"),
     ("e2e_p50_ms", "E2E P50", 0, None), ("e2e_p95_ms", "E2E P95", 0, "e2e_p95_ci_ms"),
     ("e2e_p99_ms", "E2E P99", 0, "e2e_p99_ci_ms"), ("output_tokens_per_s", "out tok/s", 0, None),
@@ -200,7 +204,13 @@ TABLE_COLS: list[tuple[str, str, int | None, str | None]] = [
     ("slo_judgement", "SLO", 0, None),
 ]
 # Columns whose readings come from the target's telemetry: simulated when the target was.
-TELEMETRY_COLS = {"gpu_util_pct", "vram_used_gb", "gpu_temp_max_c", "gpu_power_w", "server_waiting", "kv_cache_usage_max"}
+TELEMETRY_COLS = {"gpu_util_pct", "vram_used_gb", "gpu_temp_max_c", "gpu_power_w", "server_waiting", "kv_cache_usage_max",
+                  "server_queue_mean_ms", "server_prefill_mean_ms", "server_ttft_mean_ms"}
+
+
+TTFT_LEGEND = ("Where TTFT goes (means over the measured window, ms): server queue + prefill + the rest of the "
+               "server's TTFT, then the client rest = client TTFT mean − server TTFT mean (network + client); "
+               "queue share = server queue ÷ server TTFT.")
 
 
 def table_columns(summary: dict[str, Any]) -> list[tuple[str, str, int | None, str | None]]:
@@ -213,6 +223,8 @@ def cell(r: dict[str, Any], key: str, digits: int | None, ci_key: str | None = N
     v = r.get(key)
     if key == "error_rate":
         return "–" if v is None else f"{v * 100:.2f}"
+    if key == "ttft_queue_share":
+        return "–" if v is None else f"{v:.0%}"
     if key == "slo_judgement":
         return {"pass": "pass", "fail": "fail"}.get(v or "", "pass?" if r.get("slo_pass") else "fail?")
     text = fmt(v, digits if digits is not None else 2)
@@ -247,6 +259,7 @@ def markdown(summary: dict[str, Any]) -> str:
     out.append("|" + "---|" * (len(cols) + 1))
     for r in summary["steps"]:
         out.append("| " + " | ".join(cell(r, k, d, ci) for k, _, d, ci in cols) + f" | {r.get('conclusion', '')} |")
+    out += ["", TTFT_LEGEND] + [f"- {n}" for n in (summary.get("ttft_breakdown") or {}).get("notes", [])]
     out += ["", "## Checklist", ""]
     for item in summary["checklist"]:
         mark = {"pass": "x", "fail": " ", "needs_human": "?"}[item["status"]]

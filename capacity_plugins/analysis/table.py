@@ -18,6 +18,7 @@ import pandas as pd
 from capacity_plugins.analysis.intervals import gain_class, half_width, quantiles_ci, rate_ci, share_ci
 from capacity_plugins.analysis.load import RunData, Step
 from capacity_plugins.analysis.step_telemetry import telemetry_for
+from capacity_plugins.analysis.ttft_breakdown import TTFTBreakdown
 from capacity_plugins.analysis.validity import step_validity
 from capacity_plugins.contracts.planning import SLOConfig, VerdictConfig
 from capacity_plugins.contracts.slo import share_judgement
@@ -75,6 +76,7 @@ def step_rows(run: RunData, slo: SLOConfig) -> list[dict[str, Any]]:
     cancelled_counts = measured[cancelled].groupby("step").size().to_dict()
     itl_by_step = _split_itl(run)
     limits = {k: getattr(slo, f"{k[:-3]}_p95_ms") for k in ("ttft_ms", "tpot_ms", "e2e_ms")}
+    breakdown = TTFTBreakdown(req, run.telemetry)
     rows: list[dict[str, Any]] = []
     for st in run.steps:
         g = groups.get(st.index, req.iloc[0:0])
@@ -134,6 +136,7 @@ def step_rows(run: RunData, slo: SLOConfig) -> list[dict[str, Any]]:
         row["slo_pass"] = bool(n_ok > 0 and err_ok and all(v["pass"] for v in row["slo"].values()))
         row["slo_judgement"] = _slo_judgement(row, slo)
         row.update(telemetry_for(run, st))
+        row.update(breakdown.row(st))
         row.update(step_validity(st, requests=n, ok_requests=n_ok, window_s=window, settings=run.settings,
                                  meta=run.meta))
         rows.append(row)

@@ -14,12 +14,16 @@ and `verdict` sections (or flags) and each reason names the key it used:
   needed > current → scale;
 - otherwise observe, with what to measure next.
 When the target was the embedded simulator, GPU readings are called simulated.
+Whatever the decision, two reasons from where TTFT goes follow it (analysis/ttft_breakdown.py):
+the server queue taking at least `verdict.queue_dominant_share` of TTFT at the loaded step, and a
+client remainder over `verdict.client_remainder_max_ms` at any valid step.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from capacity_plugins.analysis.ttft_breakdown import ttft_reasons
 from capacity_plugins.contracts.planning import SLOConfig, VerdictConfig
 
 LIMIT_NAMES = {"ttft_ms": "TTFT", "tpot_ms": "TPOT", "e2e_ms": "E2E", "itl_ms": "ITL"}
@@ -130,6 +134,8 @@ def decide(rows, knee, capacity, plan, telemetry_present: bool, slo: SLOConfig, 
     bn = bottleneck(loaded, vc, client_cpu_max_pct, simulated)
 
     def result(decision: str) -> dict[str, Any]:
+        # Where TTFT goes holds whatever the decision: queueing dominating it, a long measuring path.
+        reasons.extend(ttft_reasons(rows, loaded, vc))
         return {"decision": decision, "reasons": reasons, "bottleneck": bn["kind"], "bottleneck_hints": bn["hints"],
                 "measure_next": next_steps,
                 "evidence_levels": {"highest_passing": hp["level"] if hp else None,

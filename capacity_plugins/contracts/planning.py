@@ -81,3 +81,11 @@ class VerdictConfig(_Strict):
     # `capacity compare` of single runs: a change smaller than this share of the before value is
     # "within noise" whatever the within-run intervals say (they miss run-to-run variation).
     min_detectable_difference: float = Field(default=0.10, ge=0, lt=1)
+    # Where TTFT goes (docs/capacity.md, "Where TTFT goes"): at the loaded step, a server queue
+    # taking at least this share of TTFT dominates it — more replicas or batch slots shorten it,
+    # faster GPUs mostly do not. 0.5: queueing is the larger part.
+    queue_dominant_share: float = Field(default=0.5, gt=0, le=1)
+    # Client TTFT mean − the server's own TTFT mean (network + client) above which the measuring
+    # path is called out, in ms. On loopback it is ~0.5 ms, next to a real vLLM 2-3 ms; 10 ms is a
+    # network hop or a busy client, not the server.
+    client_remainder_max_ms: float = Field(default=10.0, gt=0)

@@ -35,6 +35,16 @@ def share_judgement(k: int, n: int, target: float, confidence: float) -> Judgeme
     return "uncertain"
 
 
+def min_requests_to_show(attainment: float, confidence: float) -> int:
+    """The fewest requests, all within the limit, whose share interval reaches `attainment`
+    (72 for 95 % at 95 % confidence): the exact lower end for n of n is ((1 − confidence) / 2)^(1/n)."""
+    if attainment <= 0:
+        return 1
+    if attainment >= 1:
+        raise ValueError("an attainment of 100 % can never be shown from a sample")
+    return max(1, math.ceil(math.log((1.0 - confidence) / 2.0) / math.log(attainment)))
+
+
 def within(values: Iterable[float | None], limit: float) -> tuple[int, int]:
     """(values at or under the limit, all values); None / NaN count as over."""
     k = n = 0

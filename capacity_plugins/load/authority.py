@@ -103,7 +103,8 @@ class StepAuthority:
         views, requests, errors = self.accounting.slo_sample(finished.index)
         judged, limiting = judge_step(views, requests, errors, self.scenario.slo, self.scenario.verdict.confidence)
         if requests < self.scenario.load.min_requests and judged == "pass":
-            judged = "uncertain"  # too few requests to claim a pass (the analysis calls it insufficient)
+            # too few requests to claim a pass (the analysis calls the step insufficient)
+            judged, limiting = "uncertain", f"{requests} requests < load.min_requests {self.scenario.load.min_requests}"
         spent = time.time() - (self.timeline.steps[0].start_unix if self.timeline.steps else time.time())
         level = self.search.next(finished.level, judged, limiting, spent_s=spent)
         print(f"[capacity] search: {finished.level:g} {unit} → {judged}"

@@ -55,16 +55,22 @@ class MasterHandshake:
         self.refusals: list[str] = []
         self.workers_seen: set[int] = set()
         self.ready_workers: set[int] = set()
+        self.started = False  # a test has started: a worker that says Hello needs the setup
         # The rehearsal is open loop: workers create their pacer before any user starts.
         self.open_loop = bool(ctx.scenario is not None and ctx.scenario.open_loop)
 
     def attach(self) -> None:
         messages.on(self.runner, messages.Refuse, self._on_refuse)
         messages.on(self.runner, messages.Ready, lambda m: self.ready_workers.add(m.worker))
-        if self.ctx.membership is not None:
-            # A worker that joins mid-test has no options yet: everyone gets the setup again with
-            # the new shard count (shards stay disjoint); the step it joined in is invalid anyway.
-            self.ctx.membership.on_join.append(lambda _index: self.send_setup())
+        messages.on(self.runner, messages.Hello, self._on_hello)
+
+    def _on_hello(self, m: messages.Hello) -> None:
+        # A worker that joins mid-test has no options yet: everyone gets the setup again with the
+        # new shard count (shards stay disjoint); the step it joined in is invalid anyway. Before
+        # the first test there is nothing to send: test start sends everyone the setup.
+        if self.started:
+            log.info("capacity: worker %s joined a running test: sending the setup again", m.worker)
+            self.send_setup()
 
     def all_ready(self) -> bool:
         """Every connected worker applied this test's setup."""
@@ -75,6 +81,7 @@ class MasterHandshake:
         """At test start: every connected worker gets the options, corpus hash and shard count."""
         runner, ctx = self.runner, self.ctx
         assert ctx.corpus is not None
+        self.started = True
         indices = [runner.get_worker_index(c.id) for c in runner.clients.all]
         shard_count = max([runner.worker_count, *[i + 1 for i in indices]])
         ctx.worker_count = shard_count
@@ -103,6 +110,7 @@ class WorkerHandshake:
 
     def attach(self) -> None:
         messages.on(self.runner, messages.Setup, self._on_setup)
+        messages.send(self.runner, messages.Hello(worker=self.ctx.worker_index))
 
     def _on_setup(self, m: messages.Setup) -> None:
         ctx = self.ctx

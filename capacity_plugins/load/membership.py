@@ -32,8 +32,6 @@ class SwarmMembership:
         self.seen: dict[str, int | None] = {}  # client id → worker index, every worker ever connected
         self.joined_unix: dict[str, float] = {}
         self.tracking = False  # a test is running: a worker that goes now is lost
-        # called with the index of a worker that connects while a test runs (it needs the setup)
-        self.on_join: list[Callable[[int | None], None]] = []
         self._greenlet: Any = None
 
     def start(self) -> None:
@@ -72,8 +70,6 @@ class SwarmMembership:
                 if self.tracking:
                     log.warning("capacity: worker %s joined during the test; the step it joined in is invalid",
                                 self.seen[c.id])
-                    for listener in self.on_join:
-                        listener(self.seen[c.id])
             if self.tracking and c.state == "missing" and c.id not in self.lost:
                 changed |= self._mark_lost(c.id, now, "no heartbeat (Locust marked it missing)")
         for client_id in self.seen:  # gone from Locust's list without our seeing it go missing

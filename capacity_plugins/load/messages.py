@@ -8,6 +8,7 @@ touch the runner's message API.
 | message | direction | when |
 |---|---|---|
 | `Setup` | master → workers | test start: the master's options, corpus hash, shard count, workload classes |
+| `Hello` | worker → master | the worker's handlers are attached: a test already running sends it the `Setup` |
 | `Ready` | worker → master | the worker applied a `Setup` and can send |
 | `Refuse` | worker → master | the worker cannot run as told (corpus differs, bad options) |
 | `StepStarted` | master → workers | a step starts (with its open-loop arrival plan and shards) |
@@ -49,6 +50,22 @@ class Setup:
         return cls(options=dict(d["options"]), sha256=str(d["sha256"]), shard_count=int(d["shard_count"]),
                    open_loop=bool(d.get("open_loop")), basic_auth=d.get("basic_auth"),
                    workloads=[dict(w) for w in d.get("workloads") or ()])
+
+
+@dataclass
+class Hello:
+    # Locust announces a worker (client_ready) before the worker's init listeners run, so a
+    # `Setup` sent on that news can arrive before the handler exists and be dropped ("Unknown
+    # message type"). Hello comes from the handler's side once it is there.
+    TYPE: ClassVar[str] = "capacity_hello"
+    worker: int
+
+    def to_data(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_data(cls, d: dict[str, Any]) -> Hello:
+        return cls(worker=int(d["worker"]))
 
 
 @dataclass
@@ -194,7 +211,7 @@ class RecordsBatch:
                    produced=int(d.get("produced") or 0), final=bool(d.get("final")))
 
 
-M = TypeVar("M", Setup, Ready, Refuse, StepStarted, StepUpdated, StepsFinished, StepsReset, Watch, RecordsBatch)
+M = TypeVar("M", Setup, Hello, Ready, Refuse, StepStarted, StepUpdated, StepsFinished, StepsReset, Watch, RecordsBatch)
 
 
 def send(runner: Any, message: Any, client_id: str | None = None) -> None:

@@ -75,6 +75,10 @@ class ResultsFolder:
             return
         try:
             self.path.mkdir(parents=True, exist_ok=True)
+            loaded = self.ctx.target_url
+            if loaded and not scenario.target.embedded and loaded != scenario.target.url:
+                # `capacity run --target-url` (or --host): the copy names the server actually loaded
+                scenario = scenario.model_copy(update={"target": scenario.target.model_copy(update={"url": loaded})})
             text = self.ctx.secrets.scrub(scenario.resolved_yaml(redact=True))
             (self.path / "scenario.yaml").write_text(text, encoding="utf-8")
         except Exception:

@@ -83,7 +83,9 @@ class CapacitySearch:
             return self._level(level * self.growth)
         if lo is None:  # bracketing downwards
             if level <= self.min_level:
-                self.stopped = f"the SLO is not met even at the lowest level ({self.min_level:g})"
+                self.stopped = (f"the SLO is not met even at the lowest level ({self.min_level:g})" if judgement == "fail"
+                                else f"the lowest level ({self.min_level:g}) could not be shown to meet the SLO "
+                                     f"({limiting or 'uncertain'}): longer steps or more requests may tell")
                 return None
             return self._level(level / self.growth)
         if self._narrow_enough(lo, hi):

@@ -8,7 +8,8 @@
     meet a pool still spawning — or after prepare_timeout_s)
     ─► run (duration_s; the first warmup_s excluded) ─► drain (no new requests; in-flight ones
     finish and are recorded; ends when every generator process reports nothing in flight, or after
-    drain_timeout_s) ─► next step … ─► settle (lets workers' last reports reach the master) ─► None
+    drain_timeout_s; then waits, up to prepare_timeout_s, for a worker that joined to be ready)
+    ─► next step … ─► settle (lets workers' last reports reach the master) ─► None
 
 Step boundaries are decided here and announced through callbacks (the rehearsal wiring broadcasts
 them to workers and feeds the pacer). The clock and the in-flight count are injected, so `tick()`
@@ -311,6 +312,11 @@ class RehearsalShape(LoadTestShape):
             busy = self.in_flight(self.phase_since)
             timed_out = now - self.phase_since >= self.drain_timeout_s
             if busy != 0 and not timed_out:
+                return self._drain_tuple(plan)
+            # A worker that joined is sent the options again with the new shard count: the next
+            # step waits until every generator applied them (or prepare_timeout_s), or users
+            # handed to a worker not yet set up would measure a lower load than the step claims.
+            if not self.ready() and now - self.phase_since < self.drain_timeout_s + self.prepare_timeout_s:
                 return self._drain_tuple(plan)
             if timed_out and busy:
                 logger.warning("step %d: %s requests still in flight after the %g s drain", self.index, busy, self.drain_timeout_s)

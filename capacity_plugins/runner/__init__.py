@@ -24,6 +24,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from pydantic import ValidationError
+
 from capacity_plugins.contracts.folders import new_results_folder
 from capacity_plugins.contracts.redaction import Secrets, run_secrets, strip_userinfo
 from capacity_plugins.errors import (
@@ -46,6 +48,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = CommandParser(prog="capacity run", description="Run a capacity rehearsal described by a scenario file.")
     p.add_argument("scenario", help="scenario YAML (see scenarios/*.yaml)")
     p.add_argument("--output", help="parent folder for the results (default: the scenario's `output`)")
+    p.add_argument("--target-url", metavar="URL",
+                   help="load this server instead of the scenario's target.url (`capacity matrix` passes each entry's)")
     p.add_argument("--web", action="store_true", help="open the Locust web UI instead of running headless")
     p.add_argument("--web-port", type=int, default=8089, help="web UI port (with --web)")
     p.add_argument("--processes", type=int, help="number of local Locust worker processes")
@@ -107,6 +111,8 @@ def _parse(argv: list[str]) -> argparse.Namespace:
         raise UserError(f"--expect-workers: a master needs at least 1 worker, got {args.expect_workers}")
     if args.repeat is not None and args.repeat < 1:
         raise UserError(f"--repeat: must be at least 1, got {args.repeat}")
+    if args.target_url is not None and args.worker:
+        raise UserError("--target-url has no meaning on a worker (the master's target is loaded)")
     if args.web and args.repeat not in (None, 1):
         raise UserError("--repeat has no meaning with --web (each test started in the UI is its own run)")
     for flag, value in (("--web-port", args.web_port), ("--master-bind-port", args.master_bind_port),
@@ -116,6 +122,21 @@ def _parse(argv: list[str]) -> argparse.Namespace:
 
 
 # -- the run ------------------------------------------------------------------------------------------------
+
+
+def with_target_url(s: Scenario, url: str) -> Scenario:
+    """The scenario with `--target-url` as its target.url, checked by the scenario's own URL rule
+    (preflight, secrets and the Locust child's --host then all use it). UserError (exit 2)."""
+    if s.target.embedded:
+        raise UserError(f"--target-url: {s.source_path or 'the scenario'}: target.url is embedded (capacity run "
+                        "starts its own simulator); give the scenario a server URL to replace")
+    if url == "embedded":
+        raise UserError("--target-url: not an http(s)://host[:port] URL (`url: embedded` belongs in the scenario)")
+    try:
+        target = type(s.target).model_validate({**s.target.model_dump(), "url": url})
+    except ValidationError as e:
+        raise UserError(f"--target-url: {e.errors()[0]['msg'].removeprefix('Value error, ')}") from None
+    return s.model_copy(update={"target": target})
 
 
 def results_folder(s: Scenario, output: str | None) -> Path:
@@ -271,6 +292,8 @@ def _write_repeat_set(folder: Path, runs: list[Path], scenario: Scenario) -> Non
 def main(argv: list[str]) -> int:
     args = _parse(argv)
     scenario = load_scenario(args.scenario)
+    if args.target_url is not None:
+        scenario = with_target_url(scenario, args.target_url)
     env = dict(os.environ)
     env["PYTHONUNBUFFERED"] = "1"
 
@@ -312,7 +335,9 @@ def main(argv: list[str]) -> int:
     suffix = " (incomplete: interrupted)" if stopped_by is not None else (" (incomplete)" if reasons else "")
     print(f"[capacity] results: {folder}{suffix}", flush=True)
     if stopped_by is not None:
-        return 128 + stopped_by if code == EXIT_OK else code  # 130 Ctrl-C, 143 SIGTERM
+        # 130 Ctrl-C, 143 SIGTERM. An interrupted run is incomplete, so its analysis never
+        # completes a decision (1) nor judges a gate: the interruption is the news.
+        return 128 + stopped_by
     if reasons and code in (EXIT_OK, EXIT_GATE_FAILED):
         # What finished is analysed, but the run was not done: a decision cannot rest on it.
         print(f"[capacity] the run is incomplete: {reasons[0]}", file=sys.stderr, flush=True)

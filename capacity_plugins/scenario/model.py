@@ -17,6 +17,7 @@ from capacity_plugins.contracts.redaction import (
     strip_userinfo,
     url_password,
 )
+from capacity_plugins.contracts.slo import min_requests_to_show
 from capacity_plugins.scenario.loads import (
     CapacitySearchLoad,
     ConcurrencySweepLoad,
@@ -81,6 +82,20 @@ class Scenario(_Strict):
             found = problems(self.workloads, self.request, self.slo)
             if found is not None:
                 raise ValueError(found)
+        return self
+
+    @model_validator(mode="after")
+    def _search_can_pass(self) -> Scenario:
+        # A search judges each step with the step's own interval: below this many requests not
+        # even a step with every request under the limits can show the attainment, so every step
+        # would be "uncertain" and the search would stop at its first one.
+        if isinstance(self.load, CapacitySearchLoad):
+            need = min_requests_to_show(self.slo.attainment, self.verdict.confidence)
+            if self.load.min_requests < need:
+                raise ValueError(
+                    f"load.min_requests: {self.load.min_requests} is too few for a capacity search: showing "
+                    f"{self.slo.attainment:.0%} attainment at {self.verdict.confidence:.0%} confidence takes at least "
+                    f"{need} requests per step")
         return self
 
     # -- derived values the load side and the runner use -------------------------------------------------

@@ -30,7 +30,8 @@ class SimulatorProcess:
                  truth_log: Path | None = None, start_timeout_s: float = 30.0) -> None:
         self.config = config or SimConfig()
         self.host = host
-        self.truth_log = Path(truth_log) if truth_log is not None else None
+        # absolute: the simulator runs with the repository as its working directory
+        self.truth_log = Path(truth_log).resolve() if truth_log is not None else None
         argv = [sys.executable, "-m", "capacity_plugins.simulator", "--host", host, "--port", str(port),
                 "--exit-on-stdin-eof"]
         if self.truth_log is not None:

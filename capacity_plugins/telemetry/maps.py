@@ -8,7 +8,8 @@ Normalisation happens in two stages:
    Histograms become the mean of the observations that completed *during the scrape interval*
    (Δsum/Δcount; no row when nothing completed) plus a `<series>_count` row with Δcount, so
    a step's exact mean is Σ(value·count)/Σcount; counters become per-second rates, ratios
-   Δnumerator/Δdenominator. A counter that went backwards (server restart) yields no row and
+   Δnumerator/Δdenominator (a duration ratio, Triton's queue time per request, also gets its
+   `<series>_count` row: Δdenominator). A counter that went backwards (server restart) yields no row and
    becomes the new baseline. Exact per-step histogram figures come from the raw
    `_bucket/_sum/_count` rows kept in telemetry.csv.
 
@@ -120,6 +121,10 @@ SGLANG: tuple[Rule, ...] = (
     Rule("sglang:token_usage", "kv_cache_usage", agg="mean", device_label="model_name"),
     Rule("sglang:time_to_first_token_seconds", "server_ttft_s", "hist", device_label="model_name"),
     Rule("sglang:queue_time_seconds", "server_queue_s", "hist", device_label="model_name"),
+    # Newer releases time each stage of a request; `prefill_forward` is its prefill (the whole
+    # prompt, or the last chunk's stage under chunked prefill).
+    Rule("sglang:per_stage_req_latency_seconds", "server_prefill_s", "hist", device_label="model_name",
+         match=(("stage", "prefill_forward"),)),
     Rule("sglang:e2e_request_latency_seconds", "server_e2e_s", "hist", device_label="model_name"),
     Rule("sglang:inter_token_latency_seconds", "server_itl_s", "hist", device_label="model_name"),
     Rule("sglang:time_per_output_token_seconds", "server_itl_s", "hist", device_label="model_name"),
@@ -329,6 +334,8 @@ class SeriesTracker:
                     d_num, d_den = num - prev.ratios[key][0], den - prev.ratios[key][1]
                     if d_den > 0 and d_num >= 0:
                         add(key, d_num / d_den)
+                        if key[2].endswith("_s"):  # a per-request duration (Triton's queue): its weight too
+                            add((key[0], key[1], key[2] + "_count"), d_den)
         self._prev, self._prev_unix = snap, unix
         return rows
 

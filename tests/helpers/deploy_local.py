@@ -7,7 +7,7 @@ spec's command/args, its environment, with
 - service host names → 127.0.0.1 and each (service, container port) → a free local port;
 - listen addresses 0.0.0.0 → 127.0.0.1 (tests never listen beyond loopback);
 - container mount paths → folders under the test's tmp dir;
-- `capacity` → this venv's console script.
+- `capacity` → `python -m capacity_plugins` under the interpreter running the tests.
 
 Variable syntax is resolved the way each orchestrator does it: Compose interpolates `${VAR}`,
 `${VAR:-default}` and `$$` from the shell environment when it reads the file; Kubernetes expands
@@ -20,16 +20,15 @@ import json
 import os
 import re
 import subprocess
-import sys
-import time
 import urllib.request
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-CAPACITY = str(Path(sys.executable).with_name("capacity"))
+from helpers.paths import ROOT
+from helpers.processes import CAPACITY
+
 LISTEN_FLAGS = ("--port", "--master-bind-port", "--exporter-port")
 BIND_FLAGS = ("--bind", "--host")
 
@@ -104,7 +103,7 @@ class Network:
         for i, arg in enumerate(argv):
             prev = argv[i - 1] if i else ""
             if i == 0 and arg == "capacity":
-                out.append(CAPACITY)
+                out.extend(CAPACITY)
             elif prev in LISTEN_FLAGS:
                 out.append(str(self.port(service, arg)))
             elif prev in BIND_FLAGS and arg == "0.0.0.0":
@@ -142,6 +141,13 @@ class Processes:
     def all_logs(self) -> str:
         return "\n".join(f"--- {n}\n{self.log(n)[-3000:]}" for n in self.procs)
 
+    # helpers.waiting.Watched: a wait shows every log when it times out (a process may exit on purpose)
+    def died(self) -> str | None:
+        return None
+
+    def tail(self) -> str:
+        return self.all_logs()
+
     def stop(self) -> None:
         for proc in self.procs.values():
             if proc.poll() is None:
@@ -153,23 +159,6 @@ class Processes:
                 proc.kill()
 
 
-def wait_for(check: Callable[[], bool], what: str, timeout_s: float, procs: Processes | None = None) -> None:
-    deadline = time.time() + timeout_s
-    while time.time() < deadline:
-        try:
-            if check():
-                return
-        except OSError:
-            pass
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}" + (f"\n{procs.all_logs()}" if procs else ""))
-
-
-def http_ok(url: str) -> bool:
-    with urllib.request.urlopen(url, timeout=2) as resp:
-        return 200 <= resp.status < 300
-
-
 def prometheus_query_range(base: str, expr: str, start: float, end: float, step_s: float) -> list[dict[str, Any]]:
     from urllib.parse import urlencode
 
@@ -178,15 +167,6 @@ def prometheus_query_range(base: str, expr: str, start: float, end: float, step_
         body = json.loads(resp.read())
     assert body["status"] == "success", body
     return list(body["data"]["result"])
-
-
-def records_by_worker(folder: Path) -> dict[int, int]:
-    counts: dict[int, int] = {}
-    for line in (folder / "requests.jsonl").read_text().splitlines():
-        if line.strip():
-            w = json.loads(line)["worker"]
-            counts[w] = counts.get(w, 0) + 1
-    return counts
 
 
 def only(items: Iterable[Any]) -> Any:

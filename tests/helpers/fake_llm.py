@@ -1,4 +1,4 @@
-"""Fixtures for the measurement core: a tiny scripted LLM server in its own process.
+"""A tiny scripted LLM server (stdlib only: it runs as a script in its own process).
 
 The server speaks every dialect's framing (OpenAI chat/completions SSE, TGI SSE + /generate,
 Ollama NDJSON) and misbehaves on request: the behaviour is chosen by the request's model name
@@ -6,7 +6,8 @@ Ollama NDJSON) and misbehaves on request: the behaviour is chosen by the request
 `nodone`), so one server covers every error class. Token schedule: `FAKE_TOKENS` tokens,
 `FAKE_GAP_S` apart after `FAKE_PREFILL_S`.
 
-Run standalone: python tests/fixtures_core.py PORT
+Run (from tests/): python -m helpers.fake_llm [PORT [CERT KEY]] — port 0 (the default) binds a free one;
+it prints its URL on its first line once it listens (helpers.servers.ServerProcess reads it).
 """
 
 from __future__ import annotations
@@ -14,14 +15,9 @@ from __future__ import annotations
 import json
 import os
 import socket
-import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
-
-import pytest
 
 FAKE_TOKENS = 5
 FAKE_PREFILL_S = 0.02
@@ -166,74 +162,21 @@ class _Server(ThreadingHTTPServer):
         pass  # clients that hang up (timeouts, cancelled tests) are expected here
 
 
-def serve(port: int, cert: str | None = None, key: str | None = None) -> None:
+def serve(port: int = 0, cert: str | None = None, key: str | None = None) -> None:
     srv = _Server(("127.0.0.1", port), Handler)
+    scheme = "http"
     if cert and key:
         import ssl
 
         tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         tls.load_cert_chain(cert, key)
         srv.socket = tls.wrap_socket(srv.socket, server_side=True)
-    srv.daemon_threads = True
+        scheme = "https"
+    print(f"{READY_PREFIX}{scheme}://127.0.0.1:{srv.server_address[1]}", flush=True)
     srv.serve_forever()
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def wait_port(port: int, timeout_s: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                return
-        except OSError:
-            time.sleep(0.05)
-    raise RuntimeError(f"port {port} never opened")
-
-
-@pytest.fixture(scope="session")
-def fake_llm() -> Iterator[str]:
-    """URL of a scripted fake LLM server running in its own process."""
-    port = free_port()
-    proc = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), str(port)])
-    try:
-        wait_port(port)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        proc.terminate()
-        proc.wait(5)
-
-
-def write_corpus(path: Path, n: int = 1200) -> Path:
-    """A JSONL corpus of n distinct prompts with ids."""
-    with path.open("w") as f:
-        for i in range(n):
-            f.write(json.dumps({"id": f"p{i}", "prompt": f"question number {i}: say something"}) + "\n")
-    return path
-
-
-@pytest.fixture
-def fake_llm_tls(tmp_path: Path) -> Iterator[str]:
-    """The fake server behind TLS with a throwaway self-signed certificate (openssl CLI)."""
-    from conftest import require_binary
-
-    openssl = require_binary("openssl")
-    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
-    subprocess.run([openssl, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(cert),
-                    "-days", "1", "-subj", "/CN=127.0.0.1"], check=True, capture_output=True)
-    port = free_port()
-    proc = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), str(port), str(cert), str(key)])
-    try:
-        wait_port(port)
-        yield f"https://127.0.0.1:{port}"
-    finally:
-        proc.terminate()
-        proc.wait(5)
-
+READY_PREFIX = "ready on "
 
 if __name__ == "__main__":
-    serve(int(sys.argv[1]), *(sys.argv[2:4]))
+    serve(int(sys.argv[1]) if len(sys.argv) > 1 else 0, *(sys.argv[2:4]))

@@ -1,29 +1,27 @@
-"""Telemetry test helpers: a real HTTP server on loopback serving canned exposition text.
+"""A real HTTP server on loopback serving canned exposition text (stdlib only: it runs as a script).
 
-The texts follow the formats the servers really emit (as scraped from vLLM, TGI, SGLang, Triton and dcgm-exporter): vLLM with
-two data-parallel engines and the `engine` label, DCGM exporter with `Hostname` (and the newer
-`hostname`) and a NOT_SUPPORTED sentinel, TGI, SGLang, Triton with counters lacking `_total`.
-Counters and histograms advance by a fixed amount on every request to a path, so a scraper's
-per-interval deltas have known exact values:
+The texts follow the formats the servers really emit (as scraped from vLLM, TGI, SGLang, Triton and
+dcgm-exporter): vLLM with two data-parallel engines and the `engine` label, DCGM exporter with
+`Hostname` (and the newer `hostname`) and a NOT_SUPPORTED sentinel, TGI, SGLang, Triton with
+counters lacking `_total`. Counters and histograms advance by a fixed amount on every request to a
+path, so a scraper's per-interval deltas have known exact values:
 
 - vLLM TTFT mean 0.25 s, queue 0.05 s, prefill 0.1 s; 40 generated tokens per scrape per engine
 - TGI queue 0.1 s, prefill batch 0.05 s; SGLang TTFT 0.3 s; Triton queue 2000 µs = 0.002 s
 
-Run as a script (`python fixtures_telemetry.py PORT`) it serves until killed; tests start it as a
-subprocess so the server does not share the test's gevent hub.
+Run (from tests/): python -m helpers.canned_metrics [PORT] — port 0 (the default) binds a free one; it
+prints its URL on its first line once it listens. Tests start it as a subprocess (the `canned_url`
+fixture) so the server does not share the test's gevent hub.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-import socket
-import subprocess
 import sys
 import time
 from collections import defaultdict
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
 VLLM_MODEL = "meta-llama/Llama-3.1-8B-Instruct"
@@ -222,45 +220,15 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.write(data)
 
 
-def wait_port(port: int, timeout_s: float = 20.0) -> None:
-    deadline = time.time() + timeout_s
-    while time.time() < deadline:
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.05)
-    raise RuntimeError(f"nothing listens on 127.0.0.1:{port}")
+READY_PREFIX = "ready on "
 
 
-@contextlib.contextmanager
-def canned_server(port: int):
-    """Start the canned exposition server as a subprocess; yields its base URL."""
-    proc = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), str(port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    try:
-        wait_port(port)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
-
-
-try:
-    import pytest
-except ImportError:  # running as the server script outside the test environment
-    pytest = None  # type: ignore[assignment]
-
-if pytest is not None:
-    # Explicit name: test modules import it under an alias (until this module is in pytest_plugins).
-    @pytest.fixture(scope="module", name="canned_url")
-    def canned_url_fixture():
-        from conftest import free_port
-
-        with canned_server(free_port()) as url:
-            yield url
+def serve(port: int = 0) -> None:
+    server = ThreadingHTTPServer(("127.0.0.1", port), _Handler)
+    server.daemon_threads = True
+    print(f"{READY_PREFIX}http://127.0.0.1:{server.server_address[1]}", flush=True)
+    server.serve_forever()
 
 
 if __name__ == "__main__":
-    server = ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), _Handler)
-    server.daemon_threads = True
-    server.serve_forever()
+    serve(int(sys.argv[1]) if len(sys.argv) > 1 else 0)

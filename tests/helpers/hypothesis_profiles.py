@@ -13,11 +13,12 @@ import os
 
 from hypothesis import HealthCheck, settings
 
+from helpers.binaries import IN_CI
+
 _COMMON = {"deadline": None, "database": None, "suppress_health_check": [HealthCheck.too_slow]}
 
 settings.register_profile("ci", max_examples=100, derandomize=True, print_blob=True, **_COMMON)
 settings.register_profile("dev", max_examples=100, **_COMMON)
 settings.register_profile("deep", max_examples=5000, **_COMMON)
 
-IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if IN_CI else "dev"))

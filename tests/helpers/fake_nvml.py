@@ -9,12 +9,29 @@ The scenario is picked by `configure(...)` in-process or by the env var FAKE_NVM
 subprocess: `two_gpus` (default), `no_gpu`, `no_driver` (NVMLError_LibraryNotFound at init),
 `driver_not_loaded`, `partial` (one old GPU: NotSupported power/clock reasons, FunctionNotFound
 for the new temperature and clock-event calls, sentinel memory counters).
+
+The product imports it by name: CAPACITY_FAKE_NVML=helpers.fake_nvml (`MODULE`), with tests/ on
+PYTHONPATH in a subprocess (`subprocess_env()`).
 """
 
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass, field
+from pathlib import Path
+
+MODULE = "helpers.fake_nvml"  # what CAPACITY_FAKE_NVML names (its __name__ when the product imports it)
+_TESTS = Path(__file__).resolve().parents[1]
+
+
+def subprocess_env(scenario: str | None = None) -> dict[str, str]:
+    """The variables a subprocess needs to sample this fake instead of the real driver (PYTHONPATH:
+    the tests folder only; helpers.processes.env_with(path=[TESTS], ...) keeps the rest)."""
+    env = {"PYTHONPATH": str(_TESTS), "CAPACITY_FAKE_NVML": MODULE}
+    if scenario is not None:
+        env["FAKE_NVML_SCENARIO"] = scenario
+    return env
 
 NVML_SUCCESS = 0
 NVML_ERROR_UNINITIALIZED = 1
@@ -105,6 +122,7 @@ class FakeGpu:
     sentinel_memory: bool = False  # memory counters read NVML_VALUE_NOT_AVAILABLE
     block_s: float = 0.0           # utilisation call blocks the OS thread this long, like a slow C call
     calls: int = 0
+    blocked: list[tuple[float, float]] = field(default_factory=list)  # (start, end) of each block, monotonic
 
 
 def _real_sleep(seconds: float) -> None:
@@ -207,7 +225,9 @@ def _phase(h: FakeGpu) -> int:
 def nvmlDeviceGetUtilizationRates(h: FakeGpu) -> c_nvmlUtilization_t:
     _gate(h, "nvmlDeviceGetUtilizationRates")
     if h.block_s:
+        start = time.monotonic()
         _real_sleep(h.block_s)
+        h.blocked.append((start, time.monotonic()))
     k = _phase(h)
     return c_nvmlUtilization_t(gpu=40 + (k % 50), memory=20 + (k % 30))
 

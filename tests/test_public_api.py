@@ -1,0 +1,108 @@
+"""The public API, locked: what `capacity_plugins` exports, and the old import paths users rely on.
+
+Changing either is a breaking change for users' locustfiles and scripts: this file must change
+with it, on purpose.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+from helpers.paths import ROOT
+from helpers.processes import python, run_locust
+from helpers.results import read_records
+from helpers.scenarios import write_corpus
+
+import capacity_plugins
+
+EXPORTS = [
+    "LLMOptions",
+    "LLMRequestError",
+    "LLMUser",
+    "RequestRecord",
+    "RunContext",
+    "Scenario",
+    "StepRow",
+    "__version__",
+    "analyze",
+    "install",
+    "load_corpus",
+    "load_scenario",
+    "register",
+]
+
+# old path -> the object it must still be (the same object, not a copy)
+OLD_PATHS = {
+    "capacity_plugins.users.LLMUser": "capacity_plugins.load.users.LLMUser",
+    "capacity_plugins.users.LLMRequestError": "capacity_plugins.load.users.LLMRequestError",
+    "capacity_plugins.plugin.install": "capacity_plugins.load.plugin.install",
+    "capacity_plugins.plugin.register": "capacity_plugins.load.plugin.register",
+    "capacity_plugins.rehearsal.install": "capacity_plugins.load.plugin.install",
+    "capacity_plugins.record.RequestRecord": "capacity_plugins.contracts.records.RequestRecord",
+    "capacity_plugins.record.Timings": "capacity_plugins.contracts.records.Timings",
+    "capacity_plugins.corpus_build.build_builtin": "capacity_plugins.corpus.builtin.build_builtin",
+    "capacity_plugins.corpus_build.to_jsonl": "capacity_plugins.corpus.readers.to_jsonl",
+    "capacity_plugins.corpus_build.synthetic_text": "capacity_plugins.corpus.synthetic.synthetic_text",
+    "capacity_plugins.corpus_cli.main": "capacity_plugins.corpus.cli.main",
+}
+REHEARSAL_LOCUSTFILE = ROOT / "capacity_plugins" / "rehearsal_locustfile.py"
+
+
+def resolve(dotted: str) -> object:
+    module, _, name = dotted.rpartition(".")
+    return getattr(importlib.import_module(module), name)
+
+
+def test_all_is_exactly_the_public_names_sorted():
+    assert capacity_plugins.__all__ == EXPORTS
+    assert sorted(capacity_plugins.__all__) == capacity_plugins.__all__
+    assert dir(capacity_plugins) == EXPORTS
+
+
+@pytest.mark.parametrize("name", EXPORTS)
+def test_every_public_name_resolves(name):
+    # the package exports lazily (__getattr__): each name must import from where it is defined
+    assert getattr(capacity_plugins, name) is not None
+    assert name in {"__version__"} or getattr(capacity_plugins, name).__name__ == name
+
+
+def test_an_unknown_name_is_an_attribute_error():
+    with pytest.raises(AttributeError, match="no attribute 'NoSuchThing'"):
+        capacity_plugins.NoSuchThing  # noqa: B018
+
+
+@pytest.mark.parametrize("old", sorted(OLD_PATHS))
+def test_old_import_paths_are_the_same_objects(old):
+    assert resolve(old) is resolve(OLD_PATHS[old])
+
+
+def test_old_import_paths_work_in_a_fresh_interpreter():
+    # from a clean start: the shims must not depend on something this test process imported first
+    code = "\n".join(f"from {old.rpartition('.')[0]} import {old.rpartition('.')[2]}" for old in OLD_PATHS)
+    r = python(code + "\nimport capacity_plugins.rehearsal_locustfile\n")
+    assert r.returncode == 0, r.stderr[-3000:]
+
+
+def test_rehearsal_locustfile_is_a_locustfile_with_the_llm_user():
+    # Locust's own loader (in a fresh interpreter: loading a locustfile installs the plugin's hooks)
+    code = ("from locust.util.load_locustfile import load_locustfile\n"
+            "from capacity_plugins.load.locustfile import LLM\n"
+            f"users, shapes = load_locustfile({str(REHEARSAL_LOCUSTFILE)!r})\n"
+            "assert list(users.values()) == [LLM], users\n"
+            "assert shapes == [], shapes\n")
+    r = python(code)
+    assert r.returncode == 0, r.stderr[-3000:]
+
+
+@pytest.mark.slow  # a real locust process
+def test_rehearsal_locustfile_runs_under_locust(fake_llm, tmp_path):
+    corpus = write_corpus(tmp_path / "c.jsonl", 1200)
+    p = run_locust(["--headless", "-u", "2", "-r", "2", "-t", "2s", "--host", fake_llm, "--model", "ok",
+                    "--corpus", str(corpus), "--min-distinct", "1000", "--max-tokens", "8",
+                    "--results-dir", str(tmp_path / "out"), "--exit-code-on-error", "0", "--only-summary"],
+                   locustfile=REHEARSAL_LOCUSTFILE, timeout=60)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "Traceback" not in p.stderr
+    recs = read_records(tmp_path / "out")
+    assert recs and any(r["ok"] for r in recs)
