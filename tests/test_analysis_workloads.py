@@ -140,3 +140,17 @@ def test_a_bad_workloads_section_in_the_copy_is_one_line(tmp_path):
     (p / "scenario.yaml").write_text(yaml.safe_dump(doc))
     with pytest.raises(UserError, match=r"scenario.yaml: workloads\[1\]\.weight: Input should be greater than 0"):
         load_run(p)
+
+
+def test_a_class_with_no_request_in_a_step_makes_it_uncertain_not_failed(tmp_path):
+    p = make_results(tmp_path, levels=LEVELS, rps=RPS, slo=TOP_SLO, load={"min_requests": 10})
+    classes = {"chat": {"weight": 3, "ttft_ms": [100] * 4}, "rare": {"weight": 1, "ttft_ms": [100] * 4}}
+    with_workloads(p, classes, [{"name": "chat", "weight": 3}, {"name": "rare", "weight": 1}])
+    # the first step drew no rare request at all
+    lines = [json.loads(x) for x in (p / "requests.jsonl").read_text().splitlines()]
+    (p / "requests.jsonl").write_text("".join(json.dumps({**r, "workload": "chat"} if r["step"] == 0 else r) + "\n"
+                                              for r in lines))
+    first, second = summarise(load_run(p))["steps"][:2]
+    assert first["workloads"]["rare"]["requests"] == 0 and set(first["slo"]) == {"chat.ttft_ms"}
+    assert first["slo_pass"] and first["slo_judgement"] == "uncertain"  # rare cannot show it passes there
+    assert second["slo_judgement"] == "pass"

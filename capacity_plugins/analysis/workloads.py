@@ -99,10 +99,12 @@ def _judge_mix(row: dict[str, Any], per: dict[str, dict[str, Any]]) -> None:
     seen = {name: c for name, c in per.items() if c["requests"]}
     row["slo"] = {f"{name}.{metric}": v for name, c in seen.items() for metric, v in c["slo"].items()}
     row["slo_pass"] = bool(seen) and all(c["slo_pass"] for c in seen.values())
-    judged = [c["slo_judgement"] for c in per.values()]
+    # A class with no request in the step fails nothing (it has no judgement of its own, only "no
+    # successful request"), but it cannot show it passes either: the step is uncertain.
+    judged = [c["slo_judgement"] for c in seen.values()]
     if "fail" in judged:
         row["slo_judgement"] = "fail"
-    elif not seen or any(j != "pass" for j in judged) or any(c["insufficient"] for c in per.values()):
+    elif len(seen) < len(per) or any(j != "pass" for j in judged) or any(c["insufficient"] for c in per.values()):
         row["slo_judgement"] = "uncertain"  # a class too thin to show it passes: the mix cannot either
     else:
         row["slo_judgement"] = "pass"
