@@ -8,11 +8,14 @@ from pathlib import Path
 
 import pytest
 
+from capacity_plugins.contracts.planning import SLOConfig
+from capacity_plugins.contracts.slo import judge_mix
 from capacity_plugins.corpus import load_corpus
 from capacity_plugins.dialects import RequestParams
 from capacity_plugins.errors import UserError
 from capacity_plugins.load.messages import Setup
 from capacity_plugins.load.options import LLMOptions
+from capacity_plugins.load.steps import Step, StepAccounting, StepTimeline
 from capacity_plugins.load.workloads import (
     ClassCorpora,
     WorkloadSpec,
@@ -102,3 +105,43 @@ def test_specs_carry_only_what_a_class_set(tmp_path: Path):
     assert chat == WorkloadSpec("chat", 2.0)  # everything else: the run's options, flags included
     assert rag.corpus == {"path": str((tmp_path / "long.jsonl").resolve()), "min_distinct": 10}
     assert rag.request == {"max_tokens": 8}
+
+
+# -- a live capacity search judges the step as the mix -------------------------------------------------
+
+def _class_rec(workload, sent, ttft_ms, e2e_ms, ok=True):
+    return {"step": 0, "sent_unix": sent, "ok": ok, "ttft_ms": ttft_ms, "e2e_ms": e2e_ms, "tpot_ms": 10.0,
+            "workload": workload, "error_kind": None if ok else "http_5xx"}
+
+
+def test_the_search_keeps_each_class_sample_apart():
+    tl = StepTimeline()
+    tl.upsert(Step(0, "concurrency", 4.0, 100.0, 102.0, 112.0))
+    acc = StepAccounting(tl, keep_slo_views=True)
+    acc.add_record(_class_rec("chat", 103.0, 100.0, 500.0))
+    acc.add_record(_class_rec("chat", 104.0, 900.0, 1500.0, ok=False))
+    acc.add_record(_class_rec("rag", 105.0, 2500.0, 4000.0))
+    acc.add_record(_class_rec("rag", 101.0, 9999.0, 9999.0))  # warm-up: not measured
+    got = acc.class_samples(0)
+    assert got["chat"][1:] == (2, 1) and got["chat"][0]["ttft_ms"] == [100.0]
+    assert got["rag"] == ({"ttft_ms": [2500.0], "e2e_ms": [4000.0], "tpot_ms": [10.0]}, 1, 0)
+    assert acc.slo_sample(0)[1:] == (3, 1)  # the step as a whole, as before
+
+
+def _sample(n, value, slo, errors=0):
+    return ({"ttft_ms": [value] * n, "tpot_ms": [0.0] * n, "e2e_ms": [value] * n}, n + errors, errors, slo)
+
+
+def test_judge_mix_fails_on_any_class_and_passes_only_when_every_class_shows_it():
+    chat = SLOConfig(ttft_p95_ms=1000, tpot_p95_ms=None)
+    batch = SLOConfig(ttft_p95_ms=None, tpot_p95_ms=None, e2e_p95_ms=30000)
+    ok = {"chat": _sample(100, 200.0, chat), "batch": _sample(100, 9000.0, batch)}
+    assert judge_mix(ok, min_requests=50, confidence=0.95) == ("pass", None)
+    # batch's 9 s TTFT would fail a top-level 1 s limit; chat's TTFT over its own limit fails the mix
+    slow = {**ok, "chat": _sample(100, 2000.0, chat)}
+    assert judge_mix(slow, min_requests=50, confidence=0.95) == ("fail", "chat.ttft_p95_ms")
+    thin = {**ok, "batch": _sample(20, 9000.0, batch)}
+    judged, why = judge_mix(thin, min_requests=50, confidence=0.95)
+    assert judged == "uncertain" and why.startswith("batch")
+    absent = {**ok, "batch": ({}, 0, 0, batch)}
+    assert judge_mix(absent, min_requests=50, confidence=0.95) == ("uncertain", "batch: no measured request")

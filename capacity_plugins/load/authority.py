@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import gevent
 
-from capacity_plugins.contracts.slo import judge_step
+from capacity_plugins.contracts.slo import judge_mix, judge_step
 from capacity_plugins.load import messages
 from capacity_plugins.load.arrivals import ArrivalPlan, offered_in_window
 from capacity_plugins.load.generator import HOST, GeneratorSide
@@ -101,7 +101,15 @@ class StepAuthority:
             self.ctx.extra_meta["search"] = self.search.result()
             return None
         views, requests, errors = self.accounting.slo_sample(finished.index)
-        judged, limiting = judge_step(views, requests, errors, self.scenario.slo, self.scenario.verdict.confidence)
+        classes = self.scenario.workload_classes
+        if classes:
+            # Workload classes: the step is judged as the mix, each class by its own SLO (as the analysis does).
+            got = self.accounting.class_samples(finished.index)
+            samples = {c.name: (*got.get(c.name, ({}, 0, 0)), c.slo) for c in classes}
+            judged, limiting = judge_mix(samples, self.scenario.load.min_requests, self.scenario.verdict.confidence)
+        else:
+            judged, limiting = judge_step(views, requests, errors, self.scenario.slo,
+                                          self.scenario.verdict.confidence)
         if requests < self.scenario.load.min_requests and judged == "pass":
             # too few requests to claim a pass (the analysis calls the step insufficient)
             judged, limiting = "uncertain", f"{requests} requests < load.min_requests {self.scenario.load.min_requests}"
