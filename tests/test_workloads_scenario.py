@@ -135,3 +135,12 @@ def test_cli_bad_workload_one_line_exit_2(tmp_path):
     assert r.returncode == 2, r.stderr
     lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and "bad.yaml: workloads[0].weight" in lines[0] and "Traceback" not in r.stderr
+
+
+def test_a_capacity_search_needs_enough_requests_for_the_strictest_class(tmp_path):
+    # each class is judged on its own requests: a class asking 99 % needs 368 of them per step
+    text = ("target: {url: embedded}\nload: {kind: capacity_search, min_requests: 100}\n"
+            "workloads: [{name: chat}, {name: strict, slo: {attainment: 0.99}}]\n")
+    assert "load.min_requests: 100 is too few for a capacity search: showing 99% attainment at 95% confidence " \
+           "takes at least 368 requests of every workload class per step" in err(tmp_path, text)
+    assert load_scenario(write(tmp_path, text.replace("min_requests: 100", "min_requests: 368"))).load.min_requests == 368

@@ -90,12 +90,15 @@ class Scenario(_Strict):
         # even a step with every request under the limits can show the attainment, so every step
         # would be "uncertain" and the search would stop at its first one.
         if isinstance(self.load, CapacitySearchLoad):
-            need = min_requests_to_show(self.slo.attainment, self.verdict.confidence)
+            # With workload classes each class is judged on its own requests, by its own attainment.
+            attainment = max([c.slo.attainment for c in self.workload_classes] or [self.slo.attainment])
+            need = min_requests_to_show(attainment, self.verdict.confidence)
             if self.load.min_requests < need:
+                per = " of every workload class" if self.workloads else ""
                 raise ValueError(
                     f"load.min_requests: {self.load.min_requests} is too few for a capacity search: showing "
-                    f"{self.slo.attainment:.0%} attainment at {self.verdict.confidence:.0%} confidence takes at least "
-                    f"{need} requests per step")
+                    f"{attainment:.0%} attainment at {self.verdict.confidence:.0%} confidence takes at least "
+                    f"{need} requests{per} per step")
         return self
 
     # -- derived values the load side and the runner use -------------------------------------------------
