@@ -145,3 +145,16 @@ def test_judge_mix_fails_on_any_class_and_passes_only_when_every_class_shows_it(
     assert judged == "uncertain" and why.startswith("batch")
     absent = {**ok, "batch": ({}, 0, 0, batch)}
     assert judge_mix(absent, min_requests=50, confidence=0.95) == ("uncertain", "batch: no measured request")
+
+
+def test_a_step_runs_on_for_its_thinnest_class():
+    # a sweep keeps no SLO views, but counts each class: the window extends until the rarest has min_requests
+    tl = StepTimeline()
+    tl.upsert(Step(0, "concurrency", 4.0, 100.0, 102.0, 112.0))
+    acc = StepAccounting(tl)
+    for i in range(9):
+        acc.add_record(_class_rec("chat", 103.0 + i * 0.1, 100.0, 500.0))
+    acc.add_record(_class_rec("rag", 104.0, 2500.0, 4000.0, ok=False))
+    assert acc.thinnest_class(0, ["chat", "rag"]) == ("rag", 1)
+    assert acc.thinnest_class(0, ["chat", "rag", "batch"]) == ("batch", 0)  # none drawn yet
+    assert acc.class_samples(0)["rag"] == ({}, 1, 1) and acc.measured(0) == 10

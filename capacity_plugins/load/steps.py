@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import os
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -129,10 +129,11 @@ class _StepTally:
     completed_ok: int = 0
     # The SLO's view of the measured successful requests (only kept for a live capacity search).
     slo_views: dict[str, list[float | None]] = field(default_factory=dict)
-    # The same per workload class: class → (views, measured, errors) (a live search with classes).
-    class_views: dict[str, dict[str, list[float | None]]] = field(default_factory=dict)
+    # Per workload class: measured requests and errors (a step runs on until its thinnest class has
+    # min_requests), and the SLO views (a live capacity search with classes).
     class_measured: dict[str, int] = field(default_factory=dict)
     class_errors: dict[str, int] = field(default_factory=dict)
+    class_views: dict[str, dict[str, list[float | None]]] = field(default_factory=dict)
     lag_ms: list[float] = field(default_factory=list)
     # Live progress only (all records of the step, warmup included).
     records: int = 0
@@ -186,7 +187,7 @@ class StepAccounting:
             t.sent += 1
             if get("error_kind") != "cancelled":
                 t.measured += 1
-                workload = get("workload") if self.keep_slo_views else None
+                workload = get("workload")
                 if workload is not None:
                     t.class_measured[workload] = t.class_measured.get(workload, 0) + 1
                 if not get("ok"):
@@ -221,6 +222,12 @@ class StepAccounting:
         if t is None:
             return {}, 0, 0
         return t.slo_views, t.measured, t.errors
+
+    def thinnest_class(self, index: int, names: Sequence[str]) -> tuple[str, int]:
+        """(the class with the fewest measured requests in a step so far, its count)."""
+        t = self._tally.get(index)
+        counts = t.class_measured if t is not None else {}
+        return min(((name, counts.get(name, 0)) for name in names), key=lambda x: x[1])
 
     def class_samples(self, index: int) -> dict[str, tuple[dict[str, list[float | None]], int, int]]:
         """Per workload class: (SLO views, measured requests, errors) of a step so far (keep_slo_views only)."""
