@@ -154,3 +154,15 @@ def test_a_class_with_no_request_in_a_step_makes_it_uncertain_not_failed(tmp_pat
     assert first["workloads"]["rare"]["requests"] == 0 and set(first["slo"]) == {"chat.ttft_ms"}
     assert first["slo_pass"] and first["slo_judgement"] == "uncertain"  # rare cannot show it passes there
     assert second["slo_judgement"] == "pass"
+
+
+def test_a_class_too_thin_in_every_step_leaves_the_mix_unknown_and_the_report_says_so(tmp_path):
+    p = make_results(tmp_path, levels=LEVELS, rps=[5, 6, 7, 8], slo=TOP_SLO, load={"min_requests": 100})
+    classes = {"chat": {"weight": 9, "ttft_ms": [100] * 4}, "rare": {"weight": 1, "ttft_ms": [100] * 4}}
+    with_workloads(p, classes, [{"name": "chat", "weight": 9}, {"name": "rare", "weight": 1}])
+    s = analyze(p)  # rare has 30–48 requests per step: insufficient in all of them
+    assert s["capacity"]["per_node_rps"] is None and s["capacity"]["limiting_workload"] == "rare"
+    md = (p / "summary.md").read_text()
+    assert "Mix: the mix's capacity is the load at which any class first misses its own SLO: unknown (class rare " \
+           "has no valid step" in md
+    assert "rare" in (p / "report.html").read_text()

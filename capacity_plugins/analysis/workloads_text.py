@@ -43,7 +43,11 @@ def workload_lines(summary: dict[str, Any]) -> list[str]:
         out.append(f"{k['name']} (weight {k['weight']:g}, {share}): judged on {class_slo_text(k['slo'])}; "
                    f"{_capacity_text(k['capacity'])}")
     cap = summary["capacity"]
-    if w.get("limiting"):
+    if cap.get("per_node_rps") is None:
+        # a class with no valid step (too few of its requests everywhere): the mix cannot be shown to hold
+        why = f"class {w['limiting']} has no valid step" if w.get("limiting") else cap.get("method")
+        out.append(f"Mix: {w['rule']}: unknown ({why}: its SLO cannot be shown met at any level)")
+    elif w.get("limiting"):
         out.append(f"Mix: {w['rule']}: {_g(cap['per_node_rps'])} rps, limited by class {w['limiting']} "
                    f"({cap.get('limiting_slo')}); classes from first to fail: {', '.join(w['order'])}")
     else:
