@@ -122,6 +122,10 @@ def _on_init(environment: Environment, **_: Any) -> None:
         register(environment)
     except UserError as e:
         _exit_bad_input(e)
+    # Locust creates gevent's hub when it is imported and arms `--run-time` with a timer right after
+    # init, before the loop has ever run: the loop's clock still reads the import time, so a start
+    # (imports, the corpus) longer than -t fired the timer at once and the run sent nothing.
+    gevent.get_hub().loop.update_now()
 
 
 def _role(runner: Any) -> Role:
