@@ -24,6 +24,10 @@ def main() -> int:
             r = run_loaded_swarm(Path(tmp) / f"run-{i}")
             complete = r.master_rc == 0 and not r.workers_lost and r.finished == r.locust_requests and r.records_lost == 0
             ok += complete
+            if not r.steps:  # the swarm never finished a step: say why instead of a figure
+                print(f"run {i}: master rc {r.master_rc}, workers rc {r.worker_rcs}, no step finished; "
+                      f"the master's last lines:\n{r.log[-1500:]}", flush=True)
+                continue
             master_lag = max((s["master_loop_lag_p99_ms"] or 0.0) for s in r.steps)
             worker_lag = max((s["loop_lag_p99_ms"] or 0.0) for s in r.steps)
             print(f"run {i}: master rc {r.master_rc}, workers lost {len(r.workers_lost)}, records {r.finished} "

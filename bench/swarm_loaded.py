@@ -56,9 +56,10 @@ def run_loaded_swarm(folder: Path, burners: int = 2, levels: tuple[int, ...] = (
         master = subprocess.Popen([*CAPACITY, "run", str(scenario), "--master", "--expect-workers", "2",
                                    "--master-bind-port", str(port), "--no-analyze"],
                                   cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        # the workers' own logs stay next to the run: a lost worker's last lines say what held it up
         workers = [subprocess.Popen([*CAPACITY, "run", str(scenario), "--worker", "--master-port", str(port)],
-                                    cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-                   for _ in range(2)]
+                                    cwd=ROOT, stdout=(folder / f"worker-{i}.log").open("w"), stderr=subprocess.STDOUT)
+                   for i in range(2)]
         try:
             log, _ = master.communicate(timeout=300)
             worker_rcs = [w.wait(timeout=60) for w in workers]

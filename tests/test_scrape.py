@@ -47,6 +47,9 @@ def test_vllm_gauges_histogram_deltas_and_rates(canned_url):
     assert series[(host, VLLM_MODEL, "server_prefill_s")]["value"] == pytest.approx(0.1)
     # 2 engines x 40 tokens per scrape, 2 s apart
     assert series[(host, VLLM_MODEL, "server_output_tps")]["value"] == pytest.approx(40.0)
+    # Δhits / Δqueries over both engines: (300 + 100) / 2000 — tokens, not a mean of the engines' rates
+    assert series[(host, VLLM_MODEL, "prefix_cache_hit_rate")]["value"] == pytest.approx(0.2)
+    assert series[(host, VLLM_MODEL, "prefix_cache_hit_rate")]["unit"] == "ratio"
     prov = provenance("vllm", samples)
     assert prov["served_models"] == [VLLM_MODEL]
     assert prov["info"]["vllm:cache_config_info"]["gpu_memory_utilization"] == "0.9"
@@ -65,6 +68,7 @@ def test_first_scrape_has_gauges_but_no_deltas(canned_url):
 def test_old_vllm_cache_gauge_is_the_fallback(canned_url):
     series, target, _ = _series_after_two_scrapes(canned_url + "/vllm-old/metrics")
     assert series[(target.default_host, VLLM_MODEL, "kv_cache_usage")]["value"] == pytest.approx(0.33)
+    assert series[(target.default_host, VLLM_MODEL, "prefix_cache_hit_rate")]["value"] == pytest.approx(0.4)
 
 
 @pytest.mark.parametrize("path", ["/dcgm/metrics", "/dcgm-new/metrics"])
@@ -100,6 +104,7 @@ def test_sglang(canned_url):
     assert series[(host, SGLANG_MODEL, "server_running")]["value"] == 5
     assert series[(host, SGLANG_MODEL, "server_waiting")]["value"] == 1
     assert series[(host, SGLANG_MODEL, "kv_cache_usage")]["value"] == pytest.approx(0.42)
+    assert series[(host, SGLANG_MODEL, "prefix_cache_hit_rate")]["value"] == pytest.approx(0.55)
     assert series[(host, SGLANG_MODEL, "server_ttft_s")]["value"] == pytest.approx(0.3)
 
 

@@ -185,3 +185,17 @@ def test_reset_stats_clears_llm_stats(fake_llm, tmp_path):
     assert ctx.llm_stats.rows()[0]["requests"] == 1
     env.events.reset_stats.fire()
     assert all(r["requests"] == 0 for r in ctx.llm_stats.rows())
+
+
+def test_a_users_connections_are_kernel_stamped_from_their_first_response(fake_llm, tmp_path):
+    from geventhttpclient.url import URL
+
+    from capacity_plugins.load import stream
+
+    env, ctx, user, fired = make(fake_llm, tmp_path)
+    # before any response: the pool the user's first request will use already makes stamped
+    # sockets, so the read of that response's headers (which may carry the first token) is stamped
+    pool = user._pool.get_client(URL(fake_llm))._connection_pool
+    assert vars(pool).get("_create_tcp_socket") is stream._stamped_tcp_socket
+    rec = user.call(ctx.next_sample())
+    assert rec.error_kind is None and rec.ttft_ms is not None

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from capacity_plugins.analysis.cache_probe import cache_probe
 from capacity_plugins.analysis.capacity import capacity_under_slo
 from capacity_plugins.analysis.knee import find_knee
 from capacity_plugins.analysis.load import RunData, dumps_json, load_run
@@ -48,6 +49,10 @@ def summarise(run: RunData, progress: Callable[[str], None] | None = None) -> di
     if run.settings.workloads:
         # With classes the top-level SLO only sets defaults: plan and verdict use the mix's capacity.
         cap, workloads = mix_capacity(rows, run, kind)
+    probe = cache_probe(run, rows, run.meta)
+    if probe is not None:
+        cap["notes"].append(f"cache probe: capacity counts the distinct arm only; the {probe['arm']} arm is "
+                            "compared in the prefix-cache probe")
     plan = make_plan(cap, run.capacity, run.verdict)
     cost = make_cost(rows, cap, run.capacity)
     series = set(run.telemetry["series"].unique()) if run.telemetry is not None and not run.telemetry.empty else set()
@@ -85,6 +90,8 @@ def summarise(run: RunData, progress: Callable[[str], None] | None = None) -> di
         "search": run.meta.get("search"),
         # Workload classes: each one's SLO and capacity, and which class limits the mix (null: none).
         "workloads": workloads,
+        # A cache probe's comparison of its arms, and its answer (analysis/cache_probe.py).
+        "cache_probe": probe,
         "warnings": warnings,
         "meta": _meta(run),
     }

@@ -18,6 +18,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+from capacity_plugins.analysis import cache_probe  # noqa: E402
 from capacity_plugins.analysis.load import RunData  # noqa: E402
 from capacity_plugins.analysis.report_text import (  # noqa: E402
     DECISION_TEXT,
@@ -108,6 +109,7 @@ def plot_distributions(run: RunData, summary: dict[str, Any], out: Path) -> byte
     m = req[req["ok"] & ~req["warmup"] & (req["step"] >= 0)]
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     levels = {s.index: s.level for s in run.steps}
+    arms = {s.index: s.arm for s in run.steps}  # a cache probe measures each level twice
     for ax, col, title in ((axes[0], "ttft_ms", "TTFT per step"), (axes[1], "e2e_ms", "E2E per step")):
         data, labels = [], []
         for idx in sorted(levels):
@@ -115,7 +117,7 @@ def plot_distributions(run: RunData, summary: dict[str, Any], out: Path) -> byte
             if v.size > 20000:  # a box plot of 20 k points is as exact as one of 2 M
                 v = np.random.default_rng(0).choice(v, 20000, replace=False)
             data.append(v if v.size else np.array([np.nan]))
-            labels.append(f"{levels[idx]:g}")
+            labels.append(f"{levels[idx]:g}" + (f"\n{arms[idx]}" if arms[idx] else ""))
         if any(np.isfinite(d).any() and np.nanmax(d) > 0 for d in data):
             ax.boxplot(data, whis=(1, 99), showfliers=False)
             ax.set_xticks(range(1, len(labels) + 1), labels)
@@ -167,6 +169,16 @@ def _img(data: bytes | None, alt: str) -> str:
     return f'<figure><img alt="{html.escape(alt)}" src="data:image/png;base64,{base64.b64encode(data).decode()}"/></figure>'
 
 
+def _probe_html(probe: dict[str, Any]) -> str:
+    """The "Prefix-cache probe" section: the answer, how to read it, the arms per level."""
+    e = html.escape
+    head, rows = cache_probe.table(probe)
+    return ('<h2>Prefix-cache probe</h2><ul id="cache-probe">'
+            + "".join(f"<li>{e(x)}</li>" for x in cache_probe.section_lines(probe)) + "</ul><table><tr>"
+            + "".join(f"<th>{e(h)}</th>" for h in head) + "</tr>"
+            + "".join("<tr>" + "".join(f"<td>{e(c)}</td>" for c in r) + "</tr>" for r in rows) + "</table>")
+
+
 def html_page(summary: dict[str, Any], figs: dict[str, bytes | None]) -> str:
     e = html.escape
     v = summary["verdict"]
@@ -213,6 +225,7 @@ tr.needs_human td{{background:#fff6d6}} tr.pass td{{background:#e8f6ec}} img{{ma
 {('<ul class="notes">' + ''.join(f'<li>{e(n)}</li>' for n in notes) + '</ul>') if notes else ''}
 {('<h2>Capacity search</h2><ul id="search">' + ''.join(f'<li>{e(x)}</li>' for x in search_lines(summary)) + '</ul>') if summary.get('search') else ''}
 {_workloads_html(summary)}
+{_probe_html(summary["cache_probe"]) if summary.get("cache_probe") else ''}
 <h2>Throughput and latency against load</h2>{_img(figs.get('throughput_latency'), 'throughput and latency vs load')}
 <h2>Latency distributions per step</h2>{_img(figs.get('latency_distributions'), 'TTFT and E2E per step')}
 {section(summary, _img(figs.get('ttft_breakdown'), 'where TTFT goes, per step'))}

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from capacity_plugins.analysis import cache_probe
 from capacity_plugins.analysis.verdict import LIMIT_NAMES
 
 DECISION_TEXT = {"scale": "SCALE", "dont_scale_yet": "DON'T SCALE YET", "observe": "OBSERVE"}
@@ -152,6 +153,8 @@ def headline(summary: dict[str, Any]) -> list[str]:
     lines = [f"Verdict: {DECISION_TEXT[v['decision']]} — " + "; ".join(v["reasons"])]
     lines += alert_lines(summary)
     lines.append(_capacity_line(cap))
+    if summary.get("cache_probe"):
+        lines.append(f"Prefix-cache probe: {summary['cache_probe']['answer']}")
     lines.append(_knee_line(knee))
     lines += _plan_lines(plan, cap)
     c = summary["cost"]
@@ -185,9 +188,16 @@ def search_lines(summary: dict[str, Any]) -> list[str]:
             f"Steps measured, in order: {path or 'none'}"]
 
 
+def probe_markdown(probe: dict[str, Any]) -> list[str]:
+    """The "Prefix-cache probe" section of summary.md: the answer, how to read it, the arms per level."""
+    head, rows = cache_probe.table(probe)
+    return ([f"- {line}" for line in cache_probe.section_lines(probe)] + ["", "| " + " | ".join(head) + " |",
+            "|" + "---|" * len(head)] + ["| " + " | ".join(r) + " |" for r in rows])
+
+
 # key, header, digits, interval key (None: no interval shown)
 TABLE_COLS: list[tuple[str, str, int | None, str | None]] = [
-    ("level", "level", 0, None), ("valid", "valid", 0, None), ("achieved_rps", "achieved rps", 2, None),
+    ("level", "level", 0, None), ("arm", "arm", 0, None), ("valid", "valid", 0, None), ("achieved_rps", "achieved rps", 2, None),
     ("rps", "ok rps", 2, "rps_ci"), ("goodput_rps", "goodput rps", 2, None),
     ("requests", "requests", 0, None), ("error_rate", "error %", None, None), ("ttft_p50_ms", "TTFT P50", 0, None),
     ("ttft_p95_ms", "TTFT P95", 0, "ttft_p95_ci_ms"), ("ttft_p99_ms", "TTFT P99", 0, "ttft_p99_ci_ms"),
@@ -251,6 +261,8 @@ def markdown(summary: dict[str, Any]) -> str:
         from capacity_plugins.analysis import workloads_text
 
         out += workloads_text.markdown(summary)
+    if summary.get("cache_probe"):
+        out += ["", "## Prefix-cache probe", ""] + probe_markdown(summary["cache_probe"])
     out += ["", "## Load table", "",
             f"Intervals in brackets: {(summary.get('run') or {}).get('confidence', 0.95):.0%}; ∞ = the step has too few "
             "requests to bound that percentile.", ""]

@@ -46,7 +46,8 @@ def plot_ttft_breakdown(summary: dict[str, Any]) -> Any | None:
     if not rows:
         return None
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4))
-    labels = [f"{r['level']:g}" for r, _ in rows]
+    # A bar per step: a cache probe measures each level twice, and equal labels would share one bar.
+    labels = [f"{r['level']:g}" + (f"\n{r['arm']}" if r.get("arm") else "") for r, _ in rows]
     totals = [sum(s.values()) or 1.0 for _, s in rows]
     bottom_share, bottom_ms = [0.0] * len(rows), [0.0] * len(rows)
     for key, label, colour in SEGMENTS:

@@ -88,7 +88,7 @@ def step_rows(run: RunData, slo: SLOConfig) -> list[dict[str, Any]]:
             window = float(sent.max() - sent.min()) if len(sent) > 1 else None
         achieved = st.achieved_rps if st.achieved_rps is not None else (n / window if window else None)
         row: dict[str, Any] = {
-            "step": st.index, "kind": st.kind, "level": st.level, "window_s": window,
+            "step": st.index, "kind": st.kind, "level": st.level, "arm": st.arm, "window_s": window,
             "target_rps": st.target_rps, "offered_rps": st.offered_rps, "achieved_rps": achieved,
             "requests": n, "ok_requests": n_ok, "errors": n - n_ok,
             "cancelled": int(cancelled_counts.get(st.index, 0)),

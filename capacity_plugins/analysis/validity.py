@@ -9,6 +9,7 @@ A step decides nothing (never sets knee, capacity or plan) when:
 | `interrupted` | the run was stopped during the step |
 | `insufficient` | fewer measured requests than `load.min_requests` (100): a P95 of 18 requests is its second-largest value, a P99 has no upper bound at all |
 | no successful request, no measured window | nothing to measure |
+| a cache probe's cache arm (`arm` other than `distinct`) | its prompts share prefixes or repeat, so the server's prefix cache flatters it: the probe compares it with the distinct arm (analysis/cache_probe.py), capacity counts only the distinct arm |
 
 meta.json's `workers_lost`, `records.lost` > 0 and `complete: false` become warnings, which the
 report's banner and the console headline carry.
@@ -22,6 +23,9 @@ from typing import Any
 
 from capacity_plugins.analysis.settings import Settings
 from capacity_plugins.contracts.steps import StepRow
+
+# How a cache probe's cache-arm steps are set apart (the probe tells them from otherwise bad steps).
+CACHE_ARM_REASON = "cache arm"
 
 
 def _clock(unix: float) -> str:
@@ -120,6 +124,9 @@ def step_validity(st: StepRow, *, requests: int, ok_requests: int, window_s: flo
         reasons.append("no successful request")
     if not window_s:
         reasons.append("no measured window (steps.json has no times)")
+    if st.arm not in (None, "distinct"):
+        reasons.append(f"{CACHE_ARM_REASON} ({st.arm}): the prefix cache may flatter it — compared in the "
+                       "prefix-cache probe; capacity counts the distinct arm only")
     return {
         "client_limited": bool(limited), "client_limited_reason": why if limited else None,
         "loop_lag_p99_ms": st.loop_lag_p99_ms, "schedule_lag_p99_ms": st.schedule_lag_p99_ms,

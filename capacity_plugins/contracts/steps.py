@@ -53,6 +53,9 @@ class StepRow:
     membership_changed: bool = False
     membership_reason: str | None = None
     interrupted: bool = False
+    # A cache probe's arm: `distinct` (the corpus's prompts, the one that counts) or the cache arm
+    # (`shared_prefix`, `repeat`); None for every other load kind.
+    arm: str | None = None
 
     @property
     def window_s(self) -> float | None:

@@ -35,6 +35,7 @@ Modules, each importing only those above it (no cycles; tests/test_corpus.py che
 | `builtin` | the built-in and long-context sets and their reproducible build |
 | `synthetic` | ``synthetic:...`` specs and their text |
 | `loader` | `load_corpus`: source spec → validated `Corpus` |
+| `cache_arms` | a prefix-cache probe's cache arm built from a corpus: shared prefix or repeats |
 | `cli` | `capacity corpus stats|build` |
 """
 

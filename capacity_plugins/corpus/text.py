@@ -23,6 +23,17 @@ def estimate_tokens(text: str) -> int:
     return cjk + math.ceil((len(text) - cjk) / 4)
 
 
+# The units the estimate counts, in order: one per CJK character, one per run of up to 4 other
+# characters (per run, as the embedded simulator counts). Cutting a prompt on these boundaries
+# keeps the text before the cut identical, token for token, in every prompt that shares it.
+_UNIT_RE = re.compile(f"{_CJK_RE.pattern}|(?:(?!{_CJK_RE.pattern}).){{1,4}}", re.DOTALL)
+
+
+def token_units(text: str) -> list[str]:
+    """The text cut into estimated tokens (joined back, they are the text again)."""
+    return _UNIT_RE.findall(text)
+
+
 def is_cjk_text(text: str) -> bool:
     """Whether a prompt counts as Chinese (etc.) in the language mix: ≥ 30 % CJK among its first
     2000 non-space characters (a Chinese request around an English code snippet still counts)."""

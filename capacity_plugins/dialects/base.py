@@ -107,6 +107,18 @@ class Parser:
         """A whole non-streamed body → what it carried. Raises MalformedEvent."""
         raise NotImplementedError
 
+    def envelope(self, payload: bytes, what: int) -> tuple[bytes, bytes] | None:
+        """The repeating shape of a stream payload this parser has just parsed (`event(payload)`
+        returned `what`), for the reader's fast path (dialects/fastpath.py).
+
+        (prefix, suffix) such that, for *every* slot s that is a non-empty JSON string body —
+        valid UTF-8, no control character, `"` and `\\` only inside the escapes \\" \\\\ \\/ \\b
+        \\f \\n \\r \\t — `event(prefix + s + suffix)` would return `what`, set chunk_tokens to
+        None, append the decoded s to `texts` (when kept) and change nothing else. None (the
+        default): no such shape is known, every payload is parsed in full.
+        """
+        return None
+
 
 class Dialect(Protocol):
     """One API. Optional: `ready_path`, a GET the preflight checks first (200 = ready to serve),

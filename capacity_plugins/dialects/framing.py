@@ -1,8 +1,9 @@
 """Incremental SSE and NDJSON framing.
 
-The user reads the body one line at a time as it arrives (`readline(b"\\n")`), stamps the time,
-and hands the line here. These decoders only frame events; what an event means is a dialect's job.
-Kept free of JSON parsing so the hot path parses each payload exactly once (in the dialect).
+The body reader (load/stream.py) hands complete lines here — through dialects/fastpath.py, which
+frames the common `data: {...}` + blank line itself and comes here for everything else. These
+decoders only frame events; what an event means is a dialect's job. Kept free of JSON parsing so
+the hot path parses each payload at most once (in the dialect).
 """
 
 from __future__ import annotations
@@ -47,6 +48,11 @@ class SSEDecoder:
             self.event = line[6:].strip()
         return None
 
+    @property
+    def idle(self) -> bool:
+        """No event is being built: the next `data:` line starts a new one."""
+        return not self._data
+
     def flush(self) -> bytes | None:
         """At end of body: the payload of an event the server did not terminate with a blank line."""
         if not self._data:
@@ -60,6 +66,10 @@ class NDJSONDecoder:
     """One JSON document per non-empty line (Ollama streaming)."""
 
     __slots__ = ()
+
+    @property
+    def idle(self) -> bool:
+        return True  # every line is a whole document
 
     def feed(self, line: bytes) -> bytes | None:
         line = line.strip()

@@ -156,6 +156,57 @@ class _OpenAIParser(Parser):
             self._keep(choice, "message")
         return self._what(choice, "message")
 
+    def envelope(self, payload: bytes, what: int) -> tuple[bytes, bytes] | None:
+        """The shape vLLM / SGLang / OpenAI repeat for every token: the chunk's bytes around the
+        one string that carries the text (`delta.content`, `reasoning_content` / `reasoning`, a
+        tool call's `arguments`, completions' `text`); id, model, created and the rest stay the same
+        through a response.
+
+        Found by locating the text's bytes in the payload, then proven on this parser's own code:
+        two probe texts (ASCII, multi-byte) put into the slot must each parse to `what`, leave every
+        counter, the id, done, finish reason and error as a fresh parser has them, and be kept as the
+        generated text — which only the text fields are, and the only other use of a text field is
+        its truthiness (`_what`, keep_message_text), the same for every non-empty string. A slot
+        string cannot change the JSON around it (it holds no unescaped quote), so what holds for
+        the probes holds for every slot the fast path accepts (base.Parser.envelope).
+        """
+        if what < OUTPUT or self.error is not None:
+            return None
+        try:
+            doc = orjson.loads(payload)
+        except orjson.JSONDecodeError:
+            return None
+        for text in _texts_of(doc, self._chat):
+            raw = orjson.dumps(text)
+            if b"\\" in raw:  # the server escaped something: wait for a plain chunk
+                continue
+            start = 0
+            for _ in range(4):  # the text's first few occurrences (it may also be, say, the model name)
+                at = payload.find(raw, start)
+                if at < 0:
+                    break
+                start = at + 1
+                prefix, suffix = payload[: at + 1], payload[at + len(raw) - 1:]
+                if self._proves(prefix, suffix, what):
+                    return prefix, suffix
+        return None
+
+    def _proves(self, prefix: bytes, suffix: bytes, what: int) -> bool:
+        for probe in _PROBES:
+            p = type(self)()
+            p.response_id = self.response_id
+            p.keep_text()
+            try:
+                got = p.event(prefix + probe + suffix)
+            except MalformedEvent:
+                return False
+            if (got != what or p.texts != [probe.decode()] or p.response_id != self.response_id
+                    or p.chunk_tokens is not None or p.usage_output_tokens is not None
+                    or p.continuous_output_tokens is not None or p.prompt_tokens is not None
+                    or p.error is not None or p.done or p.finish_reason is not None):
+                return False
+        return True
+
     def _what(self, choice: dict[str, Any], key: str) -> int:
         """What a choice carried: a streamed `delta` and a whole `message` have the same channels."""
         if self._chat:
@@ -170,6 +221,31 @@ class _OpenAIParser(Parser):
                 return OUTPUT
             return NO_OUTPUT
         return VISIBLE if choice.get("text") else NO_OUTPUT
+
+
+# Slot texts that prove an envelope: plain ASCII, and multi-byte UTF-8 with a space.
+_PROBES = (b"a", "\u00e9 \u65e5Z".encode())
+
+
+def _texts_of(doc: Any, chat: bool) -> list[str]:
+    """The non-empty strings of a chunk that carry generated text (candidates for the slot)."""
+    choices = doc.get("choices") if isinstance(doc, dict) else None
+    choice = choices[0] if isinstance(choices, list) and choices else None
+    if not isinstance(choice, dict):
+        return []
+    if not chat:
+        return [choice["text"]] if isinstance(choice.get("text"), str) and choice["text"] else []
+    delta = choice.get("delta")
+    if not isinstance(delta, dict):
+        return []
+    found = [delta[k] for k in ("content", "reasoning_content", "reasoning") if isinstance(delta.get(k), str)]
+    calls = delta.get("tool_calls")
+    if isinstance(calls, list):
+        for call in calls:
+            fn = call.get("function") if isinstance(call, dict) else None
+            if isinstance(fn, dict) and isinstance(fn.get("arguments"), str):
+                found.append(fn["arguments"])
+    return [t for t in found if t]
 
 
 class _ChatParser(_OpenAIParser):

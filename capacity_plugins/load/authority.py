@@ -22,15 +22,17 @@ from typing import TYPE_CHECKING, Any
 import gevent
 
 from capacity_plugins.contracts.slo import judge_mix, judge_step
+from capacity_plugins.corpus.cache_arms import describe as describe_arm
 from capacity_plugins.load import messages
 from capacity_plugins.load.arrivals import ArrivalPlan, offered_in_window
+from capacity_plugins.load.cache_arm import cache_arm_spec
 from capacity_plugins.load.generator import HOST, GeneratorSide
 from capacity_plugins.load.results import ResultsFolder, analyse_in_background
 from capacity_plugins.load.search import CapacitySearch
 from capacity_plugins.load.shapes import RehearsalShape, StepPlan, level_plan, plan_steps
 from capacity_plugins.load.steps import ClientLimits, Step, StepAccounting, StepTimeline, write_steps_json
 from capacity_plugins.load.watch import SelfWatch
-from capacity_plugins.scenario import CapacitySearchLoad
+from capacity_plugins.scenario import CacheProbeLoad, CapacitySearchLoad
 from capacity_plugins.telemetry.wiring import RunTelemetry
 
 if TYPE_CHECKING:
@@ -174,6 +176,9 @@ class StepAuthority:
         env.events.quitting.add_listener(self._on_quitting)
         if not getattr(env.parsed_options, "headless", False):
             env.events.test_stop.add_listener(self._on_ui_test_stop)
+        if isinstance(sc.load, CacheProbeLoad) and self.ctx.corpus is not None:
+            # What the cache arm shares, estimated from the corpus: meta.json and steps.json.
+            self.ctx.extra_meta["cache_probe"] = describe_arm(self.ctx.corpus, cache_arm_spec(sc))
         self.results.on_switch.append(self._restart_telemetry)
         self.results.write_scenario_copy()
         self._restart_telemetry(self.results.path)
@@ -290,7 +295,8 @@ class StepAuthority:
         unit = "rps" if p.open_loop else "users"
         print(
             f"[capacity] step {step.index + 1}/{len(self.plans)}: {step.kind} {step.level:g} {unit} "
-            f"for {p.duration_s:g} s (first {p.warmup_s:g} s warmup)",
+            + (f"({step.arm} arm) " if step.arm else "")
+            + f"for {p.duration_s:g} s (first {p.warmup_s:g} s warmup)",
             flush=True,
         )
         if self.generator is not None:
@@ -412,6 +418,8 @@ class StepAuthority:
             extra: dict[str, Any] = {"scenario": self.scenario.name}
             if self.search is not None:
                 extra["search"] = self.search.result()
+            if "cache_probe" in self.ctx.extra_meta:
+                extra["cache_probe"] = self.ctx.extra_meta["cache_probe"]
             write_steps_json(path, self.accounting.document(extra))
         except Exception:
             log.exception("writing steps.json failed")

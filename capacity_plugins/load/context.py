@@ -16,6 +16,7 @@ the telemetry change *who sends when* and *who sees records* without touching us
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -104,6 +105,9 @@ class RunContext:
     token_evidence: TokenCountEvidence = field(default_factory=TokenCountEvidence)
     # step → [stream reads that brought output, reads that brought more than one output event]
     read_counts: dict[int, list[int]] = field(default_factory=dict)
+    # A cache probe's cache arm (load/cache_arm.py): its next prompt while a cache-arm step runs,
+    # else None (the corpus's prompt is sent).
+    cache_arm: Callable[[float], Any] | None = None
 
     @classmethod
     def from_options(cls, options: LLMOptions, *, role: Role = "local", results_dir: Path | None = None,
@@ -176,6 +180,10 @@ class RunContext:
     def next_sample(self) -> Any:  # a corpus Sample, or None before this worker has its shard
         if self.sampler is None:
             return None
+        if self.cache_arm is not None:
+            sample = self.cache_arm(time.time())
+            if sample is not None:
+                return sample
         return self.sampler.next()
 
     def next_request(self, now_unix: float) -> tuple[Any, WorkloadLane | None]:

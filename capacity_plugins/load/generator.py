@@ -20,6 +20,7 @@ import gevent
 
 from capacity_plugins.load import messages
 from capacity_plugins.load.arrivals import ArrivalPlan, Pacer, shard
+from capacity_plugins.load.cache_arm import CacheArmSource
 from capacity_plugins.load.context import RunContext
 from capacity_plugins.load.steps import Step, StepTimeline
 from capacity_plugins.load.watch import WATCH_INTERVAL_S, SelfWatch
@@ -39,6 +40,8 @@ class GeneratorSide:
         self.runner: Any = environment.runner
         self.timeline = StepTimeline()
         self.watch = SelfWatch(watch_name)
+        # A cache probe's cache-arm prompts, for the steps that carry an arm spec.
+        self.cache_arm = CacheArmSource(ctx, lambda: self.timeline)
 
     @property
     def pacer(self) -> Pacer | None:
@@ -48,6 +51,7 @@ class GeneratorSide:
     def attach(self) -> None:
         self.ctx.step_provider = self.timeline.lookup
         self.ctx.may_send = lambda now: not self.timeline.in_drain(now)
+        self.ctx.cache_arm = self.cache_arm
         self.env.events.test_stopping.add_listener(self._on_test_stopping)
         self.env.events.quitting.add_listener(self._on_quitting)
         self.watch.start()
@@ -72,6 +76,8 @@ class GeneratorSide:
 
     def step_started(self, step: Step, plan: ArrivalPlan | None, shard_index: int, shard_count: int) -> None:
         self.timeline.upsert(step)
+        if step.arm_spec is not None:
+            self.cache_arm.prepare(step.arm_spec)  # built now, not in the step's first request
         if plan is None:
             return
         offsets = shard(plan.schedule(step.index), shard_index, shard_count)

@@ -106,7 +106,9 @@ def analyse_in_background(folder: Path) -> None:
         if r.returncode == 0:
             print(f"[capacity] analysed: {folder / 'report.html'}", flush=True)
         elif r.returncode == 1:  # analysed, but the data could not support a decision (the report says why)
-            print(f"[capacity] analysed, no decision: {folder / 'report.html'} ({r.stderr.strip()[-200:]})", flush=True)
+            lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+            why = lines[-1].removeprefix("capacity analyze: ").strip() if lines else "see the report"
+            print(f"[capacity] analysed, no decision: {folder / 'report.html'} ({why})", flush=True)
         else:
             print(f"[capacity] analysis of {folder} failed: {r.stderr.strip()[-300:]}", flush=True)
     except Exception as e:  # never let the analysis take the UI down

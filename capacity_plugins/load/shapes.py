@@ -26,11 +26,13 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import gevent
 from locust import LoadTestShape
 
+from capacity_plugins.corpus.cache_arms import DISTINCT
+from capacity_plugins.load.cache_arm import cache_arm_spec
 from capacity_plugins.load.steps import Step, StepKind
 
 if TYPE_CHECKING:
@@ -56,6 +58,9 @@ class StepPlan:
     # never past max_duration_s from the step's start (0: no extension).
     min_requests: int = 0
     max_duration_s: float = 0.0
+    # A cache probe's arm and, for the cache arm, its build spec (Step.arm, Step.arm_spec).
+    arm: str | None = None
+    arm_spec: dict[str, Any] | None = None
 
     @property
     def open_loop(self) -> bool:
@@ -85,11 +90,11 @@ def plan_steps(scenario: Scenario) -> list[StepPlan]:
 
 
 def level_plan(scenario: Scenario, level: float) -> StepPlan:
-    """One step at `level` for a load kind whose levels are chosen as it goes (capacity_search)."""
-    from capacity_plugins.scenario import CapacitySearchLoad
+    """One step at `level` for a load kind with a `loop` (capacity_search, cache_probe)."""
+    from capacity_plugins.scenario import CacheProbeLoad, CapacitySearchLoad
 
     load = scenario.load
-    assert isinstance(load, CapacitySearchLoad)
+    assert isinstance(load, CapacitySearchLoad | CacheProbeLoad)
     if load.loop == "closed":
         users = max(1, int(round(level)))
         plan = StepPlan("concurrency", float(users), users, load.spawn_rate, load.step_s, load.warmup_s)
@@ -103,11 +108,24 @@ def level_plan(scenario: Scenario, level: float) -> StepPlan:
 
 def _planned(scenario: Scenario) -> list[StepPlan]:
     """The steps as the load section plans them (before any extension for min_requests)."""
-    from capacity_plugins.scenario import CapacitySearchLoad, ConcurrencySweepLoad, PeakLoad, RateSweepLoad
+    from capacity_plugins.scenario import (
+        CacheProbeLoad,
+        CapacitySearchLoad,
+        ConcurrencySweepLoad,
+        PeakLoad,
+        RateSweepLoad,
+    )
 
     load = scenario.load
     if isinstance(load, CapacitySearchLoad):  # the first level only; the search picks the rest
         return [level_plan(scenario, load.start)]
+    if isinstance(load, CacheProbeLoad):
+        # Each level twice, back to back, on the same load: the distinct arm first (the one that
+        # counts), then the cache arm. The cache arm's prompts never begin like a corpus prompt
+        # (corpus/cache_arms.py), so what it leaves cached cannot flatter the next level's distinct arm.
+        spec = cache_arm_spec(scenario).to_message()
+        return [replace(level_plan(scenario, lv), arm=arm, arm_spec=None if arm == DISTINCT else spec)
+                for lv in load.levels for arm in (DISTINCT, load.arm)]
     if isinstance(load, ConcurrencySweepLoad):
         return [
             StepPlan("concurrency", float(n), n, load.spawn_rate, load.step_s, load.warmup_s) for n in load.levels
@@ -227,10 +245,13 @@ class RehearsalShape(LoadTestShape):
             warmup_end_unix=start + plan.warmup_s,
             end_unix=start + plan.duration_s,
             target_rps=plan.target_rps,
+            arm=plan.arm,
+            arm_spec=plan.arm_spec,
         )
         self.index, self.current, self.phase, self.phase_since = i, step, "run", now
         self.steps.append(step)
-        logger.info("step %d/%d: %s %g", i + 1, len(self.plans), plan.kind, plan.level)
+        logger.info("step %d/%d: %s %g%s", i + 1, len(self.plans), plan.kind, plan.level,
+                    f" ({plan.arm} arm)" if plan.arm else "")
         if self.on_step_start:
             self.on_step_start(step)
 

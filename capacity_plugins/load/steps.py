@@ -43,6 +43,10 @@ class Step:
     offered: int | None = None
     # The run was stopped during this step; end_unix is then the stop time.
     interrupted: bool = False
+    # A cache probe's arm (`distinct`, `shared_prefix`, `repeat`), and for the cache arm how every
+    # generator builds its prompts (corpus.cache_arms.ArmSpec as a message); None otherwise.
+    arm: str | None = None
+    arm_spec: dict[str, Any] | None = None
 
     @property
     def window_s(self) -> float:
@@ -374,6 +378,7 @@ class StepAccounting:
             membership_changed=bool(changes),
             membership_reason="; ".join(changes) or None,
             interrupted=step.interrupted,
+            arm=step.arm,
         ).to_json()
 
     def document(self, extra: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -1,10 +1,16 @@
 """Reading a response body as it arrives: one timestamp per receive, bounded, never stuck.
 
 How each event is timed: every complete line already buffered is handled in one pass with one
-timestamp — the moment the receive that brought them returned. Lines that arrived together *are*
-simultaneous, and this halves the per-event cost compared with one readline() per line
-(bench_client.py). It works on geventhttpclient's response buffer, with readline() as the
-fallback should that internal layout ever change.
+timestamp — when the receive that brought them got its data, taken before anything is parsed.
+On plain TCP on Linux that is the kernel's own arrival stamp (SO_TIMESTAMPNS, read with
+recvmsg): a generator busy with other streams reads later, but its stamps do not move, so TTFT
+and ITL stay exact up to the load that saturates it. Elsewhere (TLS, other systems) it is the
+moment the receive returned. Lines that came in one read share its stamp (they did arrive
+together), and the per-chunk work is per block: dialects/fastpath.py recognises the chunk
+envelope a response repeats (vLLM, SGLang, OpenAI) and parses fully only what is not that
+envelope. It works on geventhttpclient's response buffer, with readline() as the fallback should
+that internal layout ever change. Bytes that came in the headers' read (geventhttpclient's)
+carry the moment this reader started.
 
 What a hostile or broken server cannot do to the generator:
 
@@ -13,7 +19,7 @@ What a hostile or broken server cannot do to the generator:
   searched for a newline, so a long line costs linear time, not quadratic.
 - **Keep it from the hub.** A server that streams faster than it is read always has data
   waiting, so a receive never blocks and the greenlet never yields: no gevent timeout fires, no
-  signal is handled, no other user runs. The reader yields every `YIELD_EVERY` receives and
+  signal is handled, no other user runs. The reader yields after `YIELD_NS` without blocking and
   checks the request's deadline itself.
 - **Make it buffer a whole body in memory.** A non-streamed body larger than `max_body_bytes`
   ends as `malformed` after reading that much.
@@ -21,21 +27,41 @@ What a hostile or broken server cannot do to the generator:
 
 from __future__ import annotations
 
-from time import perf_counter_ns
+import contextlib
+import platform
+import socket
+import struct
+import sys
+from time import perf_counter_ns, time_ns
 from typing import Any
 
 import gevent
+import gevent.socket
 from geventhttpclient.response import HTTPConnectionClosed
 
 from capacity_plugins.contracts.records import Timings
 from capacity_plugins.dialects import OUTPUT, VISIBLE, MalformedEvent
 from capacity_plugins.dialects.base import Parser
+from capacity_plugins.dialects.fastpath import BodyEvents
 from capacity_plugins.dialects.framing import NDJSONDecoder, SSEDecoder
 
 DEFAULT_MAX_LINE_BYTES = 16 * 1024 * 1024
 DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
-# Receives between two voluntary yields to the hub (a fast stream never blocks on its own).
+# Receives between two voluntary yields to the hub in read_body.
 YIELD_EVERY = 32
+# A streamed body being read yields to the hub after this long without blocking (a fast stream
+# never blocks on its own).
+YIELD_NS = 1_000_000
+# A receive that took this long waited for data (the greenlet left the hub meanwhile).
+WAITED_NS = 200_000
+# Bytes asked of one receive: a reader that fell behind takes what waits in one go (one stamp:
+# those chunks did wait), a reader that keeps up gets what one write sent.
+RECV_BYTES = 256 * 1024
+# SO_TIMESTAMPNS (= its control message type): 35 on Linux x86-64 / arm64; elsewhere not used.
+_SO_TIMESTAMPNS: int | None = getattr(socket, "SO_TIMESTAMPNS", None) or (
+    35 if sys.platform == "linux" and platform.machine() in ("x86_64", "aarch64", "arm64") else None)
+_TIMESPEC = struct.Struct("@ll")  # struct timespec: native longs
+_ANCILLARY_BYTES = socket.CMSG_SPACE(_TIMESPEC.size) if hasattr(socket, "CMSG_SPACE") else 64
 
 
 class RequestTimeout(Exception):
@@ -68,70 +94,145 @@ def read_stream(resp: Any, parser: Parser, t: Timings, *, deadline_ns: int,
                 max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> None:
     """Read a streamed body into `parser`, stamping output events on `t`. Raises MalformedEvent,
     RequestTimeout, HTTPConnectionClosed / OSError (the caller classifies)."""
-    decoder = SSEDecoder() if parser.framing == "sse" else NDJSONDecoder()
     buf = getattr(resp, "_body_buffer", None)
     if not isinstance(buf, bytearray) or not hasattr(resp, "feed"):
+        decoder = SSEDecoder() if parser.framing == "sse" else NDJSONDecoder()
         _read_by_lines(resp, parser, t, decoder, deadline_ns, max_line_bytes)
         return
-    feed = decoder.feed
-    event = parser.event
-    token_ns = t.token_ns
-    block_size = getattr(resp, "block_size", 65536)
+    events = BodyEvents(parser, t, max_line_bytes)
+    # geventhttpclient's HTTP parser hands over every piece of a chunked body through this
+    # attribute: a C method appends it without a Python frame per HTTP chunk (vLLM: one per token).
+    resp._on_body = buf.extend
+    block_size = max(getattr(resp, "block_size", 0), RECV_BYTES)
+    sock = _stamping(resp)
+    wall_offset = time_ns() - perf_counter_ns()  # kernel stamps (CLOCK_REALTIME) → perf_counter_ns
     scanned = 0  # bytes at the front of buf already known to hold no newline
-    receives = 0
+    now = last_yield = perf_counter_ns()
+    # Body bytes that came in the headers' read: its kernel stamp on a connection stamped since
+    # its previous response, else now (they arrived by then).
+    stamp = now
+    if sock is not None and sock.arrived:
+        stamp = max(t.sent_ns, min(now, sock.arrived - wall_offset))
     while True:
         cut = buf.rfind(b"\n", scanned)
         if cut >= 0:
             block = bytes(buf[: cut + 1])
             del buf[: cut + 1]
             scanned = 0
-            now = perf_counter_ns()
-            outputs = len(token_ns)
-            for line in block.split(b"\n")[:-1]:
-                if len(line) > max_line_bytes:
-                    raise MalformedEvent(f"a line of {len(line)} bytes (over {max_line_bytes}): not an event stream")
-                data = feed(line)
-                if data is None:
-                    continue
-                what = event(data)
-                if what:
-                    _stamp(t, parser, what, now)
-                if parser.error is not None:
-                    t.end_ns = perf_counter_ns()
-                    return
-            # A reader that keeps up finds one output event per read (one chunk per decode
-            # step); several at once mean they waited for us: the client was late.
-            arrived = len(token_ns) - outputs
-            if arrived:
-                t.reads += 1
-                t.backlog_reads += arrived > 1
+            if events.block(block, stamp):
+                t.end_ns = perf_counter_ns()
+                return
             continue
         scanned = len(buf)
         if scanned > max_line_bytes:
             raise MalformedEvent(f"over {max_line_bytes} bytes without a line end: not an event stream")
         if resp.message_complete:
             break
-        _check(deadline_ns)
-        sock = resp._sock
-        if sock is None:
+        if now >= deadline_ns:
+            raise RequestTimeout
+        if now - last_yield >= YIELD_NS:
+            gevent.sleep(0)  # let timers, signals and the other users run
+            last_yield = perf_counter_ns()
+        current = resp._sock
+        if current is None:
             raise HTTPConnectionClosed("connection closed mid-body")
         try:
-            data = sock.recv(block_size)
+            asked = perf_counter_ns()
+            data = current.recv(block_size)
+            now = perf_counter_ns()
+            if now - asked > WAITED_NS:  # the receive waited for data: the hub ran the others
+                last_yield = now
+            arrived = getattr(current, "arrived", 0)
+            # stamps never go back (the headers' read may have had none)
+            stamp = max(stamp, min(now, arrived - wall_offset)) if arrived else now
             resp.feed(data)
         except BaseException:
             resp.release()
             raise
         if not data and not resp.message_complete:
             raise HTTPConnectionClosed("connection closed mid-body")
-        receives += 1
-        if receives % YIELD_EVERY == 0:
-            gevent.sleep(0)  # let timers, signals and the other users run
-    if buf:  # a last line without "\n"
-        tail = bytes(buf)
-        del buf[:]
-        _event_at(feed(tail), parser, t, perf_counter_ns())
-    _event_at(decoder.flush(), parser, t, perf_counter_ns())
+    rest = bytes(buf)  # a last line without "\n"
+    del buf[:]
+    events.finish(rest, perf_counter_ns())
     t.end_ns = perf_counter_ns()
+
+
+class _StampedSocket(gevent.socket.socket):
+    """A connection that keeps the kernel's arrival stamp of what each receive returned
+    (`arrived`: CLOCK_REALTIME ns of the last segment read; 0 when the kernel gave none) — for
+    this reader's receives and for geventhttpclient's read of the next response's headers, which
+    often brings the first token along."""
+
+    __slots__ = ("arrived",)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.arrived = 0
+
+    def recv(self, bufsize: int, flags: int = 0) -> bytes:
+        data, ancillary, _, _ = self.recvmsg(bufsize, _ANCILLARY_BYTES, flags)
+        arrived = 0
+        for _, kind, value in ancillary:
+            if kind == _SO_TIMESTAMPNS and len(value) >= _TIMESPEC.size:
+                sec, nsec = _TIMESPEC.unpack_from(value)
+                arrived = sec * 1_000_000_000 + nsec
+        self.arrived = arrived
+        return data
+
+
+def _stamped_tcp_socket(family: int, socktype: int, protocol: int) -> Any:
+    sock = _StampedSocket(family, socktype, protocol)
+    with contextlib.suppress(OSError):
+        sock.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
+    return sock
+
+
+def _stamp_pool(pool: Any) -> None:
+    """New connections of this geventhttpclient ConnectionPool are _StampedSockets from the start
+    (its documented TCP socket factory, on this instance only)."""
+    if _SO_TIMESTAMPNS is None or pool is None or not hasattr(type(pool), "_create_tcp_socket"):
+        return
+    with contextlib.suppress(AttributeError, TypeError):  # a pool without __dict__ stays as it is
+        if vars(pool).get("_create_tcp_socket") is not _stamped_tcp_socket:
+            pool._create_tcp_socket = _stamped_tcp_socket
+
+
+def stamp_connections(client_pool: Any) -> None:
+    """Every connection `client_pool` (a geventhttpclient HTTPClientPool, LLMUser's `_pool`) opens
+    from now on is a _StampedSocket from its first response: the read of the response headers —
+    which may bring the first token — gets the kernel's stamp too. Without this call a connection
+    becomes one when read_stream first meets it, i.e. from its second response on."""
+    get_client = client_pool.get_client
+
+    def stamped_get_client(url: Any) -> Any:
+        client = get_client(url)
+        _stamp_pool(getattr(client, "_connection_pool", None))
+        return client
+
+    client_pool.get_client = stamped_get_client
+
+
+def _stamping(resp: Any) -> _StampedSocket | None:
+    """The response's connection, as a _StampedSocket from now on (Linux, plain TCP): the kernel
+    then stamps when data reaches it, so a busy generator's own delays never enter a stamp. The
+    same file descriptor in a subclass of gevent's socket; the pool gets it back when the
+    response is released. None where it cannot: TLS (the stamp would be the encrypted record's,
+    SSL sockets have no recvmsg), other systems, a connection already gone."""
+    sock = getattr(resp, "_sock", None)
+    if type(sock) is _StampedSocket:
+        return sock
+    _stamp_pool(getattr(resp, "_pool", None))  # this user's next connections, from their first response
+    if _SO_TIMESTAMPNS is None or sock is None or type(sock) is not gevent.socket.socket:
+        return None
+    try:
+        timeout = sock.gettimeout()
+        sock.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
+        stamped = _StampedSocket(sock.family, sock.type, sock.proto, fileno=sock.detach())
+        stamped.settimeout(timeout)
+    except (OSError, ValueError, AttributeError):
+        return None
+    resp._sock = stamped
+    return stamped
 
 
 def _read_by_lines(resp: Any, parser: Parser, t: Timings, decoder: SSEDecoder | NDJSONDecoder,

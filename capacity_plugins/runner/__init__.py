@@ -273,6 +273,8 @@ def _analyse(args: argparse.Namespace, folder: Path) -> int:
     verdict = (summary.get("verdict") or {}).get("decision")
     if verdict:
         print(f"[capacity] verdict: {verdict}", flush=True)
+    if summary.get("cache_probe"):
+        print(f"[capacity] prefix-cache probe: {summary['cache_probe']['answer']}", flush=True)
     if (folder / "report.html").exists():
         print(f"[capacity] report: {folder / 'report.html'}", flush=True)
     failed = gate(summary, args.fail_on_slo, args.fail_on_verdict)

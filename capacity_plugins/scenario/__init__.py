@@ -18,6 +18,7 @@ No Locust import here: the runner, the analysis and the tests read scenarios wit
 
 from capacity_plugins.scenario.files import format_loc, load_scenario, parse_scenario
 from capacity_plugins.scenario.loads import (
+    CacheProbeLoad,
     CapacitySearchLoad,
     ConcurrencySweepLoad,
     LoadConfig,
@@ -38,6 +39,7 @@ from capacity_plugins.scenario.workloads import WorkloadClass, WorkloadConfig
 
 __all__ = [
     "BUILTIN_PREFIXES",
+    "CacheProbeLoad",
     "CapacitySearchLoad",
     "EMBEDDED",
     "ConcurrencySweepLoad",

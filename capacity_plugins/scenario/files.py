@@ -19,7 +19,7 @@ from capacity_plugins.scenario.model import Scenario, _resolve_corpus
 
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 # The load kinds, as pydantic names the union members in an error location.
-_LOAD_TAGS = ("concurrency_sweep", "rate_sweep", "peak", "capacity_search")
+_LOAD_TAGS = ("concurrency_sweep", "rate_sweep", "peak", "capacity_search", "cache_probe")
 
 
 def _expand_env(obj: Any, loc: str, used: set[str]) -> Any:

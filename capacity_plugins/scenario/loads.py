@@ -6,13 +6,14 @@
 | `rate_sweep` | open (arrivals on a schedule) | one per level of requests/s |
 | `peak` | open (`target_rps`) or closed (`users`) | one: ramp, then hold |
 | `capacity_search` | closed (users) or open (rps) | chosen as it goes: bracketing, then bisection, until the SLO's boundary is found |
+| `cache_probe` | closed (users) or open (rps) | two per level, back to back: the corpus's distinct prompts, then a cache arm built from them |
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from capacity_plugins.scenario.sections import _Strict
 
@@ -117,7 +118,57 @@ class CapacitySearchLoad(_OpenLoop):
         return self
 
 
-LoadConfig = Annotated[ConcurrencySweepLoad | RateSweepLoad | PeakLoad | CapacitySearchLoad,
+class CacheProbeLoad(_OpenLoop):
+    """Is the prefix cache hiding the real load? Each level runs twice, back to back: the corpus's
+    distinct prompts, then the same load on a cache arm built from the corpus (corpus/cache_arms.py).
+    Only the distinct arm counts for capacity; the analysis compares the two (analysis/cache_probe.py)."""
+
+    kind: Literal["cache_probe"] = "cache_probe"
+    loop: Literal["closed", "open"] = "closed"  # closed: levels are users; open: requests/s
+    levels: list[PositiveFloat] = Field(default_factory=lambda: [1.0, 4.0], min_length=1)
+    step_s: float = Field(default=60.0, gt=0)
+    spawn_rate: float = Field(default=100.0, gt=0)  # closed loop: users started per second
+    arm: Literal["shared_prefix", "repeat"] = "shared_prefix"
+    # shared_prefix: tokens of the prefix common to every prompt of the arm (filled in when unset)
+    prefix_tokens: int | None = Field(default=None, ge=16)
+    # repeat: prompts in the pool the arm sends in turn (filled in when unset)
+    pool_size: int | None = Field(default=None, ge=1)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _arm_defaults(cls, data: Any) -> Any:
+        # The default of the chosen arm's own key, written into the results folder's copy.
+        if isinstance(data, dict):
+            key, default = ("pool_size", 8) if data.get("arm") == "repeat" else ("prefix_tokens", 1024)
+            if data.get(key) is None:
+                data = {**data, key: default}
+        return data
+
+    @field_validator("prefix_tokens", "pool_size")
+    @classmethod
+    def _only_for_its_arm(cls, v: int | None, info: ValidationInfo) -> int | None:
+        arm = info.data.get("arm", "shared_prefix")
+        owner = "shared_prefix" if info.field_name == "prefix_tokens" else "repeat"
+        if v is not None and arm != owner:
+            raise ValueError(f"only used with arm: {owner} (arm is {arm})")
+        return v
+
+    @field_validator("levels")
+    @classmethod
+    def _users_are_whole(cls, v: list[float], info: ValidationInfo) -> list[float]:
+        if info.data.get("loop", "closed") == "closed" and any(level != int(level) for level in v):
+            raise ValueError("closed-loop levels are users: whole numbers (loop: open for requests/s)")
+        if len(set(v)) != len(v):
+            raise ValueError("each level once: both arms run at every level")
+        return v
+
+    @model_validator(mode="after")
+    def _sane(self) -> CacheProbeLoad:
+        _check_warmup(self.warmup_s, self.step_s)
+        return self
+
+
+LoadConfig = Annotated[ConcurrencySweepLoad | RateSweepLoad | PeakLoad | CapacitySearchLoad | CacheProbeLoad,
                        Field(discriminator="kind")]
 
 

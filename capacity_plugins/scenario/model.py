@@ -19,6 +19,7 @@ from capacity_plugins.contracts.redaction import (
 )
 from capacity_plugins.contracts.slo import min_requests_to_show
 from capacity_plugins.scenario.loads import (
+    CacheProbeLoad,
     CapacitySearchLoad,
     ConcurrencySweepLoad,
     LoadConfig,
@@ -26,6 +27,7 @@ from capacity_plugins.scenario.loads import (
     RateSweepLoad,
 )
 from capacity_plugins.scenario.sections import (
+    EMBEDDED,
     CorpusConfig,
     RequestConfig,
     TargetConfig,
@@ -66,6 +68,20 @@ class Scenario(_Strict):
         if isinstance(data, dict) and isinstance(data.get("load"), dict) and "kind" not in data["load"]:
             data = {**data, "load": {**data["load"], "kind": "concurrency_sweep"}}
         return data
+
+    @model_validator(mode="before")
+    @classmethod
+    def _probe_turns_on_the_simulators_cache(cls, data: Any) -> Any:
+        # A cache probe on the embedded simulator needs its prefix-cache model, or there is nothing
+        # to find; set here so the results folder's copy says so. An explicit `prefix_cache` stays.
+        if not isinstance(data, dict) or not isinstance(data.get("load"), dict) \
+                or data["load"].get("kind") != "cache_probe" or not isinstance(data.get("target"), dict):
+            return data
+        target = data["target"]
+        sim = target.get("simulator")
+        if target.get("url") != EMBEDDED or not (sim is None or isinstance(sim, dict)) or "prefix_cache" in (sim or {}):
+            return data
+        return {**data, "target": {**target, "simulator": {**(sim or {}), "prefix_cache": True}}}
 
     @model_validator(mode="after")
     def _peak_has_target(self) -> Scenario:
@@ -119,7 +135,7 @@ class Scenario(_Strict):
 
     @property
     def open_loop(self) -> bool:
-        if isinstance(self.load, CapacitySearchLoad):
+        if isinstance(self.load, CapacitySearchLoad | CacheProbeLoad):
             return self.load.loop == "open"
         return isinstance(self.load, RateSweepLoad) or self.peak_rps is not None
 

@@ -42,7 +42,7 @@ UNITS: dict[str, str] = {
     "server_running": "requests", "server_waiting": "requests", "kv_cache_usage": "ratio",
     "server_ttft_s": "s", "server_queue_s": "s", "server_prefill_s": "s", "server_e2e_s": "s",
     "server_itl_s": "s", "server_output_tps": "tokens/s", "server_prompt_tps": "tokens/s",
-    "server_preemptions_per_s": "1/s", "client_cpu_pct": "%", "client_system_cpu_pct": "%",
+    "server_preemptions_per_s": "1/s", "prefix_cache_hit_rate": "ratio", "client_cpu_pct": "%", "client_system_cpu_pct": "%",
     "client_rss_bytes": "bytes",
 }
 
@@ -103,6 +103,13 @@ VLLM: tuple[Rule, ...] = (
     Rule("vllm:generation_tokens", "server_output_tps", "rate", device_label="model_name"),
     Rule("vllm:prompt_tokens", "server_prompt_tps", "rate", device_label="model_name"),
     Rule("vllm:num_preemptions", "server_preemptions_per_s", "rate", device_label="model_name"),
+    # Share of queried prompt tokens the prefix cache supplied: V1's token counters (their older
+    # gpu_ spelling next), else V0's own gauge.
+    Rule("vllm:prefix_cache_hits", "prefix_cache_hit_rate", "ratio", device_label="model_name",
+         denominators=("vllm:prefix_cache_queries",)),
+    Rule("vllm:gpu_prefix_cache_hits", "prefix_cache_hit_rate", "ratio", device_label="model_name",
+         denominators=("vllm:gpu_prefix_cache_queries",)),
+    Rule("vllm:gpu_prefix_cache_hit_rate", "prefix_cache_hit_rate", agg="mean", device_label="model_name"),
 )
 
 TGI: tuple[Rule, ...] = (
@@ -130,6 +137,7 @@ SGLANG: tuple[Rule, ...] = (
     Rule("sglang:time_per_output_token_seconds", "server_itl_s", "hist", device_label="model_name"),
     Rule("sglang:generation_tokens", "server_output_tps", "rate", device_label="model_name"),
     Rule("sglang:prompt_tokens", "server_prompt_tps", "rate", device_label="model_name"),
+    Rule("sglang:cache_hit_rate", "prefix_cache_hit_rate", agg="mean", device_label="model_name"),
 )
 
 TRITON: tuple[Rule, ...] = (

@@ -57,6 +57,10 @@ def vllm_text(k: int) -> str:
     parts += ["# HELP vllm:generation_tokens_total Number of generation tokens processed.",
               "# TYPE vllm:generation_tokens_total counter"]
     parts += [f'vllm:generation_tokens_total{{engine="{e}",model_name="{VLLM_MODEL}"}} {40.0 * k}' for e in "01"]
+    # Prefix cache: engine 0 finds 300 of 1000 queried tokens cached per scrape, engine 1 100 of 1000.
+    for metric, per_engine in (("vllm:prefix_cache_queries", (1000.0, 1000.0)), ("vllm:prefix_cache_hits", (300.0, 100.0))):
+        parts += [f"# HELP {metric}_total Prefix cache tokens.", f"# TYPE {metric}_total counter"]
+        parts += [f'{metric}_total{{engine="{e}",model_name="{VLLM_MODEL}"}} {v * k}' for e, v in zip("01", per_engine, strict=True)]
     for e in "01":
         labels = f'engine="{e}",model_name="{VLLM_MODEL}"'
         parts.append(_hist("vllm:time_to_first_token_seconds", labels, k, 0.25, VLLM_TTFT_BUCKETS))
@@ -75,7 +79,9 @@ def vllm_old_text(k: int) -> str:
     return ("# TYPE vllm:gpu_cache_usage_perc gauge\n"
             f'vllm:gpu_cache_usage_perc{{model_name="{VLLM_MODEL}"}} 0.33\n'
             "# TYPE vllm:num_requests_running gauge\n"
-            f'vllm:num_requests_running{{model_name="{VLLM_MODEL}"}} 4.0\n')
+            f'vllm:num_requests_running{{model_name="{VLLM_MODEL}"}} 4.0\n'
+            "# TYPE vllm:gpu_prefix_cache_hit_rate gauge\n"
+            f'vllm:gpu_prefix_cache_hit_rate{{model_name="{VLLM_MODEL}"}} 0.4\n')
 
 
 def dcgm_text(k: int, host_label: str = "Hostname") -> str:
@@ -123,6 +129,7 @@ def sglang_text(k: int) -> str:
         "# TYPE sglang:num_running_reqs gauge", f"sglang:num_running_reqs{{{labels}}} 5.0",
         "# TYPE sglang:num_queue_reqs gauge", f"sglang:num_queue_reqs{{{labels}}} 1.0",
         "# TYPE sglang:token_usage gauge", f"sglang:token_usage{{{labels}}} 0.42",
+        "# TYPE sglang:cache_hit_rate gauge", f"sglang:cache_hit_rate{{{labels}}} 0.55",
         _hist("sglang:time_to_first_token_seconds", labels, k, 0.3, (0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 2.0)),
     ]) + "\n"
 

@@ -1,0 +1,269 @@
+"""The prefix-cache probe's answer: is the cache hiding the real load?
+
+A `cache_probe` run measures each level twice, back to back: the corpus's distinct prompts, then a
+cache arm whose prompts share a long prefix or repeat (corpus/cache_arms.py). Per level this
+compares the two steps' TTFT P50 / P95 and throughput, each with its interval, and the server's
+prefix-cache hit rate in each (telemetry series `prefix_cache_hit_rate`, when its /metrics were
+scraped).
+
+A difference counts only beyond the noise, judged as `capacity compare` judges two single runs
+(analysis/compare.py `judge`): both steps' interval half-widths combined, plus
+`verdict.min_detectable_difference` of the distinct arm's value — the arms are two steps measured
+one after the other, and a within-step interval knows nothing of how much a step run again differs.
+
+Capacity, knee and plan count the distinct arm only: the cache-arm steps are invalid for them
+(analysis/validity.py), which is the point of the probe — the distinct arm is the real load.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from capacity_plugins.analysis.compare import Value, judge
+from capacity_plugins.analysis.intervals import half_width
+from capacity_plugins.analysis.load import RunData, Step
+from capacity_plugins.analysis.validity import CACHE_ARM_REASON
+
+DISTINCT = "distinct"
+# metric key of a step row, its interval key, words, higher is better
+COMPARED: tuple[tuple[str, str | None, str, bool], ...] = (
+    ("ttft_p50_ms", "ttft_p50_ci_ms", "TTFT P50", False),
+    ("ttft_p95_ms", "ttft_p95_ci_ms", "TTFT P95", False),
+    ("rps", "rps_ci", "throughput", True),
+)
+# A distinct arm whose own prompts hit the cache this often is flattered too (its corpus repeats).
+DISTINCT_HIT_WARN = 0.1
+ARM_WORDS = {"shared_prefix": "with shared prefixes", "repeat": "with repeated prompts"}
+
+
+def cache_probe(run: RunData, rows: list[dict[str, Any]], meta: dict[str, Any] | None = None) -> dict[str, Any] | None:
+    """summary.json `cache_probe` (SCHEMA.md); None unless the run's steps carry arms."""
+    steps = {st.index: st for st in run.steps}
+    if not any(st.arm for st in run.steps):
+        return None
+    cache_arm = next((st.arm for st in run.steps if st.arm not in (None, DISTINCT)), None)
+    vs = run.verdict
+    levels: list[dict[str, Any]] = []
+    for level in sorted({r["level"] for r in rows if r.get("arm")}):
+        d = next((r for r in rows if r["level"] == level and r.get("arm") == DISTINCT), None)
+        c = next((r for r in rows if r["level"] == level and r.get("arm") not in (None, DISTINCT)), None)
+        entry: dict[str, Any] = {
+            "level": level,
+            "unit": "rps" if (d or c or {}).get("kind") in ("rate", "peak") else "users",
+            "distinct": _arm(run, steps, d),
+            "cache": _arm(run, steps, c),
+        }
+        entry["compared"] = bool(d and c and entry["distinct"]["sound"] and entry["cache"]["sound"])
+        entry["deltas"] = {key: _delta(d, c, key, ci_key, hib, vs.min_detectable_difference)
+                           for key, ci_key, _w, hib in COMPARED} if d and c else {}
+        levels.append(entry)
+    caching = server_prefix_caching(meta or {})
+    status, answer, notes = _answer(levels, cache_arm, caching)
+    return {
+        "arm": cache_arm,
+        "counted_arm": DISTINCT,
+        "spec": (meta or {}).get("cache_probe"),
+        "server_prefix_caching": caching,
+        "min_detectable_difference": vs.min_detectable_difference,
+        "levels": levels,
+        "status": status,
+        "answer": answer,
+        "notes": notes,
+    }
+
+
+def _arm(run: RunData, steps: dict[int, Step], row: dict[str, Any] | None) -> dict[str, Any]:
+    if row is None:
+        return {"step": None, "sound": False, "problems": ["not measured"]}
+    # The step's own problems: the cache arm's standing exclusion from capacity is not one.
+    problems = [r for r in row["invalid_reasons"] if not r.startswith(CACHE_ARM_REASON)]
+    out: dict[str, Any] = {"step": row["step"], "sound": not problems, "problems": problems,
+                           "requests": row["requests"]}
+    for key, ci_key, _w, _hib in COMPARED:
+        out[key] = row.get(key)
+        if ci_key:
+            out[ci_key] = row.get(ci_key)
+    out["output_tokens_per_s"] = row.get("output_tokens_per_s")
+    out["prompt_tokens_mean"] = _prompt_tokens(run, row["step"])
+    out["prefix_cache_hit_rate"] = _hit_rate(run, steps[row["step"]])
+    return out
+
+
+def _half(row: dict[str, Any], key: str, ci_key: str | None) -> float:
+    ci = row.get(ci_key) if ci_key else None
+    return half_width(row.get(key), ci[0], ci[1]) if ci else 0.0
+
+
+def _delta(d: dict[str, Any], c: dict[str, Any], key: str, ci_key: str | None, higher_is_better: bool,
+           mdd: float) -> dict[str, Any]:
+    before = Value(d.get(key), _half(d, key, ci_key), False)
+    after = Value(c.get(key), _half(c, key, ci_key), False)
+    verdict, noise = judge(before, after, higher_is_better, mdd)
+    change = (after.value / before.value - 1) if before.value and after.value is not None else None
+    return {"distinct": before.value, "cache": after.value, "change": change,
+            "noise": noise if noise is not None and math.isfinite(noise) else None,
+            # better: the cache arm looks better than the real load does
+            "judgement": {"better": "cache_flatters", "worse": "cache_arm_worse"}.get(verdict, verdict)}
+
+
+def _prompt_tokens(run: RunData, index: int) -> float | None:
+    """Mean prompt tokens the server counted in the step's measured successful requests."""
+    req = run.requests
+    sel = req[(req["step"] == index) & ~req["warmup"] & req["ok"]]["prompt_tokens"].to_numpy(float)
+    sel = sel[np.isfinite(sel)]
+    return float(sel.mean()) if sel.size else None
+
+
+def _hit_rate(run: RunData, st: Step) -> float | None:
+    """The server's prefix-cache hit rate over the step (mean of its scrape intervals; None when
+    the server's metrics were not scraped or carry no such counter)."""
+    t = run.telemetry
+    if t is None or t.empty:
+        return None
+    t = t[t["series"] == "prefix_cache_hit_rate"]
+    if "step" in t.columns and t["step"].notna().any():
+        sel = t[t["step"] == st.index]
+    else:
+        begin = st.warmup_end_unix or st.start_unix
+        if begin is None or st.end_unix is None:
+            return None
+        sel = t[(t["unix"] >= begin) & (t["unix"] <= st.end_unix)]
+    values = sel["value"].dropna()
+    return float(values.mean()) if len(values) else None
+
+
+def server_prefix_caching(meta: dict[str, Any]) -> bool | None:
+    """Whether a scraped server says its prefix caching is on (vLLM's, and the simulator's,
+    `vllm:cache_config_info{enable_prefix_caching}` in meta.json's telemetry provenance)."""
+    targets = ((meta.get("telemetry") or {}).get("provenance") or {}).get("targets") or {}
+    said = {str(((t.get("info") or {}).get("vllm:cache_config_info") or {}).get("enable_prefix_caching")).lower()
+            for t in targets.values() if isinstance(t, dict)}
+    if "true" in said:
+        return True
+    return False if "false" in said else None
+
+
+def _pct(x: float) -> str:
+    return f"{abs(x) * 100:.0f} %"
+
+
+def _judged_ttft(e: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """The TTFT percentile a level is judged on: P95, or P50 when a step has too few requests to
+    bound its P95 (the noise is then unknown, and nothing could ever count as beyond it)."""
+    d95 = e["deltas"]["ttft_p95_ms"]
+    if d95["noise"] is not None or d95["change"] is None:
+        return "P95", d95
+    return "P50", e["deltas"]["ttft_p50_ms"]
+
+
+def _answer(levels: list[dict[str, Any]], arm: str | None, caching: bool | None) -> tuple[str, str, list[str]]:
+    """(status, the one-line answer, notes) to "is the cache hiding the real load?"."""
+    words = ARM_WORDS.get(arm or "", "in the cache arm")
+    notes: list[str] = []
+    for e in levels:
+        if not e["compared"]:
+            why = "; ".join(e["distinct"]["problems"] + e["cache"]["problems"]) or "an arm is missing"
+            notes.append(f"level {e['level']:g} {e['unit']}: not compared ({why})")
+        elif _judged_ttft(e)[0] == "P50":
+            notes.append(f"level {e['level']:g} {e['unit']}: too few requests to bound TTFT P95 "
+                         f"({e['distinct']['requests']} and {e['cache']['requests']}): judged on P50 (longer steps "
+                         "or a higher load.min_requests bound the P95)")
+        hit_d = e["distinct"].get("prefix_cache_hit_rate")
+        if hit_d is not None and hit_d >= DISTINCT_HIT_WARN:
+            notes.append(f"level {e['level']:g}: the distinct arm's own prompts hit the cache ({hit_d:.0%} of prompt "
+                         "tokens): the corpus shares prefixes, so even the distinct arm is flattered "
+                         "(check it with `capacity corpus stats`)")
+    compared = [e for e in levels if e["compared"]]
+    if not compared:
+        return "not_compared", "The prefix-cache probe could not compare the arms at any level (see the notes).", notes
+    judged = [(e, *_judged_ttft(e)) for e in compared]
+    known = [h for e in compared if (h := e["cache"].get("prefix_cache_hit_rate")) is not None]
+    hit_text = (f"; the server's prefix-cache hit rate in the cache arm was {min(known):.0%}"
+                + (f"–{max(known):.0%}" if max(known) - min(known) >= 0.005 else "")) if known else ""
+    flattered = [x for x in judged if x[2]["judgement"] == "cache_flatters"]
+    if flattered:
+        e, label, d = min(flattered, key=lambda x: x[2]["change"])
+        return "cache_flatters", (
+            f"TTFT {label} is {_pct(d['change'])} lower {words} (at {e['level']:g} {e['unit']}: "
+            f"{d['distinct']:.0f} → {d['cache']:.0f} ms, beyond the noise of ± {d['noise']:.0f} ms){hit_text}: "
+            "a benchmark on such prompts would overstate capacity — the capacity here counts the distinct arm "
+            "only"), notes
+    worse = [x for x in judged if x[2]["judgement"] == "cache_arm_worse"]
+    if worse:
+        e, label, d = worse[0]
+        return "cache_arm_worse", (
+            f"No sign the cache flatters: TTFT {label} is {_pct(d['change'])} higher {words} at {e['level']:g} "
+            f"{e['unit']} ({d['distinct']:.0f} → {d['cache']:.0f} ms){hit_text}"), notes
+    spread = ", ".join(
+        f"{label} {(d['change'] or 0) * 100:+.0f} % ± "
+        + (f"{d['noise'] / d['distinct'] * 100:.0f} %" if d["noise"] is not None and d["distinct"] else "∞")
+        + f" at {e['level']:g} {e['unit']}" for e, label, d in judged)
+    answer = f"No cache effect beyond noise: TTFT {spread} {words}{hit_text}"
+    if caching is False:
+        answer += " — the server reports prefix caching off (vllm:cache_config_info enable_prefix_caching)"
+    elif known and max(known) < 0.05:
+        answer += " — the server cached next to nothing: is prefix caching off?"
+    elif known:
+        answer += " — the cache served tokens, but prefill is not where the time goes at these levels"
+    return "no_effect", answer, notes
+
+
+def section_lines(probe: dict[str, Any]) -> list[str]:
+    """The report's "Prefix-cache probe" section, as lines (summary.md and report.html)."""
+    arm = probe.get("arm") or "cache"
+    spec = probe.get("spec") or {}
+    lines = [f"Answer: {probe['answer']}",
+             f"Capacity, knee and plan count the distinct arm only (the corpus's own prompts); the {arm} arm's "
+             "steps are shown in the load table but decide nothing."]
+    if spec.get("arm") == "shared_prefix" and spec.get("shared_tokens_mean") is not None:
+        lines.append(f"The {arm} arm replaces the first {spec['prefix_tokens']} estimated tokens of each corpus prompt "
+                     f"with one common prefix, keeping its length: on average {spec['shared_tokens_mean']:.0f} of "
+                     f"{spec['prompt_tokens_mean']:.0f} tokens shared; {spec['full_prefix_share']:.0%} of prompts carry "
+                     "the whole prefix.")
+    elif spec.get("arm") == "repeat":
+        lines.append(f"The {arm} arm sends a pool of {spec.get('pool', spec.get('pool_size'))} corpus prompts in turn "
+                     "(exact repeats).")
+    mdd = probe.get("min_detectable_difference") or 0.0
+    lines.append(f"A difference counts beyond the noise when it exceeds both steps' intervals combined plus {mdd:.0%} "
+                 "of the distinct arm's value (verdict.min_detectable_difference).")
+    return lines + [f"note: {n}" for n in probe.get("notes", [])]
+
+
+def table(probe: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    """Header and rows of the per-level comparison (summary.md and report.html)."""
+    head = ["level", "arm", "requests", "TTFT P50 ms", "TTFT P95 ms", "throughput rps", "prompt tokens",
+            "cache hit rate"]
+    out: list[list[str]] = []
+
+    def num(v: Any, ci: Any = None, digits: int = 0) -> str:
+        if v is None:
+            return "–"
+        text = f"{v:,.{digits}f}"
+        if ci:
+            lo = "?" if ci[0] is None else f"{ci[0]:,.{digits}f}"
+            hi = "∞" if ci[1] is None else f"{ci[1]:,.{digits}f}"
+            text += f" ({lo}–{hi})"
+        return text
+
+    for e in probe["levels"]:
+        for name, a in (("distinct", e["distinct"]), (probe.get("arm") or "cache", e["cache"])):
+            if a.get("step") is None:
+                out.append([f"{e['level']:g} {e['unit']}", name, "–", "–", "–", "–", "–", "–"])
+                continue
+            hit = a.get("prefix_cache_hit_rate")
+            out.append([f"{e['level']:g} {e['unit']}", name + ("" if a["sound"] else " (unsound)"),
+                        str(a["requests"]), num(a["ttft_p50_ms"], a.get("ttft_p50_ci_ms")),
+                        num(a["ttft_p95_ms"], a.get("ttft_p95_ci_ms")), num(a["rps"], a.get("rps_ci"), 2),
+                        num(a.get("prompt_tokens_mean")), "–" if hit is None else f"{hit:.0%}"])
+        if e["deltas"]:
+            cells = []
+            for key, _ci, _w, _hib in COMPARED:
+                d = e["deltas"][key]
+                beyond = d["judgement"] in ("cache_flatters", "cache_arm_worse")
+                cells.append("–" if d["change"] is None else
+                             f"{d['change'] * 100:+.0f} % ({'beyond' if beyond else 'within'} noise)")
+            out.append([f"{e['level']:g} {e['unit']}", "change", "", *cells, "", ""])
+    return head, out

@@ -1,0 +1,63 @@
+"""A cache probe on a generator process: which prompts the running step's arm sends.
+
+The distinct arm takes the process's corpus shard as any step does (`RunContext.sampler`). A
+cache-arm step carries its `ArmSpec` (`Step.arm_spec`), so a worker needs no scenario of its own:
+`CacheArmSource` builds the arm from the process's corpus and shard the first time a step asks
+(corpus/cache_arms.py; the same prefix and pool on every process) and hands out its prompts while
+a cache-arm step runs; at any other time it answers None and the user takes the corpus's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from capacity_plugins.corpus.cache_arms import ArmSpec, RepeatArm, SharedPrefixArm, build_arm
+
+if TYPE_CHECKING:
+    from capacity_plugins.corpus import Sample
+    from capacity_plugins.load.context import RunContext
+    from capacity_plugins.load.steps import StepTimeline
+    from capacity_plugins.scenario import Scenario
+
+# The defaults CacheProbeLoad fills in; repeated so a spec built outside a scenario agrees.
+DEFAULT_PREFIX_TOKENS = 1024
+DEFAULT_POOL_SIZE = 8
+
+
+def cache_arm_spec(scenario: Scenario) -> ArmSpec:
+    """The cache arm a `cache_probe` scenario asks for (its prompts drawn with `corpus.seed`)."""
+    load: Any = scenario.load
+    return ArmSpec(load.arm, prefix_tokens=load.prefix_tokens or DEFAULT_PREFIX_TOKENS,
+                   pool_size=load.pool_size or DEFAULT_POOL_SIZE, seed=scenario.corpus.seed)
+
+
+class CacheArmSource:
+    """`ctx.cache_arm`: the next prompt of the running step's cache arm, or None."""
+
+    def __init__(self, ctx: RunContext, timeline: Callable[[], StepTimeline]) -> None:
+        self.ctx = ctx
+        self.timeline = timeline  # the generator's current timeline (a web-UI restart replaces it)
+        self._key: tuple[Any, ...] | None = None
+        self._arm: SharedPrefixArm | RepeatArm | None = None
+
+    def prepare(self, spec: dict[str, Any]) -> SharedPrefixArm | RepeatArm | None:
+        """The arm for this spec on this process's corpus and shard (built once, then kept, so its
+        tails continue from level to level as the distinct arm's prompts do)."""
+        ctx = self.ctx
+        if ctx.corpus is None:
+            return None
+        key = (ctx.corpus.sha256, ctx.worker_index, ctx.worker_count, tuple(sorted(spec.items())))
+        if key != self._key:
+            self._arm = build_arm(ctx.corpus, ArmSpec.from_message(spec), ctx.worker_index, ctx.worker_count)
+            self._key = key
+        return self._arm
+
+    def __call__(self, now_unix: float) -> Sample | None:
+        timeline = self.timeline()
+        index, _ = timeline.lookup(now_unix)
+        step = timeline.get(index) if index is not None else None
+        if step is None or step.arm_spec is None:
+            return None
+        arm = self.prepare(step.arm_spec)
+        return arm.next() if arm is not None else None
