@@ -22,9 +22,10 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from capacity_plugins.contracts.records import Timings
-from capacity_plugins.dialects import OUTPUT, VISIBLE, MalformedEvent, Parser, get_dialect
+from capacity_plugins.dialects import OUTPUT, MalformedEvent, Parser, get_dialect
 from capacity_plugins.dialects.fastpath import BodyEvents, plain_texts
 from capacity_plugins.dialects.framing import NDJSONDecoder, SSEDecoder
+from capacity_plugins.load.stream import _stamp
 
 MAX_LINE = 16 * 1024 * 1024
 STATE = ("response_id", "usage_output_tokens", "continuous_output_tokens", "prompt_tokens", "chunk_tokens",
@@ -42,12 +43,7 @@ def reference(name: str, blocks: list[bytes], rest: bytes, keep_text: bool) -> d
     decoder = SSEDecoder() if parser.framing == "sse" else NDJSONDecoder()
 
     def stamp(what: int, now: int) -> None:
-        if t.first_token_ns is None:
-            t.first_token_ns = now
-        if what == VISIBLE and t.first_visible_ns is None:
-            t.first_visible_ns = now
-        t.token_ns.append(now)
-        t.chunk_tokens.append(parser.chunk_tokens)
+        _stamp(t, parser, what, now)  # the reader's own stamping, not a copy of it
 
     outcome = "done"
     try:

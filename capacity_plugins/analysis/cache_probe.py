@@ -25,6 +25,7 @@ import numpy as np
 from capacity_plugins.analysis.compare import Value, judge
 from capacity_plugins.analysis.intervals import half_width
 from capacity_plugins.analysis.load import RunData, Step
+from capacity_plugins.analysis.step_telemetry import step_rows
 from capacity_plugins.analysis.validity import CACHE_ARM_REASON
 
 DISTINCT = "distinct"
@@ -120,18 +121,10 @@ def _prompt_tokens(run: RunData, index: int) -> float | None:
 def _hit_rate(run: RunData, st: Step) -> float | None:
     """The server's prefix-cache hit rate over the step (mean of its scrape intervals; None when
     the server's metrics were not scraped or carry no such counter)."""
-    t = run.telemetry
-    if t is None or t.empty:
+    sel = step_rows(run, st)
+    if sel is None:
         return None
-    t = t[t["series"] == "prefix_cache_hit_rate"]
-    if "step" in t.columns and t["step"].notna().any():
-        sel = t[t["step"] == st.index]
-    else:
-        begin = st.warmup_end_unix or st.start_unix
-        if begin is None or st.end_unix is None:
-            return None
-        sel = t[(t["unix"] >= begin) & (t["unix"] <= st.end_unix)]
-    values = sel["value"].dropna()
+    values = sel[sel["series"] == "prefix_cache_hit_rate"]["value"].dropna()
     return float(values.mean()) if len(values) else None
 
 

@@ -7,7 +7,23 @@ which the run facts say and the report labels.
 
 from __future__ import annotations
 
+from typing import Any
+
 from capacity_plugins.analysis.load import RunData, Step
+
+
+def step_rows(run: RunData, step: Step) -> Any:
+    """The run's telemetry rows of the step's measured window (by their step column where the
+    run tagged them, else by time); None without telemetry or without the step's window."""
+    t = run.telemetry
+    if t is None or t.empty:
+        return None
+    if "step" in t.columns and t["step"].notna().any():
+        return t[t["step"] == step.index]
+    begin = step.warmup_end_unix or step.start_unix
+    if begin is None or step.end_unix is None:
+        return None
+    return t[(t["unix"] >= begin) & (t["unix"] <= step.end_unix)]
 
 
 def telemetry_for(run: RunData, step: Step) -> dict[str, float | None]:
@@ -17,17 +33,8 @@ def telemetry_for(run: RunData, step: Step) -> dict[str, float | None]:
         "server_waiting": None, "server_waiting_max": None, "kv_cache_usage_max": None,
         "client_cpu_max_pct": step.client_cpu_max_pct,
     }
-    t = run.telemetry
-    if t is None or t.empty:
-        return out
-    if "step" in t.columns and t["step"].notna().any():
-        sel = t[t["step"] == step.index]
-    else:
-        begin = step.warmup_end_unix or step.start_unix
-        if begin is None or step.end_unix is None:
-            return out
-        sel = t[(t["unix"] >= begin) & (t["unix"] <= step.end_unix)]
-    if sel.empty:
+    sel = step_rows(run, step)
+    if sel is None or sel.empty:
         return out
     by = {s: g for s, g in sel.groupby("series")}
 

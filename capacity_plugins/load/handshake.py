@@ -42,9 +42,13 @@ def _with_credentials(host: str, basic: str) -> str:
 
 
 def load_corpus(options: LLMOptions) -> Corpus:
+    """The corpus, read in a thread of gevent's pool: a read takes seconds on a busy host, and a
+    Locust process whose hub is held that long sends no heartbeats — a worker loading at start-up,
+    just after its master started the test, was marked lost (both workers at once, every other
+    run with two CPU burners). The GIL still passes to the hub between bytecodes."""
     from capacity_plugins.corpus import load_corpus as _load
 
-    return _load(options.corpus, min_distinct=options.min_distinct)
+    return gevent.get_hub().threadpool.apply(_load, (options.corpus,), {"min_distinct": options.min_distinct})
 
 
 class MasterHandshake:

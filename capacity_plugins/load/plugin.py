@@ -36,7 +36,7 @@ from capacity_plugins.load import meta as meta_mod
 from capacity_plugins.load import workloads as workloads_mod
 from capacity_plugins.load.context import Role, RunContext
 from capacity_plugins.load.handshake import MasterHandshake, WorkerHandshake, load_corpus
-from capacity_plugins.load.locust_compat import wait_for_workers_before_quit
+from capacity_plugins.load.locust_compat import tolerate_slow_heartbeats, wait_for_workers_before_quit
 from capacity_plugins.load.membership import SwarmMembership
 from capacity_plugins.load.options import LLMOptions, add_arguments, redact_headers, redacted_options
 from capacity_plugins.load.results import ResultsFolder, choose_folder
@@ -175,6 +175,7 @@ def register(environment: Environment) -> RunContext:
             run.shipping = WorkerShipping(runner, sink, lambda: ctx.worker_index)
             run.shipping.start()
         elif role == "master":
+            tolerate_slow_heartbeats()
             ctx.membership = SwarmMembership(runner)
             ctx.membership.start()
             environment.events.test_start.add_listener(ctx.membership.test_started)

@@ -1,0 +1,28 @@
+"""Locust still has the shape load/locust_compat.py works around: these fail when Locust changes."""
+
+from __future__ import annotations
+
+import inspect
+
+from locust import runners
+
+from capacity_plugins.load import locust_compat
+
+
+def test_master_quit_still_waits_a_fixed_half_second_for_final_reports():
+    assert locust_compat.EXPECTED_QUIT_WAIT in inspect.getsource(runners.MasterRunner.quit)
+
+
+def test_heartbeat_liveness_is_still_read_from_the_module_when_a_worker_registers_and_beats():
+    source = inspect.getsource(runners.MasterRunner)
+    assert "heartbeat_liveness=HEARTBEAT_LIVENESS" in source  # a worker that connects
+    assert "c.heartbeat = HEARTBEAT_LIVENESS" in source  # a heartbeat heard
+    assert "client.heartbeat < 0" in inspect.getsource(runners.MasterRunner.heartbeat_worker)
+
+
+def test_the_master_tolerates_the_configured_silence(monkeypatch):
+    monkeypatch.setattr(runners, "HEARTBEAT_LIVENESS", 3)
+    locust_compat.tolerate_slow_heartbeats()
+    assert runners.HEARTBEAT_LIVENESS == locust_compat.HEARTBEAT_LIVENESS_S
+    node = runners.WorkerNode("w", heartbeat_liveness=runners.HEARTBEAT_LIVENESS)
+    assert node.heartbeat == locust_compat.HEARTBEAT_LIVENESS_S
