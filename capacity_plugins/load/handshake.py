@@ -14,7 +14,8 @@ from __future__ import annotations
 import base64
 import logging
 import sys
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import quote
 
 import gevent
@@ -32,6 +33,7 @@ if TYPE_CHECKING:
     from capacity_plugins.corpus import Corpus
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 def _with_credentials(host: str, basic: str) -> str:
@@ -48,7 +50,24 @@ def load_corpus(options: LLMOptions) -> Corpus:
     run with two CPU burners). The GIL still passes to the hub between bytecodes."""
     from capacity_plugins.corpus import load_corpus as _load
 
-    return gevent.get_hub().threadpool.apply(_load, (options.corpus,), {"min_distinct": options.min_distinct})
+    return in_thread(_load, options.corpus, min_distinct=options.min_distinct)
+
+
+def in_thread(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """`fn(*args, **kwargs)` in a thread of gevent's pool, its exception raised here. Caught in the
+    thread and handed back: an exception leaving a pool thread is printed as a traceback by gevent
+    first, and a bad corpus must stay one line (exit 2)."""
+
+    def run() -> tuple[T | None, BaseException | None]:
+        try:
+            return fn(*args, **kwargs), None
+        except Exception as e:  # noqa: BLE001  # re-raised in the caller, below
+            return None, e
+
+    result, error = gevent.get_hub().threadpool.apply(run)
+    if error is not None:
+        raise error
+    return result  # fn returned it (threadpool.apply is untyped)
 
 
 class MasterHandshake:

@@ -122,15 +122,13 @@ class ClassCorpora:
             return run_corpus
         key = (source, min_distinct)
         if key not in self._loaded:
-            import gevent
-
             from capacity_plugins.corpus import load_corpus
+            from capacity_plugins.load.handshake import in_thread
 
             try:
                 # in gevent's thread pool, as the run's corpus (handshake.load_corpus): a worker
                 # reading a class's corpus at setup must not hold its hub and miss heartbeats
-                self._loaded[key] = gevent.get_hub().threadpool.apply(load_corpus, (source,),
-                                                                      {"min_distinct": min_distinct})
+                self._loaded[key] = in_thread(load_corpus, source, min_distinct=min_distinct)
             except UserError as e:
                 raise UserError(f"workload {spec.name}: corpus: {e}") from None
         return self._loaded[key]
