@@ -57,7 +57,7 @@ def generate(out: Path, n: int, layout: str) -> None:
                     "e2e_ms": round(e2e, 3), "ttft_from_schedule_ms": None, "e2e_from_schedule_ms": None,
                     "tpot_ms": round((e2e - float(ttft[i])) / GAPS, 3), "itl_tokens": None, "prompt_tokens": 300,
                     "output_tokens": GAPS + 1, "output_tokens_source": "usage", "client_output_tokens": None,
-                    "max_tokens": 128, "stream": True, "class": "default",
+                    "max_tokens": 128, "stream": True, "workload": None,
                 }
                 if layout == "jsonl":
                     fi.write(orjson.dumps({"request_id": rec["request_id"], "itl_ms": gaps}) + b"\n")

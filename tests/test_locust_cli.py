@@ -75,3 +75,16 @@ def test_a_second_run_never_appends_to_another_runs_records(fake_llm, tmp_path):
     assert p.returncode == 2 and "Traceback" not in p.stderr
     assert "already holds requests.jsonl" in p.stderr
     assert read_records(tmp_path / "out") == first  # untouched
+
+
+def test_run_time_counts_from_the_start_not_from_importing_locust(fake_llm, tmp_path):
+    # gevent's hub exists from `import locust`; a slow start after it (here 3 s of imports) left its
+    # clock behind, and a 2 s --run-time fired at once: the run sent nothing
+    slow = tmp_path / "slow_locustfile.py"
+    slow.write_text("import time\n_t = time.monotonic()\nwhile time.monotonic() - _t < 3:\n    pass\n"
+                    "from capacity_plugins.load.locustfile import LLM  # noqa: E402,F401\n")
+    args = base_args(fake_llm, tmp_path, "--model", "ok")
+    args[args.index("-t") + 1] = "2s"
+    p = run_locust(args, locustfile=slow)
+    assert p.returncode == 0 and "Traceback" not in p.stderr, p.stderr[-3000:]
+    assert sum(r["ok"] for r in read_records(tmp_path / "out")) >= 4, p.stderr[-3000:]

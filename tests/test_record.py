@@ -8,7 +8,7 @@ DOCUMENTED_FIELDS = {
     "error_kind", "error", "scheduled_unix", "sent_unix", "ttft_ms", "first_visible_ms", "e2e_ms",
     "ttft_from_schedule_ms", "e2e_from_schedule_ms", "tpot_ms", "itl_ms", "itl_tokens",
     "prompt_tokens", "output_tokens", "output_tokens_source", "client_output_tokens", "max_tokens",
-    "stream", "class", "tokenizer_output_tokens", "finish_reason", "session_id", "turn",
+    "stream", "workload", "tokenizer_output_tokens", "finish_reason", "session_id", "turn",
 }
 MS = 1_000_000
 
@@ -91,3 +91,13 @@ def test_non_stream_has_no_token_timing_and_usage_count():
     assert r.ttft_ms is None and r.tpot_ms is None and r.output_tokens == 12 and r.client_output_tokens is None
     r = build(t, stream=False)
     assert r.output_tokens is None and r.output_tokens_source is None
+
+
+def test_workload_field_and_old_class_placeholder():
+    rec = build(stream_timings(), workload="chat")
+    d = orjson.loads(rec.to_json_bytes())
+    assert d["workload"] == "chat" and "class" not in d
+    assert build(stream_timings()).workload is None
+    # Folders written before workload classes carry `class: "default"`: read as no class.
+    old = {k: v for k, v in d.items() if k != "workload"} | {"class": "default"}
+    assert RequestRecord.from_dict(old).workload is None

@@ -132,7 +132,7 @@ def test_every_shipped_scenario_loads(monkeypatch):
     files = sorted(f for f in (ROOT / "scenarios").glob("*.yaml") if not f.name.startswith("matrix-"))
     names = {f.stem for f in files}
     assert {"quickstart", "concurrency_sweep", "rate_sweep", "peak", "long_context", "soak", "vllm", "tgi", "ollama",
-            "triton", "capacity_search", "cache_probe"} <= names
+            "triton", "capacity_search", "cache_probe", "workload_classes"} <= names
     for f in files:
         load_scenario(f)
 

@@ -18,7 +18,7 @@ def _jsonl(path: Path, rows: list) -> Path:
 
 def _record(at: float, **kw) -> dict:
     rec = {"scheduled_unix": None, "sent_unix": at, "attempt": 1, "ok": True, "error_kind": None,
-           "prompt_tokens": 700, "output_tokens": 20, "max_tokens": 64, "prompt_id": "p1", "class": "default"}
+           "prompt_tokens": 700, "output_tokens": 20, "max_tokens": 64, "prompt_id": "p1", "workload": None}
     rec.update(kw)
     return rec
 
@@ -26,7 +26,7 @@ def _record(at: float, **kw) -> dict:
 def test_from_records_keeps_arrivals_lengths_and_repeated_prompts(tmp_path):
     _jsonl(tmp_path / "requests.jsonl", [
         _record(1000.0, scheduled_unix=999.5),  # open loop: the scheduled time is the arrival
-        _record(1000.25, prompt_id="p2", prompt_tokens=100, output_tokens=7, **{"class": "chat"}),
+        _record(1000.25, prompt_id="p2", prompt_tokens=100, output_tokens=7, workload="chat"),
         _record(1000.5),  # p1 again: the same hash_ids
         _record(1000.5, attempt=2),  # a retry: not a new request
         _record(1001.0, ok=False, error_kind="timeout", output_tokens=None),  # failed: asked for max_tokens

@@ -58,7 +58,7 @@ def test_at_1x_the_slo_holds_in_every_window(tmp_path):
     recs = [r for r in read_records(folder) if r["ok"]]
     assert recs and all(r["max_tokens"] == by_row[r["prompt_id"]].output_length for r in recs)
     assert all(r["output_tokens"] == r["max_tokens"] for r in recs)  # ignore_eos
-    assert all(r["class"] == by_row[r["prompt_id"]].cls for r in recs)  # the trace's class, per request
+    assert all(r["workload"] == by_row[r["prompt_id"]].cls for r in recs)  # the trace line's class, per request
     trace = s["trace"]
     assert [w["trace_start_s"] for w in trace["windows"]] == [50, 70]
     judged = _trustworthy(trace["windows"])

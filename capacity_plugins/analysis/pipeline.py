@@ -26,6 +26,7 @@ from capacity_plugins.analysis.trace_windows import trace_summary
 from capacity_plugins.analysis.ttft_breakdown import breakdown_notes
 from capacity_plugins.analysis.validity import meta_warnings
 from capacity_plugins.analysis.verdict import checklists, decide
+from capacity_plugins.analysis.workloads import class_warnings, mix_capacity
 
 # 2: intervals (`*_ci*`), step validity, `run`, `outcome`, the `verdict` settings (SCHEMA.md).
 SCHEMA_VERSION = 2
@@ -45,6 +46,10 @@ def summarise(run: RunData, progress: Callable[[str], None] | None = None) -> di
     rows = step_rows(run, run.slo)
     knee = find_knee(rows, kind)
     cap = capacity_under_slo(rows, run.slo, run.capacity, kind)
+    workloads = None
+    if run.settings.workloads:
+        # With classes the top-level SLO only sets defaults: plan and verdict use the mix's capacity.
+        cap, workloads = mix_capacity(rows, run, kind)
     probe = cache_probe(run, rows, run.meta)
     if probe is not None:
         cap["notes"].append(f"cache probe: capacity counts the distinct arm only; the {probe['arm']} arm is "
@@ -68,6 +73,8 @@ def summarise(run: RunData, progress: Callable[[str], None] | None = None) -> di
     if short:
         warnings.append(f"{len(short)} step(s) have fewer than {run.settings.min_requests} measured requests "
                         f"(load.min_requests) and decide nothing: levels {', '.join(short)}")
+    if workloads is not None:
+        warnings += class_warnings(workloads, run.settings.min_requests)
     summary: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
         "name": run.name,
@@ -86,6 +93,8 @@ def summarise(run: RunData, progress: Callable[[str], None] | None = None) -> di
         "stability": stability(run.requests, run.telemetry, run.load_kind),
         # A capacity search's own account: the bracket it found and why it stopped (meta.json).
         "search": run.meta.get("search"),
+        # Workload classes: each one's SLO and capacity, and which class limits the mix (null: none).
+        "workloads": workloads,
         # A cache probe's comparison of its arms, and its answer (analysis/cache_probe.py).
         "cache_probe": probe,
         # A trace replay's windows: offered vs achieved rate, SLO per window, the first broken one.

@@ -86,7 +86,8 @@ def plot_throughput_latency(summary: dict[str, Any], out: Path) -> bytes:
         if any(y is not None and y > 0 for y in ys):
             a2.plot([r["level"] for r in ok], [np.nan if y is None else y for y in ys], "o-", label=label)
             plotted = True
-    slo = summary["slo"]
+    # With workload classes the top-level limits judge no class as drawn (each has its own): none drawn.
+    slo = summary["slo"] if not summary.get("workloads") else {}
     for key, label in (("ttft_p95_ms", "TTFT SLO"), ("e2e_p95_ms", "E2E SLO"), ("tpot_p95_ms", "TPOT SLO")):
         if slo.get(key):
             a2.axhline(slo[key], ls="--", lw=1, color="grey")
@@ -126,7 +127,7 @@ def plot_distributions(run: RunData, summary: dict[str, Any], out: Path) -> byte
         ax.set_title(title + " (whiskers P1–P99)")
         ax.set_xlabel("level")
         ax.set_ylabel("ms")
-        limit = summary["slo"].get("ttft_p95_ms" if col == "ttft_ms" else "e2e_p95_ms")
+        limit = None if summary.get("workloads") else summary["slo"].get("ttft_p95_ms" if col == "ttft_ms" else "e2e_p95_ms")
         if limit:
             ax.axhline(limit, ls="--", color="grey", lw=1)
     return _save(fig, out)
@@ -240,6 +241,7 @@ tr.needs_human td{{background:#fff6d6}} tr.pass td{{background:#e8f6ec}} img{{ma
 {('<ul class="notes">' + ''.join(f'<li>{e(n)}</li>' for n in notes) + '</ul>') if notes else ''}
 {trace_html}
 {('<h2>Capacity search</h2><ul id="search">' + ''.join(f'<li>{e(x)}</li>' for x in search_lines(summary)) + '</ul>') if summary.get('search') else ''}
+{_workloads_html(summary)}
 {_probe_html(summary["cache_probe"]) if summary.get("cache_probe") else ''}
 <h2>Throughput and latency against load</h2>{_img(figs.get('throughput_latency'), 'throughput and latency vs load')}
 <h2>Latency distributions per step</h2>{_img(figs.get('latency_distributions'), 'TTFT and E2E per step')}
@@ -256,6 +258,23 @@ percentile. Struck-through rows are invalid or insufficient and decide nothing; 
 <h2>Stability</h2><p>{e('; '.join((summary.get('stability') or {}).get('findings', [])))}</p>
 </body></html>
 """
+
+
+def _workloads_html(summary: dict[str, Any]) -> str:
+    """The "Workload classes" section: each class's SLO and capacity, then a row per step and class."""
+    if not summary.get("workloads"):
+        return ""
+    from capacity_plugins.analysis import workloads_text
+
+    e = html.escape
+    lines = "".join(f"<li>{e(x)}</li>" for x in workloads_text.workload_lines(summary))
+    head = "".join(f"<th>{e(h)}</th>" for h in workloads_text.HEADERS)
+    body = "".join("<tr" + ("" if valid else ' class="invalid"') + ">" + "".join(f"<td>{e(c)}</td>" for c in cells)
+                   + "</tr>" for valid, cells in workloads_text.table_rows(summary))
+    return (f'<h2>Workload classes</h2><div id="workloads"><ul>{lines}</ul>'
+            f"<p>Each class judged by its own SLO, per step; struck-through rows have too few of the class's requests "
+            f"(load.min_requests) or an invalid step and decide nothing for it.</p>"
+            f"<table><tr>{head}</tr>{body}</table></div>")
 
 
 def write_reports(summary: dict[str, Any], run: RunData, out_dir: Path) -> None:

@@ -56,6 +56,10 @@ def alert_lines(summary: dict[str, Any]) -> list[str]:
 
 def slo_attainment_lines(summary: dict[str, Any]) -> list[str]:
     """Per SLO limit: its key, and each valid level's attainment (✓ met, ✗ missed, ? within noise)."""
+    if summary.get("workloads"):
+        from capacity_plugins.analysis import workloads_text
+
+        return workloads_text.attainment_lines(summary)
     rows = [r for r in summary["steps"] if r["valid"]]
     slo = summary["slo"]
     pct = f"P{slo['attainment'] * 100:g}"
@@ -90,6 +94,10 @@ def facts_lines(summary: dict[str, Any]) -> list[str]:
         + ("" if run.get("complete", True) else f"; INCOMPLETE ({run.get('incomplete_reason') or 'interrupted'})"),
         "SLO judged: " + "; ".join(run.get("slo_limits") or []),
     ]
+    if summary.get("workloads"):
+        from capacity_plugins.analysis import workloads_text
+
+        lines[-1:] = workloads_text.slo_lines(summary)
     lines += slo_attainment_lines(summary)
     lines.append(f"Intervals: {run.get('confidence', 0.95):.0%} (verdict.confidence); a step needs ≥ "
                  f"{summary.get('min_requests')} measured requests (load.min_requests)")
@@ -106,6 +114,8 @@ def _capacity_line(cap: dict[str, Any]) -> str:
     ci = cap.get("per_node_rps_ci")
     ci_s = f" [{_g(ci[0])}–{_g(ci[1])}]" if ci else ""
     lim = f", limited by {cap['limiting_slo']}" if cap.get("limiting_slo") else ""
+    if cap.get("limiting_workload"):
+        lim = f", limited by class {cap['limiting_workload']}" + (f" ({cap['limiting_slo']})" if cap.get("limiting_slo") else "")
     least = " (at least: the SLO never failed)" if cap.get("method") == "never_failed" else ""
     return (f"Capacity per node under the SLO: {_g(cap['per_node_rps'])} rps{ci_s}{least} ({cap['method']}{lim}; "
             f"last pass {fmt(cap.get('last_pass_level'), 0)}, first fail {fmt(cap.get('first_fail_level'), 0)})")
@@ -264,6 +274,10 @@ def markdown(summary: dict[str, Any]) -> str:
         out.append(f"- warning: {w}")
     if summary.get("search"):
         out += ["", "## Capacity search", ""] + [f"- {line}" for line in search_lines(summary)]
+    if summary.get("workloads"):
+        from capacity_plugins.analysis import workloads_text
+
+        out += workloads_text.markdown(summary)
     if summary.get("cache_probe"):
         out += ["", "## Prefix-cache probe", ""] + probe_markdown(summary["cache_probe"])
     if summary.get("trace"):

@@ -18,11 +18,14 @@ from pydantic import BaseModel, ValidationError
 
 from capacity_plugins.contracts.planning import CapacityConfig, SLOConfig, VerdictConfig
 from capacity_plugins.errors import UserError
+from capacity_plugins.scenario.files import format_loc
 from capacity_plugins.scenario.loads import (
     DEFAULT_MAX_LOOP_LAG_P99_MS,
     DEFAULT_MIN_REQUESTS,
     ConcurrencySweepLoad,
 )
+from capacity_plugins.scenario.sections import RequestConfig
+from capacity_plugins.scenario.workloads import WorkloadConfig, merged, problems
 
 SCENARIO_FILE = "scenario.yaml"
 # The load section's own default (every load kind shares it), not a second copy of the number.
@@ -33,6 +36,15 @@ SECTIONS: tuple[tuple[str, type[BaseModel]], ...] = (
     ("slo", SLOConfig), ("capacity", CapacityConfig), ("verdict", VerdictConfig))
 # Flags that override the `load` section's sample-size and client-limit thresholds.
 LOAD_KEYS = ("min_requests", "max_loop_lag_p99_ms", "max_schedule_lag_p99_ms")
+
+
+@dataclass(frozen=True)
+class ClassSettings:
+    """A workload class as the analysis judges it: its own SLO over the (overridden) top-level one."""
+
+    name: str
+    weight: float
+    slo: SLOConfig
 
 
 @dataclass(frozen=True)
@@ -54,6 +66,8 @@ class Settings:
     source: str = SCENARIO_FILE
     # The scenario copy's load section as written (a trace replay's windows are read from it).
     load: dict[str, Any] = field(default_factory=dict)
+    # The scenario's workload classes (empty: none); each judged by its own SLO.
+    workloads: tuple[ClassSettings, ...] = ()
 
 
 def _read_doc(path: Path) -> dict[str, Any]:
@@ -87,6 +101,31 @@ def _load_number(load: dict[str, Any], key: str, default: float, integer: bool =
         kind = "an integer" if integer else "a number"
         raise UserError(f"{SCENARIO_FILE}: load.{key}: expected {kind} > 0, got {v!r}")
     return v
+
+
+def _classes(doc: dict[str, Any], slo: SLOConfig, source: str) -> tuple[ClassSettings, ...]:
+    """The copy's `workloads`, each class's SLO merged over `slo` (the top level with flags on top:
+    a what-if on the top-level SLO reaches every class that did not set that limit itself)."""
+    raw = doc.get("workloads")
+    if not raw:
+        return ()
+    if not isinstance(raw, list):
+        raise UserError(f"{source}: workloads: expected a list of classes")
+    classes = []
+    for i, item in enumerate(raw):
+        try:
+            classes.append(WorkloadConfig.model_validate(item))
+        except ValidationError as e:
+            err = e.errors()[0]
+            raise UserError(f"{source}: workloads[{i}].{format_loc(tuple(err['loc']))}: {err['msg']}") from None
+    try:
+        request = RequestConfig.model_validate(_section(doc, "request"))
+    except ValidationError:
+        request = RequestConfig()  # only `stream` matters to the rules below; a run wrote it valid
+    found = problems(classes, request, slo)
+    if found is not None:
+        raise UserError(f"{source}: {found}")
+    return tuple(ClassSettings(w.name, w.weight, merged(slo, w.slo)) for w in classes)
 
 
 def read_settings(path: Path, overrides: dict[str, Any] | None = None) -> Settings:
@@ -125,5 +164,5 @@ def read_settings(path: Path, overrides: dict[str, Any] | None = None) -> Settin
         max_loop_lag_p99_ms=float(_load_number(merged, "max_loop_lag_p99_ms", DEFAULT_MAX_LOOP_LAG_P99_MS)),
         max_schedule_lag_p99_ms=float(_load_number(merged, "max_schedule_lag_p99_ms", DEFAULT_MAX_SCHEDULE_LAG_P99_MS)),
         max_client_cpu_pct=float(_load_number(merged, "max_client_cpu_pct", DEFAULT_MAX_CLIENT_CPU_PCT)),
-        target=dict(target), source=source,
+        target=dict(target), source=source, workloads=_classes(doc, models["slo"], source),
     )

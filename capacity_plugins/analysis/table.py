@@ -141,6 +141,11 @@ def step_rows(run: RunData, slo: SLOConfig) -> list[dict[str, Any]]:
         row.update(step_validity(st, requests=n, ok_requests=n_ok, window_s=window, settings=run.settings,
                                  meta=run.meta))
         rows.append(row)
+    if run.settings.workloads:
+        # Classes: each judged by its own SLO; the step's SLO fields become the mix's.
+        from capacity_plugins.analysis.workloads import add_class_rows
+
+        add_class_rows(run, rows)
     _conclude(rows, slo, run.verdict)
     return rows
 

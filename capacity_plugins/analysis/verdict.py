@@ -43,7 +43,12 @@ def fmt_ms(v: float | None) -> str:
 
 
 def missed_limits(row: dict[str, Any], slo: SLOConfig) -> list[str]:
-    """The SLO limits a step missed, each with the key that set it."""
+    """The SLO limits a step missed, each with the key that set it (with workload classes: each
+    class's own misses, named by the class)."""
+    if row.get("workloads"):
+        return [f"{name}: {miss}" for name, c in row["workloads"].items() if c["requests"] and not c["slo_pass"]
+                for miss in missed_limits(c, slo.model_copy(update={"attainment": c["attainment_target"],
+                                                                    "error_rate": c["error_rate_limit"]}))]
     out = []
     pct = f"P{slo.attainment * 100:g}"
     for m, v in row.get("slo", {}).items():

@@ -39,7 +39,7 @@ requests.jsonl schema (one JSON object per request *attempt*, appended as it end
 | finish_reason | why the generation ended, as the server said (`length` = max_tokens reached, `stop`, `eos_token`, …); null when it did not say |
 | max_tokens | limit asked for (per-sample from the corpus, else --max-tokens) |
 | stream | streaming request |
-| class | workload class (default "default"; a trace replay: the trace line's `class`) |
+| workload | the scenario's workload class this request was drawn for (`workloads:`), or a trace replay's `class` from the trace line; null otherwise. Folders written before it carry `class: "default"` instead, read as null |
 | session_id, turn | a multi-turn trace replay (`load.sessions`): the conversation and the turn in it (1 = first); null otherwise |
 
 Differences from peers (docs/metrics.md): vLLM bench stamps TTFT at the first SSE message with
@@ -123,7 +123,8 @@ class RequestRecord:
     client_output_tokens: int | None
     max_tokens: int | None
     stream: bool
-    workload_class: str = "default"  # JSON key "class" (a Python keyword)
+    # The scenario's workload class (`workloads:`); None when the scenario defines none.
+    workload: str | None = None
     tokenizer_output_tokens: int | None = None
     finish_reason: str | None = None
     # A multi-turn trace replay (load.sessions): the conversation and the turn (1 = its first).
@@ -150,7 +151,7 @@ class RequestRecord:
         prompt_tokens: int | None,
         max_tokens: int | None,
         stream: bool,
-        workload_class: str = "default",
+        workload: str | None = None,
         tokenizer_output_tokens: int | None = None,
         prefer_chunks: bool = False,
         finish_reason: str | None = None,
@@ -219,7 +220,7 @@ class RequestRecord:
             client_output_tokens=client,
             max_tokens=max_tokens,
             stream=stream,
-            workload_class=workload_class,
+            workload=workload,
             tokenizer_output_tokens=tokenizer_output_tokens,
             finish_reason=finish_reason,
             session_id=session_id,
@@ -229,9 +230,7 @@ class RequestRecord:
     def to_dict(self) -> dict[str, Any]:
         # shallow on purpose: dataclasses.asdict deep-copies itl_ms, which cost ~15 % of the
         # whole client hot path in bench_client.py
-        d = {name: getattr(self, name) for name in _ATTRS}
-        d["class"] = d.pop("workload_class")
-        return d
+        return {name: getattr(self, name) for name in _ATTRS}
 
     def to_json_bytes(self) -> bytes:
         """One requests.jsonl line (newline included)."""
@@ -239,16 +238,13 @@ class RequestRecord:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> RequestRecord:
-        d = dict(d)
-        d["workload_class"] = d.pop("class", "default")
+        # Older folders carry `class: "default"` (a placeholder that never held a class): ignored.
         known = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in d.items() if k in known})
 
 
 _ATTRS: tuple[str, ...] = tuple(f.name for f in fields(RequestRecord))
-RECORD_FIELDS: tuple[str, ...] = tuple(
-    "class" if f.name == "workload_class" else f.name for f in fields(RequestRecord)
-)
+RECORD_FIELDS: tuple[str, ...] = _ATTRS
 
 # The columns `capacity analyze` loads, with the JSON kind each must have:
 # "f" number, "b" true/false, "s" string, "i" integer (step index). Every name is a record field.
@@ -267,7 +263,7 @@ ANALYSIS_COLUMNS: dict[str, str] = {
     "e2e_from_schedule_ms": "f",
     "output_tokens": "f",
     "prompt_tokens": "f",
-    "class": "s",
+    "workload": "s",
     "turn": "i",
 }
 assert set(ANALYSIS_COLUMNS) <= set(RECORD_FIELDS), "ANALYSIS_COLUMNS names a field records do not have"

@@ -76,3 +76,25 @@ def judge_step(views: Mapping[str, Iterable[float | None]], requests: int, error
         if j == "uncertain":
             worst = ("uncertain", field)
     return worst
+
+
+def judge_mix(samples: Mapping[str, tuple[Mapping[str, Iterable[float | None]], int, int, SLOConfig]],
+              min_requests: int, confidence: float) -> tuple[Judgement, str | None]:
+    """A step with workload classes, as the analysis judges the mix: each class (`samples` maps its
+    name to its views, measured requests, errors and own SLO) by `judge_step`; a class with fewer
+    than `min_requests` cannot show it passes (insufficient). The step fails when any class fails,
+    is uncertain when any class is uncertain or too thin, and passes when every class passes. The
+    limit named is `<class>.<limit>` (the first failing class's, else the first uncertain one's)."""
+    uncertain: str | None = None
+    for name, (views, requests, errors, slo) in samples.items():
+        if requests <= 0:
+            uncertain = uncertain or f"{name}: no measured request"
+            continue
+        judged, limiting = judge_step(views, requests, errors, slo, confidence)
+        if judged == "fail":
+            return "fail", f"{name}.{limiting}"
+        if judged == "uncertain":
+            uncertain = uncertain or f"{name}.{limiting}"
+        elif requests < min_requests:
+            uncertain = uncertain or f"{name}: {requests} requests < load.min_requests {min_requests}"
+    return ("uncertain", uncertain) if uncertain else ("pass", None)

@@ -97,7 +97,7 @@ def from_records(results_dir: Path, out: Path | None = None, block_tokens: int =
         if pid:
             blocks = math.ceil(int(inp) / block_tokens)
             hash_ids = [ids.setdefault((str(pid), k), len(ids)) for k in range(blocks)]
-        klass = rec.get("class")
+        klass = rec.get("workload") or rec.get("class")  # folders before `workload` carried `class`
         rows.append({"timestamp": float(at) * 1000.0, "input_length": int(inp), "output_length": int(out_len),
                      "hash_ids": hash_ids, "class": None if klass in (None, "default") else klass})
     dest = out or Path(results_dir) / "trace.jsonl"

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import gevent
 
-from capacity_plugins.contracts.slo import judge_step
+from capacity_plugins.contracts.slo import judge_mix, judge_step
 from capacity_plugins.corpus.cache_arms import describe as describe_arm
 from capacity_plugins.load import messages
 from capacity_plugins.load.arrivals import ArrivalPlan, offered_in_window
@@ -70,6 +70,8 @@ class StepAuthority:
         self.plans: list[StepPlan] = plan_steps(scenario)
         self.timeline = generator.timeline if generator is not None else StepTimeline()
         self.search = self._new_search()  # capacity_search: the levels are chosen as it goes
+        # Workload classes: a step's window runs on until its thinnest class has load.min_requests.
+        self.class_names = [c.name for c in scenario.workload_classes]
         self.accounting = self._new_accounting()
         self.watch_last: dict[int, tuple[float, int]] = {}  # worker → (unix, in flight) of its last Watch
         # The master's own loop: it sends no requests, but a late master delays heartbeats and steps.
@@ -103,7 +105,15 @@ class StepAuthority:
             self.ctx.extra_meta["search"] = self.search.result()
             return None
         views, requests, errors = self.accounting.slo_sample(finished.index)
-        judged, limiting = judge_step(views, requests, errors, self.scenario.slo, self.scenario.verdict.confidence)
+        classes = self.scenario.workload_classes
+        if classes:
+            # Workload classes: the step is judged as the mix, each class by its own SLO (as the analysis does).
+            got = self.accounting.class_samples(finished.index)
+            samples = {c.name: (*got.get(c.name, ({}, 0, 0)), c.slo) for c in classes}
+            judged, limiting = judge_mix(samples, self.scenario.load.min_requests, self.scenario.verdict.confidence)
+        else:
+            judged, limiting = judge_step(views, requests, errors, self.scenario.slo,
+                                          self.scenario.verdict.confidence)
         if requests < self.scenario.load.min_requests and judged == "pass":
             # too few requests to claim a pass (the analysis calls the step insufficient)
             judged, limiting = "uncertain", f"{requests} requests < load.min_requests {self.scenario.load.min_requests}"
@@ -135,7 +145,7 @@ class StepAuthority:
             self.plans,
             drain_timeout_s=drain,
             in_flight=self._in_flight_since,
-            measured=lambda index: self.accounting.measured(index),
+            measured=self._measured_for_window,
             next_plan=self._next_plan,
             ready=self.ready,
             users_running=lambda: int(self.runner.user_count),
@@ -314,10 +324,22 @@ class StepAuthority:
         else:
             messages.send(self.runner, messages.StepUpdated(step=step))
 
+    def _measured_for_window(self, index: int) -> int:
+        """The measured requests that decide whether a step's window runs on: with workload classes
+        the thinnest class's (each class is insufficient below load.min_requests on its own)."""
+        if self.class_names:
+            return self.accounting.thinnest_class(index, self.class_names)[1]
+        return self.accounting.measured(index)
+
     def _on_window_extended(self, step: Step) -> None:
         p = self.plans[step.index]
         have = self.accounting.measured(step.index)
-        print(f"[capacity] step {step.index + 1}/{len(self.plans)}: {have} of {p.min_requests} measured requests; "
+        if self.class_names:
+            name, n = self.accounting.thinnest_class(step.index, self.class_names)
+            have_s = f"{n} of {p.min_requests} measured requests of class {name} (the thinnest)"
+        else:
+            have_s = f"{have} of {p.min_requests} measured requests"
+        print(f"[capacity] step {step.index + 1}/{len(self.plans)}: {have_s}; "
               f"window extended to {step.end_unix - step.start_unix:.0f} s", flush=True)
         self._announce(step)
 

@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from capacity_plugins.corpus import Corpus, Sampler
     from capacity_plugins.load.arrivals import Pacer
     from capacity_plugins.load.membership import SwarmMembership
+    from capacity_plugins.load.workloads import ClassCorpora, WorkloadLane, WorkloadMix, WorkloadSpec
     from capacity_plugins.scenario import Scenario
     from capacity_plugins.sinks.records import RecordsSink
     from capacity_plugins.telemetry.collector import TelemetryCollector
@@ -67,6 +68,12 @@ class RunContext:
     llm_stats: LLMStats = field(default_factory=LLMStats)
     corpus: Corpus | None = None  # None until loaded (a worker loads it at the master's setup)
     sampler: Sampler | None = None  # this process's shard of the corpus
+    # The scenario's workload classes (load/workloads.py): which class each request is, with its
+    # own prompts and settings; None = every request from `sampler` with `params`.
+    workloads: WorkloadMix | None = None
+    class_corpora: ClassCorpora | None = None
+    # The master's / local runner's classes as sent in Setup (with their corpus hashes).
+    workload_specs: list[WorkloadSpec] = field(default_factory=list)
     sink: RecordsSink | None = None
     worker_index: int = 0
     worker_count: int = 1
@@ -184,6 +191,12 @@ class RunContext:
             if sample is not None:
                 return sample
         return self.sampler.next()
+
+    def next_request(self, now_unix: float) -> tuple[Any, WorkloadLane | None]:
+        """The next sample, and the workload class it was drawn for (None without classes)."""
+        if self.workloads is None:
+            return self.next_sample(), None
+        return self.workloads.next(self.step_provider(now_unix)[0])
 
     def emit(self, record: RequestRecord) -> None:
         """A finished record in the writing process: hand it to every listener."""

@@ -4,7 +4,9 @@ At every test start the master sends `Setup`: its resolved `LLMOptions`, the sha
 and the shard count. A worker applies the options, loads its own copy of the corpus and refuses
 (`Refuse`, exit 2 for the whole swarm) when the hash differs — prompts must be the same
 everywhere, or the shards are not disjoint and the results mean nothing. Then it takes shard
-`worker_index` of `shard_count`. Workers need no scenario file of their own.
+`worker_index` of `shard_count`. The scenario's workload classes travel in the same message (each
+with its corpus hash, checked the same way), so every worker draws classes as the master says.
+Workers need no scenario file of their own.
 """
 
 from __future__ import annotations
@@ -12,7 +14,8 @@ from __future__ import annotations
 import base64
 import logging
 import sys
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import quote
 
 import gevent
@@ -20,6 +23,7 @@ import gevent
 from capacity_plugins.contracts.redaction import basic_auth
 from capacity_plugins.errors import UserError
 from capacity_plugins.load import messages
+from capacity_plugins.load import workloads as workloads_mod
 from capacity_plugins.load.context import RunContext
 from capacity_plugins.load.options import LLMOptions
 
@@ -29,6 +33,7 @@ if TYPE_CHECKING:
     from capacity_plugins.corpus import Corpus
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 def _with_credentials(host: str, basic: str) -> str:
@@ -45,7 +50,24 @@ def load_corpus(options: LLMOptions) -> Corpus:
     run with two CPU burners). The GIL still passes to the hub between bytecodes."""
     from capacity_plugins.corpus import load_corpus as _load
 
-    return gevent.get_hub().threadpool.apply(_load, (options.corpus,), {"min_distinct": options.min_distinct})
+    return in_thread(_load, options.corpus, min_distinct=options.min_distinct)
+
+
+def in_thread(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """`fn(*args, **kwargs)` in a thread of gevent's pool, its exception raised here. Caught in the
+    thread and handed back: an exception leaving a pool thread is printed as a traceback by gevent
+    first, and a bad corpus must stay one line (exit 2)."""
+
+    def run() -> tuple[T | None, BaseException | None]:
+        try:
+            return fn(*args, **kwargs), None
+        except Exception as e:  # noqa: BLE001  # re-raised in the caller, below
+            return None, e
+
+    result, error = gevent.get_hub().threadpool.apply(run)
+    if error is not None:
+        raise error
+    return result  # fn returned it (threadpool.apply is untyped)
 
 
 class MasterHandshake:
@@ -90,7 +112,8 @@ class MasterHandshake:
         self.ready_workers.clear()
         messages.send(runner, messages.Setup(options=ctx.options.to_message(), sha256=ctx.corpus.sha256,
                                              shard_count=shard_count, open_loop=self.open_loop,
-                                             basic_auth=basic_auth(ctx.target_url)))
+                                             basic_auth=basic_auth(ctx.target_url),
+                                             workloads=[s.to_message() for s in ctx.workload_specs]))
 
     def _on_refuse(self, m: messages.Refuse) -> None:
         self.refusals.append(m.reason)
@@ -132,6 +155,12 @@ class WorkerHandshake:
             )
             return
         ctx.worker_count = m.shard_count
+        try:
+            specs = [workloads_mod.WorkloadSpec.from_message(w) for w in m.workloads]
+            workloads_mod.apply(ctx, specs, ctx.worker_index, ctx.worker_count)
+        except UserError as e:
+            self._refuse(f"worker {ctx.worker_index}: {e}")
+            return
         ctx.sampler = ctx.corpus.sampler(options.sampling, options.seed, ctx.worker_index, ctx.worker_count)
         if m.open_loop:
             ctx.ensure_pacer()  # users wait for arrivals from the first one they see
@@ -140,4 +169,5 @@ class WorkerHandshake:
     def _refuse(self, reason: str) -> None:
         log.error("capacity: refusing to run: %s", reason)
         self.ctx.sampler = None
+        self.ctx.workloads = None
         messages.send(self.runner, messages.Refuse(reason=reason))

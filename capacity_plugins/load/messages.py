@@ -7,7 +7,7 @@ touch the runner's message API.
 
 | message | direction | when |
 |---|---|---|
-| `Setup` | master → workers | test start: the master's options, corpus hash, shard count |
+| `Setup` | master → workers | test start: the master's options, corpus hash, shard count, workload classes |
 | `Hello` | worker → master | the worker's handlers are attached: a test already running sends it the `Setup` |
 | `Ready` | worker → master | the worker applied a `Setup` and can send |
 | `Refuse` | worker → master | the worker cannot run as told (corpus differs, bad options) |
@@ -39,6 +39,8 @@ class Setup:
     # Basic credentials from the target URL's user:password (the host workers get has none).
     # Only between the processes of one swarm; never written anywhere.
     basic_auth: str | None = field(default=None, repr=False)
+    # The scenario's workload classes (load/workloads.py WorkloadSpec.to_message); empty: none.
+    workloads: list[dict[str, Any]] = field(default_factory=list)
 
     def to_data(self) -> dict[str, Any]:
         return asdict(self)
@@ -46,7 +48,8 @@ class Setup:
     @classmethod
     def from_data(cls, d: dict[str, Any]) -> Setup:
         return cls(options=dict(d["options"]), sha256=str(d["sha256"]), shard_count=int(d["shard_count"]),
-                   open_loop=bool(d.get("open_loop")), basic_auth=d.get("basic_auth"))
+                   open_loop=bool(d.get("open_loop")), basic_auth=d.get("basic_auth"),
+                   workloads=[dict(w) for w in d.get("workloads") or ()])
 
 
 @dataclass

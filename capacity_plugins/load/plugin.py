@@ -33,6 +33,7 @@ from locust.runners import MasterRunner, WorkerRunner
 from capacity_plugins.contracts.redaction import strip_userinfo
 from capacity_plugins.errors import UserError
 from capacity_plugins.load import meta as meta_mod
+from capacity_plugins.load import workloads as workloads_mod
 from capacity_plugins.load.context import Role, RunContext
 from capacity_plugins.load.handshake import MasterHandshake, WorkerHandshake, load_corpus
 from capacity_plugins.load.locust_compat import (
@@ -129,6 +130,10 @@ def _on_init(environment: Environment, **_: Any) -> None:
         register(environment)
     except UserError as e:
         _exit_bad_input(e)
+    # Locust creates gevent's hub when it is imported and arms `--run-time` with a timer right after
+    # init, before the loop has ever run: the loop's clock still reads the import time, so a start
+    # (imports, the corpus) longer than -t fired the timer at once and the run sent nothing.
+    gevent.get_hub().loop.update_now()
 
 
 def _role(runner: Any) -> Role:
@@ -165,6 +170,7 @@ def register(environment: Environment) -> RunContext:
     if role != "worker" or scenario is not None:
         # A worker with its own scenario loads the corpus now; the master's setup only checks it.
         ctx.corpus = load_corpus(options)
+        workloads_mod.prepare(ctx)  # the classes' corpora too: a bad one is exit 2 before any load
     environment.capacity = ctx  # type: ignore[attr-defined]  # the plugin's documented attachment point
     run = _Run(environment, ctx, ResultsFolder(ctx, parsed))
 
@@ -305,10 +311,12 @@ class _Run:
             if options.corpus != ctx.options.corpus or options.min_distinct != ctx.options.min_distinct:
                 ctx.corpus = load_corpus(options)
             ctx.reconfigure(options)
+            workloads_mod.prepare(ctx)
         except UserError as e:
             log.error("capacity: %s (keeping the previous options)", e)
         assert ctx.corpus is not None
         if ctx.role == "local":
+            workloads_mod.apply(ctx, ctx.workload_specs, 0, 1)
             ctx.sampler = ctx.corpus.sampler(ctx.options.sampling, ctx.options.seed, 0, 1)
             ctx.worker_count = 1
             return

@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import os
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -133,6 +133,11 @@ class _StepTally:
     completed_ok: int = 0
     # The SLO's view of the measured successful requests (only kept for a live capacity search).
     slo_views: dict[str, list[float | None]] = field(default_factory=dict)
+    # Per workload class: measured requests and errors (a step runs on until its thinnest class has
+    # min_requests), and the SLO views (a live capacity search with classes).
+    class_measured: dict[str, int] = field(default_factory=dict)
+    class_errors: dict[str, int] = field(default_factory=dict)
+    class_views: dict[str, dict[str, list[float | None]]] = field(default_factory=dict)
     lag_ms: list[float] = field(default_factory=list)
     # Live progress only (all records of the step, warmup included).
     records: int = 0
@@ -186,10 +191,17 @@ class StepAccounting:
             t.sent += 1
             if get("error_kind") != "cancelled":
                 t.measured += 1
+                workload = get("workload")
+                if workload is not None:
+                    t.class_measured[workload] = t.class_measured.get(workload, 0) + 1
                 if not get("ok"):
                     t.errors += 1
+                    if workload is not None:
+                        t.class_errors[workload] = t.class_errors.get(workload, 0) + 1
                 elif self.keep_slo_views:
-                    self._keep_slo_view(t, get)
+                    self._keep_slo_view(t.slo_views, get)
+                    if workload is not None:
+                        self._keep_slo_view(t.class_views.setdefault(workload, {}), get)
         if anchor is not None and w0 <= anchor < w1 and scheduled is not None and sent is not None:
             t.lag_ms.append(max(0.0, (sent - scheduled) * 1000.0))
         e2e = get("e2e_ms")
@@ -198,7 +210,7 @@ class StepAccounting:
             t.completed_ok += 1
 
     @staticmethod
-    def _keep_slo_view(t: _StepTally, get: Any) -> None:
+    def _keep_slo_view(views: dict[str, list[float | None]], get: Any) -> None:
         """The latencies the SLO judges (as the analysis does): open loop from the scheduled time;
         a TPOT of null (one output token) counts as 0."""
         scheduled = get("scheduled_unix") is not None
@@ -206,7 +218,7 @@ class StepAccounting:
         e2e = get("e2e_from_schedule_ms") if scheduled else get("e2e_ms")
         tpot = get("tpot_ms")
         for key, value in (("ttft_ms", ttft), ("e2e_ms", e2e), ("tpot_ms", 0.0 if tpot is None else tpot)):
-            t.slo_views.setdefault(key, []).append(value)
+            views.setdefault(key, []).append(value)
 
     def slo_sample(self, index: int) -> tuple[dict[str, list[float | None]], int, int]:
         """(SLO views, measured requests, errors) of a step so far (keep_slo_views only)."""
@@ -214,6 +226,20 @@ class StepAccounting:
         if t is None:
             return {}, 0, 0
         return t.slo_views, t.measured, t.errors
+
+    def thinnest_class(self, index: int, names: Sequence[str]) -> tuple[str, int]:
+        """(the class with the fewest measured requests in a step so far, its count)."""
+        t = self._tally.get(index)
+        counts = t.class_measured if t is not None else {}
+        return min(((name, counts.get(name, 0)) for name in names), key=lambda x: x[1])
+
+    def class_samples(self, index: int) -> dict[str, tuple[dict[str, list[float | None]], int, int]]:
+        """Per workload class: (SLO views, measured requests, errors) of a step so far (keep_slo_views only)."""
+        t = self._tally.get(index)
+        if t is None:
+            return {}
+        return {name: (t.class_views.get(name, {}), n, t.class_errors.get(name, 0))
+                for name, n in t.class_measured.items()}
 
     def add_cpu(self, process: str, unix: float, cpu_pct: float) -> None:
         self.cpu[process].append((unix, cpu_pct))

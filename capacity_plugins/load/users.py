@@ -34,6 +34,7 @@ from capacity_plugins.dialects import MalformedEvent
 from capacity_plugins.load.backoff import retry_after_s
 from capacity_plugins.load.context import RunContext, get_context
 from capacity_plugins.load.stream import RequestTimeout, read_body, read_stream, stamp_connections
+from capacity_plugins.load.workloads import WorkloadLane
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +56,12 @@ def _status_kind(status: int) -> str:
     if status == 429:
         return "http_429"
     return "http_5xx" if status >= 500 else "http_4xx"
+
+
+def _trace_class(sample: Any) -> str | None:
+    """A trace request's own `class` (corpus/trace.py), recorded as its workload; None otherwise."""
+    klass = getattr(sample, "workload_class", None)
+    return None if klass in (None, "default") else str(klass)
 
 
 class LLMUser(FastHttpUser):
@@ -110,8 +117,11 @@ class LLMUser(FastHttpUser):
                 self._session_turn(request, scheduled_unix)
                 return
             # A trace replay's arrival names its own request (lengths, shared prefix blocks).
-            sample = trace_sample(request, ctx.trace_block_tokens) if request is not None else ctx.next_sample()
-            self.call(sample, scheduled_unix)
+            if request is not None:
+                self.call(trace_sample(request, ctx.trace_block_tokens), scheduled_unix)
+            else:
+                sample, lane = ctx.next_request(time.time())  # a workload class's draw, or the run's
+                self.call(sample, scheduled_unix, lane)
         finally:
             if ctx.pacer is not None and scheduled_unix is not None:
                 ctx.pacer.release()
@@ -131,13 +141,14 @@ class LLMUser(FastHttpUser):
         finally:
             ctx.sessions.end(sid, (sample.messages or [{}])[-1].get("content", ""), answer)
 
-    def call(self, sample: Any, scheduled_unix: float | None = None) -> RequestRecord:
-        """Send one sample (with opt-in retries); every attempt is recorded. Returns the last."""
+    def call(self, sample: Any, scheduled_unix: float | None = None, lane: WorkloadLane | None = None) -> RequestRecord:
+        """Send one sample (with opt-in retries) with its workload class's settings (the run's
+        without one); every attempt is recorded. Returns the last."""
         retries = self.ctx.options.retries
         attempt = 1
         while True:
             self._retry_after_s = None
-            record = self._attempt(sample, scheduled_unix, attempt)
+            record = self._attempt(sample, scheduled_unix, attempt, lane)
             if record.error_kind in ("connect", "protocol"):
                 self.ctx.backoff.failed(record.step)
             elif record.status:
@@ -150,10 +161,12 @@ class LLMUser(FastHttpUser):
 
     # -- one attempt ------------------------------------------------------------------------
 
-    def _attempt(self, sample: Any, scheduled_unix: float | None, attempt: int) -> RequestRecord:
+    def _attempt(self, sample: Any, scheduled_unix: float | None, attempt: int,
+                 lane: WorkloadLane | None = None) -> RequestRecord:
         ctx = self.ctx
-        call = ctx.dialect.build(sample, ctx.params)
-        parser = ctx.dialect.parser(ctx.params.stream)
+        params = lane.params if lane is not None else ctx.params
+        call = ctx.dialect.build(sample, params)
+        parser = ctx.dialect.parser(params.stream)
         session_id = getattr(sample, "session_id", None)
         if ctx.tokenizer is not None or session_id is not None:
             parser.keep_text()  # a session's next turn sends this answer back
@@ -187,7 +200,7 @@ class LLMUser(FastHttpUser):
                     # a proxy's or a load balancer's page instead of the API's answer
                     page = resp.read(_ERROR_BODY_LIMIT)[:300].decode("utf-8", "replace")
                     kind, error = "server_error", f"HTTP {status} with an HTML page instead of a response: {page}"
-                elif ctx.params.stream and not ("json" in ctype and parser.framing == "sse"):
+                elif params.stream and not ("json" in ctype and parser.framing == "sse"):
                     read_stream(resp, parser, t, deadline_ns=deadline_ns)
                 else:
                     # not streamed, or a JSON body where an event stream was asked for (servers
@@ -198,7 +211,7 @@ class LLMUser(FastHttpUser):
                 if kind is None:
                     if parser.error is not None:
                         kind, error = "server_error", parser.error
-                    elif ctx.params.stream and not parser.done:
+                    elif params.stream and not parser.done:
                         kind, error = "stream_cut", "stream ended before the server said it was done"
         except RequestTimeout:
             kind, error = "timeout", f"no complete response within {ctx.options.request_timeout_s:g} s"
@@ -236,10 +249,10 @@ class LLMUser(FastHttpUser):
         text = parser.generated_text()
         self._last_text = text
         # (a session keeps the text without a tokenizer: then there is nothing to count with)
-        if (ctx.tokenizer is not None and text is not None and (text or ctx.params.stream)
+        if (ctx.tokenizer is not None and text is not None and (text or params.stream)
                 and parser.usage_output_tokens is None and parser.continuous_output_tokens is None):
             tokenizer_tokens = ctx.count_tokens(text)
-        chunks = len(t.token_ns) if ctx.params.stream else None
+        chunks = len(t.token_ns) if params.stream else None
         ctx.token_evidence.observe(parser.finish_reason, call.max_tokens, chunks, tokenizer_tokens)
         record = RequestRecord.build(
             t,
@@ -258,20 +271,21 @@ class LLMUser(FastHttpUser):
             continuous_output_tokens=parser.continuous_output_tokens,
             prompt_tokens=parser.prompt_tokens,
             max_tokens=call.max_tokens,
-            stream=ctx.params.stream,
-            workload_class=getattr(sample, "workload_class", "default"),  # a trace request's `class`
+            stream=params.stream,
+            # the workload class drawn for it, or a trace request's own `class`
+            workload=lane.name if lane is not None else _trace_class(sample),
             session_id=session_id,
             turn=getattr(sample, "turn", None),
             tokenizer_output_tokens=tokenizer_tokens,
             prefer_chunks=ctx.token_evidence.prefer_chunks,
             finish_reason=parser.finish_reason,
         )
-        self._finish(record)
+        self._finish(record, lane.request_name if lane is not None else ctx.request_name)
         if cancelled is not None:
             raise cancelled
         return record
 
-    def _finish(self, record: RequestRecord) -> None:
+    def _finish(self, record: RequestRecord, name: str) -> None:
         ctx = self.ctx
         if ctx.sink is not None:
             ctx.sink.add(record)  # first: whatever happens below, the record is kept
@@ -281,7 +295,7 @@ class LLMUser(FastHttpUser):
             return
         output = record.output_tokens or 0
         ctx.llm_stats.record(
-            ctx.request_name,
+            name,
             ok=record.ok,
             error_kind=record.error_kind,
             ttft_ms=record.ttft_ms,
@@ -294,7 +308,7 @@ class LLMUser(FastHttpUser):
         )
         self.environment.events.request.fire(
             request_type="POST",
-            name=ctx.request_name,
+            name=name,
             response_time=record.e2e_ms,
             response_length=output,
             exception=None if record.ok else LLMRequestError(record.error_kind or "error", record.status),

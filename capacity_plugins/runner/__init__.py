@@ -167,11 +167,19 @@ def _check_corpus(s: Scenario) -> None:
     """Load the corpus once here so a bad one is exit 2 before a simulator or a preflight starts."""
     from capacity_plugins.corpus import load_corpus
 
+    where = f"{s.source_path}: " if s.source_path else ""
     try:
         load_corpus(s.corpus_path(), min_distinct=s.corpus.min_distinct)
     except UserError as e:
-        where = f"{s.source_path}: " if s.source_path else ""
         raise UserError(f"{where}corpus: {e}") from None
+    for i, (w, merged) in enumerate(zip(s.workloads or (), s.workload_classes, strict=True)):
+        own = s.class_corpus_path(w)
+        if own is None and merged.corpus.min_distinct == s.corpus.min_distinct:
+            continue  # the top-level corpus, checked above
+        try:
+            load_corpus(own or s.corpus_path(), min_distinct=merged.corpus.min_distinct)
+        except UserError as e:
+            raise UserError(f"{where}workloads[{i}].corpus: {e}") from None
 
 
 def _check_trace(s: Scenario) -> None:

@@ -9,6 +9,7 @@ results folder's scenario copy is exactly what `capacity analyze` reads back.
 |---|---|
 | `sections` | target, corpus, request, telemetry |
 | `loads` | the `load` kinds |
+| `workloads` | `workloads:`: request classes, the key-by-key merge over the top-level sections |
 | `model` | `Scenario`: the sections, derived values, the redacted copy |
 | `files` | YAML, `${VAR}`, validation errors, `load_scenario` |
 
@@ -35,6 +36,7 @@ from capacity_plugins.scenario.sections import (
     TargetConfig,
     TelemetryConfig,
 )
+from capacity_plugins.scenario.workloads import WorkloadClass, WorkloadConfig
 
 __all__ = [
     "BUILTIN_PREFIXES",
@@ -52,6 +54,8 @@ __all__ = [
     "TargetConfig",
     "TraceLoad",
     "TelemetryConfig",
+    "WorkloadClass",
+    "WorkloadConfig",
     "format_loc",
     "load_scenario",
     "parse_scenario",

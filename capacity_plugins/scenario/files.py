@@ -103,6 +103,10 @@ def parse_scenario(data: Any, where: str = "scenario", source: Path | None = Non
     trace = scenario.trace_path()
     if trace is not None and not trace.is_file():
         raise UserError(f"{where}: load.path: trace file not found: {trace}")
+    for i, w in enumerate(scenario.workloads or ()):
+        spec = scenario.class_corpus_path(w)
+        if spec is not None and w.corpus.is_file and not Path(spec).is_file():
+            raise UserError(f"{where}: workloads[{i}].corpus.path: file not found: {spec}")
     return scenario
 
 

@@ -35,6 +35,7 @@ from capacity_plugins.scenario.sections import (
     TelemetryConfig,
     _Strict,
 )
+from capacity_plugins.scenario.workloads import WorkloadClass, WorkloadConfig, problems, resolve
 
 
 class Scenario(_Strict):
@@ -49,6 +50,9 @@ class Scenario(_Strict):
     # The thresholds of the analysis's decisions (verdict, intervals, plan refusal, compare).
     verdict: VerdictConfig = Field(default_factory=VerdictConfig)
     telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
+    # Request classes drawn by weight, each with its own corpus / request / SLO overrides
+    # (scenario/workloads.py); None = one class, the top-level sections.
+    workloads: list[WorkloadConfig] | None = Field(default=None, min_length=1)
     output: str = "results/"
     # Run the whole load this many times (capacity run --repeat overrides): the analysis reports
     # the run-to-run spread, and `capacity compare` judges differences against it.
@@ -90,17 +94,28 @@ class Scenario(_Strict):
         return self
 
     @model_validator(mode="after")
+    def _workloads_valid(self) -> Scenario:
+        if self.workloads:
+            found = problems(self.workloads, self.request, self.slo)
+            if found is not None:
+                raise ValueError(found)
+        return self
+
+    @model_validator(mode="after")
     def _search_can_pass(self) -> Scenario:
         # A search judges each step with the step's own interval: below this many requests not
         # even a step with every request under the limits can show the attainment, so every step
         # would be "uncertain" and the search would stop at its first one.
         if isinstance(self.load, CapacitySearchLoad):
-            need = min_requests_to_show(self.slo.attainment, self.verdict.confidence)
+            # With workload classes each class is judged on its own requests, by its own attainment.
+            attainment = max([c.slo.attainment for c in self.workload_classes] or [self.slo.attainment])
+            need = min_requests_to_show(attainment, self.verdict.confidence)
             if self.load.min_requests < need:
+                per = " of every workload class" if self.workloads else ""
                 raise ValueError(
                     f"load.min_requests: {self.load.min_requests} is too few for a capacity search: showing "
-                    f"{self.slo.attainment:.0%} attainment at {self.verdict.confidence:.0%} confidence takes at least "
-                    f"{need} requests per step")
+                    f"{attainment:.0%} attainment at {self.verdict.confidence:.0%} confidence takes at least "
+                    f"{need} requests{per} per step")
         return self
 
     # -- derived values the load side and the runner use -------------------------------------------------
@@ -137,6 +152,19 @@ class Scenario(_Strict):
             return self.corpus.path
         return str(_resolve_corpus(self.corpus.path, self.source_path))
 
+    @property
+    def workload_classes(self) -> tuple[WorkloadClass, ...]:
+        """The classes with their sections merged over the top-level ones (empty: no classes)."""
+        return tuple(resolve(w, self.corpus, self.request, self.slo) for w in self.workloads or ())
+
+    def class_corpus_path(self, w: WorkloadConfig) -> str | None:
+        """The corpus spec a class sets itself (a file made absolute), or None: the top-level one."""
+        if "path" not in w.corpus.model_fields_set:
+            return None
+        if not w.corpus.is_file:
+            return w.corpus.path
+        return str(_resolve_corpus(w.corpus.path, self.source_path))
+
     def tokenizer_path(self) -> str | None:
         """request.tokenizer made absolute (relative to the scenario file); None when unset."""
         if not self.request.tokenizer:
@@ -166,6 +194,8 @@ class Scenario(_Strict):
         data = self.model_dump(mode="json")
         load = data["load"]
         data["load"] = {"kind": load.pop("kind"), **load}  # the discriminator first, as users write it
+        if data.get("workloads") is None:
+            data.pop("workloads", None)  # a scenario without classes keeps the copy it always had
         if not redact:
             return data
         headers = data["target"]["headers"]

@@ -105,7 +105,7 @@ def make_results(
                 "tpot_ms": (lat - lat * ttft_share) / (output_tokens - 1) if ok else None,
                 "itl_tokens": None, "prompt_tokens": 200, "output_tokens": output_tokens if ok else 0,
                 "output_tokens_source": "usage", "client_output_tokens": None, "max_tokens": 128,
-                "stream": True, "class": "default",
+                "stream": True, "workload": None,
             }
             if itl == "inline":
                 rec["itl_ms"] = gaps
@@ -211,7 +211,7 @@ def make_queue_results(
                 "ttft_from_schedule_ms": None, "e2e_from_schedule_ms": None,
                 "tpot_ms": (e2e - ttft) / (output_tokens - 1), "itl_ms": [], "itl_tokens": None, "prompt_tokens": 200,
                 "output_tokens": output_tokens, "output_tokens_source": "usage", "client_output_tokens": None,
-                "max_tokens": 64, "stream": True, "class": "default"}))
+                "max_tokens": 64, "stream": True, "workload": None}))
             rid += 1
         steps.append({"index": k, "kind": "concurrency", "level": users, "start_unix": t0, "warmup_end_unix": wend,
                       "end_unix": end, "drain_end_unix": max(free), "achieved_rps": measured / window_s,
@@ -231,4 +231,35 @@ def make_repeat_set(path: Path, n: int, make: Any) -> Path:
     for i, name in enumerate(names):
         make(path / name, i)
     (path / "repeats.json").write_text(json.dumps({"repeats": names}))
+    return path
+
+
+def with_workloads(path: Path, classes: dict[str, dict[str, Any]], workloads: list[dict[str, Any]]) -> Path:
+    """Turn a `make_results` folder into a run with workload classes.
+
+    Records of each step are dealt to the classes in turn, `weight` (an integer) records at a time;
+    a class's `ttft_ms` / `e2e_ms` (one value per step, optional) replace its records' latencies, so
+    its percentiles are exactly those values. `workloads` becomes scenario.yaml's `workloads:`.
+    """
+    pattern = [name for name, c in classes.items() for _ in range(int(c.get("weight", 1)))]
+    recs = [orjson.loads(line) for line in (path / "requests.jsonl").read_bytes().splitlines() if line.strip()]
+    seen: dict[int, int] = {}
+    for r in recs:
+        k = r["step"]
+        name = pattern[seen.get(k, 0) % len(pattern)]
+        seen[k] = seen.get(k, 0) + 1
+        r["workload"] = name
+        c = classes[name]
+        if not r["ok"]:
+            continue
+        if "e2e_ms" in c:
+            r["e2e_ms"] = float(c["e2e_ms"][k])
+        if "ttft_ms" in c:
+            r["ttft_ms"] = r["first_visible_ms"] = float(c["ttft_ms"][k])
+        if r.get("scheduled_unix") is not None:
+            r["ttft_from_schedule_ms"], r["e2e_from_schedule_ms"] = r["ttft_ms"], r["e2e_ms"]
+    (path / "requests.jsonl").write_bytes(b"\n".join(orjson.dumps(r) for r in recs) + b"\n")
+    doc = yaml.safe_load((path / "scenario.yaml").read_text())
+    doc["workloads"] = workloads
+    (path / "scenario.yaml").write_text(yaml.safe_dump(doc))
     return path
