@@ -153,11 +153,14 @@ def test_seams_pacer_step_provider_listeners_extra_meta(fake_llm, tmp_path):
         def __init__(self):
             self.calls = 0
 
-        def wait_next(self):
+        def wait_arrival(self):
             self.calls += 1
             if self.calls == 1:
                 return None  # no arrival now: the user idles and asks again
-            return time.time() - 0.050  # this arrival was due 50 ms ago
+            return time.time() - 0.050, None  # due 50 ms ago; the corpus decides what to send
+
+        def release(self):
+            self.released = True  # the user's request is done: it holds no arrival any more
 
     ctx.pacer = Pacer()
     ctx.step_provider = lambda now: (3, True)
@@ -177,6 +180,7 @@ def test_seams_pacer_step_provider_listeners_extra_meta(fake_llm, tmp_path):
     meta = orjson.loads((tmp_path / "out" / "meta.json").read_bytes())
     assert meta["scenario"] == "unit"
     assert lines(ctx)[0]["step"] == 3
+    assert ctx.pacer.released
 
 
 def test_reset_stats_clears_llm_stats(fake_llm, tmp_path):
