@@ -58,6 +58,9 @@ def _status_kind(status: int) -> str:
     return "http_5xx" if status >= 500 else "http_4xx"
 
 
+PLUGIN_WAIT_S = 60.0  # longest a user waits for the plugin's init (a corpus read on a busy host)
+
+
 def _trace_class(sample: Any) -> str | None:
     """A trace request's own `class` (corpus/trace.py), recorded as its workload; None otherwise."""
     klass = getattr(sample, "workload_class", None)
@@ -76,6 +79,11 @@ class LLMUser(FastHttpUser):
     wait_time = constant(0)  # closed loop; open loop goes through RunContext.pacer
 
     def __init__(self, environment: Any) -> None:
+        # A worker joining a running test hears the master's spawn while Locust still connects it,
+        # before `init` (and so the plugin) has run: this user waits for the plugin, briefly.
+        deadline = time.monotonic() + PLUGIN_WAIT_S
+        while getattr(environment, "capacity", None) is None and time.monotonic() < deadline:
+            gevent.sleep(0.05)
         ctx = get_context(environment)
         # FastHttpUser builds its session from these attributes in __init__: set them first.
         self.insecure = ctx.options.insecure  # verify TLS unless --insecure
