@@ -149,17 +149,22 @@ def test_mixed_run_mode(mixed_run, mode):
     records = [r for r in read_records(mixed_run["folder"]) if mode_of(r) == mode]
     expected = MODES[mode]
     assert records, f"no record of {mode}"
+    judged = 0
     for r in records:
         if r["error_kind"] == "cancelled":
             continue
         assert r["e2e_ms"] <= (MIXED_TIMEOUT_S + GRACE_S) * 1000, f"{mode}: {r['e2e_ms']} ms"
-        if mode in BULKY and r["error_kind"] == "timeout":
+        if r["error_kind"] == "timeout" and (mode in BULKY or expected.kind != "timeout"):
+            # bulky modes may run out the clock; on a loaded host (a full suite) any answer may
+            # come too late — then it must be a true timeout, not an early one
             assert r["e2e_ms"] >= MIXED_TIMEOUT_S * 1000 * 0.95, f"{mode}: a timeout after {r['e2e_ms']} ms"
             continue
+        judged += 1
         assert (r["error_kind"], r["status"]) == (expected.kind, expected.status), r["error"]
         assert r["ok"] is (expected.kind is None)
         if mode in ("echo_401", "echo_stream_error"):
             assert REDACTED in r["error"], r["error"]
+    assert judged or mode in BULKY, f"{mode}: every request timed out; its own answer was never seen"
 
 
 # -- a dead server -------------------------------------------------------------------------------------

@@ -8,7 +8,7 @@ free port and report it on its ready line, so two tests can never race for the s
 from __future__ import annotations
 
 import os
-import select
+import selectors
 import signal
 import socket
 import subprocess
@@ -54,18 +54,21 @@ class SimulatorProcess:
         fd = self._proc.stdout.fileno()
         deadline = time.monotonic() + timeout_s
         buf = b""
-        while b"\n" not in buf:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise RunError(f"simulator did not report ready within {timeout_s:.0f} s{self._stderr_tail()}")
-            ready, _, _ = select.select([fd], [], [], min(left, 0.5))
-            if ready:
-                data = os.read(fd, 4096)
-                if not data:
-                    self._proc.wait(timeout=5)
-                    raise RunError(f"simulator exited with code {self._proc.returncode} before it was ready"
-                                   f"{self._stderr_tail()}")
-                buf += data
+        # a selector, not select(): a process with over 1024 files open (a long test session, a
+        # busy master) gets descriptors select() refuses
+        with selectors.DefaultSelector() as waiting:
+            waiting.register(fd, selectors.EVENT_READ)
+            while b"\n" not in buf:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise RunError(f"simulator did not report ready within {timeout_s:.0f} s{self._stderr_tail()}")
+                if waiting.select(min(left, 0.5)):
+                    data = os.read(fd, 4096)
+                    if not data:
+                        self._proc.wait(timeout=5)
+                        raise RunError(f"simulator exited with code {self._proc.returncode} before it was ready"
+                                       f"{self._stderr_tail()}")
+                    buf += data
         line = buf.split(b"\n", 1)[0].decode(errors="replace")
         if not line.startswith(READY_PREFIX):
             raise RunError(f"simulator printed {line!r} instead of its ready line")
