@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 from helpers.paths import ROOT
 from helpers.processes import capacity
+from helpers.scenarios import scenario_error, write_yaml
 
-from capacity_plugins.errors import UserError
 from capacity_plugins.scenario import (
     ConcurrencySweepLoad,
     PeakLoad,
@@ -16,19 +14,8 @@ from capacity_plugins.scenario import (
     load_scenario,
 )
 
-
-def write(tmp_path: Path, text: str, name: str = "s.yaml") -> Path:
-    p = tmp_path / name
-    p.write_text(text)
-    return p
-
-
-def err(tmp_path: Path, text: str) -> str:
-    with pytest.raises(UserError) as e:
-        load_scenario(write(tmp_path, text))
-    msg = str(e.value)
-    assert "\n" not in msg
-    return msg
+write = write_yaml  # short names: every test here writes one
+err = scenario_error
 
 
 def test_minimal_scenario_gets_defaults(tmp_path):

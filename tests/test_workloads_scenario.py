@@ -3,13 +3,11 @@ copy in a results folder, and one-line errors naming the file and the field path
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import yaml
 from helpers.processes import capacity
+from helpers.scenarios import scenario_error, write_yaml
 
-from capacity_plugins.errors import UserError
 from capacity_plugins.scenario import load_scenario
 
 MIX = """
@@ -31,18 +29,8 @@ workloads:
 """
 
 
-def write(tmp_path: Path, text: str, name: str = "s.yaml") -> Path:
-    p = tmp_path / name
-    p.write_text(text)
-    return p
-
-
-def err(tmp_path: Path, text: str) -> str:
-    with pytest.raises(UserError) as e:
-        load_scenario(write(tmp_path, text))
-    msg = str(e.value)
-    assert "\n" not in msg
-    return msg
+write = write_yaml  # short names: every test here writes one
+err = scenario_error
 
 
 def test_without_workloads_there_are_no_classes_and_the_copy_is_unchanged(tmp_path):

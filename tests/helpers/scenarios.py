@@ -38,3 +38,24 @@ def llm_args(url: str, results: Path, *, model: str = "sim-model") -> list[str]:
     """The plugin's Locust options for a short run against the simulator (a synthetic corpus)."""
     return ["--host", url, "--model", model, "--max-tokens", "16",
             "--corpus", "synthetic:prompt_tokens=40,output_tokens=16,n=1500", "--results-dir", str(results)]
+
+
+def write_yaml(tmp_path: Path, text: str, name: str = "s.yaml") -> Path:
+    """A scenario file with exactly this text (for the parser's own tests)."""
+    p = tmp_path / name
+    p.write_text(text)
+    return p
+
+
+def scenario_error(tmp_path: Path, text: str) -> str:
+    """The one-line UserError `load_scenario` gives for this text (fails if none, or several lines)."""
+    import pytest
+
+    from capacity_plugins.errors import UserError
+    from capacity_plugins.scenario import load_scenario
+
+    with pytest.raises(UserError) as e:
+        load_scenario(write_yaml(tmp_path, text))
+    msg = str(e.value)
+    assert "\n" not in msg
+    return msg
