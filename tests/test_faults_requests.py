@@ -16,6 +16,7 @@ import json
 import time
 from collections import Counter
 
+import gevent
 import pytest
 from helpers.fault_server import MODES, REFUSED, Mode
 from helpers.faults import GRACE_S, TIMEOUT_S, fault_user, folder_files, secrets_in
@@ -115,6 +116,34 @@ def test_echoed_basic_credentials_are_scrubbed(mode, fault_server, fault_secrets
     leaks = secrets_in([*folder_files(out), ("stdout", console.out), ("stderr", console.err), ("log", caplog.text)],
                        fault_secrets)
     assert not leaks, leaks
+
+
+def test_a_flooding_stream_leaves_the_hub_to_the_other_users(fault_server, corpus, tmp_path):
+    """A server that streams faster than it is read never makes a receive wait, so the reader
+    must let the hub run by itself: while one user takes keep-alive lines until its timeout, a
+    timer in this process still fires about every 10 ms. (A reader that yielded only after a
+    receive it believed waited held this whole process for the full timeout: every other user's
+    request then timed out unsent.)"""
+    local = fault_user(fault_server.url, tmp_path, corpus, model="FAULT:keepalive_flood")
+    ticks: list[float] = []
+
+    def tick() -> None:
+        while True:
+            gevent.sleep(0.01)
+            ticks.append(time.monotonic())
+
+    ticker = gevent.spawn(tick)
+    start = time.monotonic()
+    try:
+        rec = local.call()
+    finally:
+        ticker.kill()
+        local.env.events.quitting.fire(environment=local.env)
+    end = time.monotonic()
+    assert rec.error_kind == "timeout", rec.error
+    gaps = [b - a for a, b in zip([start, *ticks], [*ticks, end], strict=True)]
+    # generous for a loaded host: ~200 ticks are possible; the old reader allowed none
+    assert len(ticks) >= 20 and max(gaps) < TIMEOUT_S / 2, (len(ticks), max(gaps))
 
 
 def test_retry_after_is_waited_before_the_retry(fault_server, corpus, tmp_path):

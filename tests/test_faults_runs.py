@@ -108,7 +108,7 @@ def mixed_run(tmp_path_factory):
         )
         p = run([*CAPACITY, "run", str(sc)], env=_env(secrets), timeout=240)
         console = p.stdout + p.stderr
-        yield {"proc": p, "console": console, "folder": results_dir(p.stdout), "seen": server.seen(),
+        yield {"proc": p, "console": console, "folder": results_dir(p.stdout), "seen": server.seen_after_exit(),
                "secrets": secrets, "tmp": tmp}
 
 
@@ -317,7 +317,7 @@ def _check_stopped_cleanly(folder: Path, server, tmp_path: Path, tree: list[psut
     the stop (sent at `stopped_unix`)."""
     _gone, alive = psutil.wait_procs(tree, timeout=60)
     assert not alive and not processes_with(str(tmp_path)), alive
-    final = server.seen()
+    final = server.seen_after_exit()
     time.sleep(1.5)
     assert server.seen() == final, "requests arrived after every process of the run had exited"
     records = read_records(folder)

@@ -19,8 +19,9 @@ What a hostile or broken server cannot do to the generator:
   searched for a newline, so a long line costs linear time, not quadratic.
 - **Keep it from the hub.** A server that streams faster than it is read always has data
   waiting, so a receive never blocks and the greenlet never yields: no gevent timeout fires, no
-  signal is handled, no other user runs. The reader yields after `YIELD_NS` without blocking and
-  checks the request's deadline itself.
+  signal is handled, no other user runs. Every reader here gives the hub a full loop turn once
+  it has read for `YIELD_NS` without the hub running (`_HubShare`), and checks the request's
+  deadline itself.
 - **Make it buffer a whole body in memory.** A non-streamed body larger than `max_body_bytes`
   ends as `malformed` after reading that much.
 """
@@ -47,13 +48,9 @@ from capacity_plugins.dialects.framing import NDJSONDecoder, SSEDecoder
 
 DEFAULT_MAX_LINE_BYTES = 16 * 1024 * 1024
 DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
-# Receives between two voluntary yields to the hub in read_body.
-YIELD_EVERY = 32
-# A streamed body being read yields to the hub after this long without blocking (a fast stream
+# A body being read yields to the hub after this long without the hub having run (a fast stream
 # never blocks on its own).
 YIELD_NS = 1_000_000
-# A receive that took this long waited for data (the greenlet left the hub meanwhile).
-WAITED_NS = 200_000
 # Bytes asked of one receive: a reader that fell behind takes what waits in one go (one stamp:
 # those chunks did wait), a reader that keeps up gets what one write sent.
 RECV_BYTES = 256 * 1024
@@ -68,9 +65,33 @@ class RequestTimeout(Exception):
     """The whole-request deadline (--request-timeout) passed."""
 
 
-def _check(deadline_ns: int) -> None:
-    if perf_counter_ns() >= deadline_ns:
-        raise RequestTimeout
+class _HubShare:
+    """Lets the hub run after `YIELD_NS` of reading during which it did not.
+
+    Whether it ran is read from the loop's turn counter (libev's `iteration`): a receive that
+    waited for data went through the hub, one that found data waiting did not — however long its
+    copy took (a time threshold mistook a 256 KB copy for a wait and never yielded: a flood of
+    keep-alive lines then held every other user for the whole request timeout). The yield is
+    `gevent.idle()`, a whole loop turn: `sleep(0)` runs ready callbacks only, so users waiting on
+    a socket or a timer could still wait tens of milliseconds. A loop without the counter
+    (libuv) yields every `YIELD_NS` of reading."""
+
+    __slots__ = ("_loop", "_turn", "_since")
+
+    def __init__(self) -> None:
+        loop = gevent.get_hub().loop
+        self._loop = loop if hasattr(loop, "iteration") else None
+        self._turn = self._loop.iteration if self._loop is not None else 0
+        self._since = perf_counter_ns()
+
+    def share(self, now: int) -> None:
+        if self._loop is not None and self._loop.iteration != self._turn:  # the hub ran meanwhile
+            self._turn, self._since = self._loop.iteration, now
+        elif now - self._since >= YIELD_NS:
+            gevent.idle()  # timers, signals and the other users run
+            self._since = perf_counter_ns()
+            if self._loop is not None:
+                self._turn = self._loop.iteration
 
 
 def _stamp(t: Timings, parser: Parser, what: int, now: int) -> None:
@@ -107,7 +128,8 @@ def read_stream(resp: Any, parser: Parser, t: Timings, *, deadline_ns: int,
     sock = _stamping(resp)
     wall_offset = time_ns() - perf_counter_ns()  # kernel stamps (CLOCK_REALTIME) → perf_counter_ns
     scanned = 0  # bytes at the front of buf already known to hold no newline
-    now = last_yield = perf_counter_ns()
+    hub = _HubShare()
+    now = perf_counter_ns()
     # Body bytes that came in the headers' read: its kernel stamp on a connection stamped since
     # its previous response, else now (they arrived by then).
     stamp = now
@@ -128,20 +150,16 @@ def read_stream(resp: Any, parser: Parser, t: Timings, *, deadline_ns: int,
             raise MalformedEvent(f"over {max_line_bytes} bytes without a line end: not an event stream")
         if resp.message_complete:
             break
+        now = perf_counter_ns()  # after the parse: its time counts towards the deadline and the yield
         if now >= deadline_ns:
             raise RequestTimeout
-        if now - last_yield >= YIELD_NS:
-            gevent.sleep(0)  # let timers, signals and the other users run
-            last_yield = perf_counter_ns()
+        hub.share(now)
         current = resp._sock
         if current is None:
             raise HTTPConnectionClosed("connection closed mid-body")
         try:
-            asked = perf_counter_ns()
             data = current.recv(block_size)
             now = perf_counter_ns()
-            if now - asked > WAITED_NS:  # the receive waited for data: the hub ran the others
-                last_yield = now
             arrived = getattr(current, "arrived", 0)
             # stamps never go back (the headers' read may have had none)
             stamp = max(stamp, min(now, arrived - wall_offset)) if arrived else now
@@ -238,8 +256,12 @@ def _stamping(resp: Any) -> _StampedSocket | None:
 def _read_by_lines(resp: Any, parser: Parser, t: Timings, decoder: SSEDecoder | NDJSONDecoder,
                    deadline_ns: int, max_line_bytes: int) -> None:
     """The portable path: geventhttpclient's readline (bounded by its own line limit)."""
+    hub = _HubShare()
     while True:
-        _check(deadline_ns)
+        now = perf_counter_ns()
+        if now >= deadline_ns:
+            raise RequestTimeout
+        hub.share(now)
         line = resp.readline(b"\n")
         if not line:
             line = resp.read(max_line_bytes + 1)  # the message is complete; a last line without "\n"
@@ -259,8 +281,12 @@ def read_body(resp: Any, *, deadline_ns: int, max_body_bytes: int = DEFAULT_MAX_
     """A whole non-streamed body, bounded in size and time."""
     parts: list[bytes] = []
     size = 0
+    hub = _HubShare()
     while True:
-        _check(deadline_ns)
+        now = perf_counter_ns()
+        if now >= deadline_ns:
+            raise RequestTimeout
+        hub.share(now)
         chunk = resp.read(65536)
         if not chunk:
             return b"".join(parts)
@@ -268,5 +294,3 @@ def read_body(resp: Any, *, deadline_ns: int, max_body_bytes: int = DEFAULT_MAX_
         if size > max_body_bytes:
             raise MalformedEvent(f"a response body of over {max_body_bytes} bytes")
         parts.append(chunk)
-        if len(parts) % YIELD_EVERY == 0:
-            gevent.sleep(0)

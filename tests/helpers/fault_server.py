@@ -10,7 +10,8 @@ corpus prompt, or the model name), so one server and one Locust process cover ev
 request without a marker (the preflight's) is answered as `ok` and counted as `unmarked`.
 
 The server counts the requests it has read, per mode: `GET /_faults/seen` → `{"mode": n, ...}`
-(the listing counts as `models`; the control routes are not counted), and `GET /_faults/flooded`
+(the listing counts as `models`; the control routes are not counted), `GET /_faults/reading` →
+how many connections wait for a request (0 once a client that exited is read to its end), and `GET /_faults/flooded`
 → `{"mode": bytes}`: how much of its most recent endless stream the client took before it hung up. No mode keeps a
 connection longer than `HOLD_S`, so a client that never hangs up cannot leave it running.
 
@@ -90,6 +91,9 @@ HOLD_S = 60.0  # no connection is held longer than this, whatever the client doe
 TOKENS = 5
 MARKER = re.compile(rb"FAULT:([a-z0-9_]+)")
 _SEEN: collections.Counter[str] = collections.Counter()
+# Connections waiting in read_request: after the client exits, 0 means every request it sent has
+# been read (a busy loop, e.g. under the floods, reads some only after the client gave up on them)
+_READING = 0
 # mode → bytes the client took from its most recent flood (what a client that never gives up buffers)
 _FLOODED: dict[str, int | None] = {}  # None: still flooding
 
@@ -331,6 +335,9 @@ async def _flood(mode: str, r: asyncio.StreamReader, w: Writer, first: bytes, pi
     try:
         while time.monotonic() < end and not r.at_eof():
             await send(w, block)
+            # drain() returns without yielding while the client keeps up: without this one flood
+            # would hold every other connection of this server until the client hangs up
+            await asyncio.sleep(0)
             sent += len(block)
             taken = max(taken, sent - _queued(w))
     finally:
@@ -433,13 +440,21 @@ assert set(HANDLERS) == set(MODES) | {"slow"}, set(HANDLERS) ^ set(MODES)
 
 
 async def handle(reader: asyncio.StreamReader, writer: Writer) -> None:
+    global _READING
     try:
         while True:
-            req = await read_request(reader)
+            _READING += 1
+            try:
+                req = await read_request(reader)
+            finally:
+                _READING -= 1
             if req is None:
                 return
             if req.path.startswith("/_faults/seen"):
                 await send(writer, whole(200, "OK", json.dumps(dict(_SEEN)).encode(), "application/json"))
+                continue
+            if req.path.startswith("/_faults/reading"):
+                await send(writer, whole(200, "OK", json.dumps(_READING).encode(), "application/json"))
                 continue
             if req.path.startswith("/_faults/flooded"):
                 await send(writer, whole(200, "OK", json.dumps(_FLOODED).encode(), "application/json"))

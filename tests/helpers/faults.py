@@ -40,6 +40,13 @@ class FaultServer(ServerProcess):
     def seen(self) -> Counter[str]:
         return Counter(self._get("/_faults/seen"))
 
+    def seen_after_exit(self, wait_s: float = 30.0) -> Counter[str]:
+        """What it read once the client has exited: first waits until every connection the client
+        left is read to its end (a loop busy with floods reads some requests late — after the
+        client had already recorded them as timed out)."""
+        wait_until(lambda: self._get("/_faults/reading") == 0, wait_s, "the fault server to read every request sent")
+        return self.seen()
+
     def flooded(self, mode: str, wait_s: float = 10.0) -> int:
         """Bytes the client took from the most recent endless stream of `mode` (waits for its end:
         an AssertionError if the client is still taking it after wait_s)."""
