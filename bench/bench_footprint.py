@@ -16,9 +16,7 @@ seconds so the simulator's accept queue keeps up. Printed for 50 and for STREAMS
 
 File descriptors: each stream holds a socket in both processes, so the bench raises its soft
 RLIMIT_NOFILE to the hard limit (inherited by both children) and says so.
-BENCH_FOOTPRINT_STREAMS (default 5000), BENCH_FOOTPRINT_SECONDS (plateau, default 8);
-BENCH_FOOTPRINT_STAMP_CONNECTIONS=1 has every user call load/stream.py's stamp_connections on its
-pool first (the kernel stamps its connections from their first response, headers' read included).
+BENCH_FOOTPRINT_STREAMS (default 5000), BENCH_FOOTPRINT_SECONDS (plateau, default 8).
 """
 
 from __future__ import annotations
@@ -40,7 +38,6 @@ ROOT = Path(__file__).resolve().parent.parent
 STREAMS = int(os.environ.get("BENCH_FOOTPRINT_STREAMS", "5000"))
 PLATEAU_S = float(os.environ.get("BENCH_FOOTPRINT_SECONDS", "8"))
 MAX_TOKENS = 24  # the largest per-prompt max_tokens (8..24)
-STAMP_CONNECTIONS = os.environ.get("BENCH_FOOTPRINT_STAMP_CONNECTIONS", "") == "1"
 STEP_MS = 500.0  # one token per stream every 0.5 s: 2 tokens/s
 SPAWN_PER_S = 1000.0
 GOAL_RSS_KB = 50.0
@@ -64,7 +61,6 @@ def child(url: str, streams: int, plateau_s: float) -> dict[str, Any]:
     from locust.event import Events
 
     from capacity_plugins.load import plugin
-    from capacity_plugins.load.stream import stamp_connections
     from capacity_plugins.load.users import LLMUser
 
     tmp = Path(tempfile.mkdtemp(prefix="bench_footprint_"))
@@ -84,15 +80,11 @@ def child(url: str, streams: int, plateau_s: float) -> dict[str, Any]:
 
     def loop() -> None:
         user = user_class(env)
-        if STAMP_CONNECTIONS:
-            stamp_connections(user._pool)
-        first = True
         while not state["stop"]:
             state["inflight"] += 1
             state["started"] += 1
             try:
-                records.append((user.call(ctx.next_sample()), first))
-                first = False
+                records.append(user.call(ctx.next_sample()))
             finally:
                 state["inflight"] -= 1
 
@@ -122,8 +114,6 @@ def child(url: str, streams: int, plateau_s: float) -> dict[str, Any]:
     assert ctx.sink is not None
     ctx.sink.close()
     lines = sum(1 for _ in (Path(ctx.results_dir) / "requests.jsonl").open("rb"))
-    firsts = {id(r) for r, first in records if first}
-    records = [r for r, _ in records]
     ok = [r for r in records if r.ok]
     complete = sum(1 for r in ok if r.output_tokens == r.max_tokens and r.output_tokens_source == "usage"
                    and len(r.itl_ms) + 1 == r.max_tokens)
@@ -132,7 +122,7 @@ def child(url: str, streams: int, plateau_s: float) -> dict[str, Any]:
         "records": len(records), "written": lines, "ok": len(ok), "complete": complete,
         "errors": sorted({str(r.error_kind) for r in records if not r.ok}),
         # when the client stamped the first token (wall clock: sent_unix + TTFT)
-        "first": [(r.response_id, r.sent_unix + r.ttft_ms / 1000.0, r.ttft_ms, id(r) in firsts) for r in ok
+        "first": [(r.response_id, r.sent_unix + r.ttft_ms / 1000.0, r.ttft_ms) for r in ok
                   if r.ttft_ms is not None],
     }
 
@@ -159,17 +149,12 @@ def run(streams: int, tmp: Path) -> dict[str, Any]:
     # The client's first-token stamp against the server's first-token write (both wall clock,
     # one machine): what the client adds to TTFT, without the server's own queueing before it
     # read the request (a Python simulator taking a burst of requests is slow to read them).
-    joined = [(first, ttft, truth[rid], opening) for rid, first, ttft, opening in result.pop("first")
+    joined = [(first, ttft, truth[rid]) for rid, first, ttft in result.pop("first")
               if rid in truth and truth[rid].get("first_token_s") is not None]
-    errors = sorted((first - t["arrival_unix"] - t["first_token_s"]) * 1000.0 for first, _, t, _ in joined)
-    # A user's first response: its connection is not stamped yet when the headers are read
-    # (load/stream.py stamp_connections), so a first token that came with them has the reader's stamp.
-    later = sorted((first - t["arrival_unix"] - t["first_token_s"]) * 1000.0 for first, _, t, o in joined if not o)
-    result["later_n"] = len(later)
-    result["later_p99"] = later[max(0, math.ceil(0.99 * len(later)) - 1)] if later else float("nan")
+    errors = sorted((first - t["arrival_unix"] - t["first_token_s"]) * 1000.0 for first, _, t in joined)
     # For context: client TTFT − the simulator's read → first write (adds the simulator's delay
     # in reading requests that arrive together, and the request's way there).
-    diffs = sorted(ttft - t["first_token_s"] * 1000.0 for _, ttft, t, _ in joined)
+    diffs = sorted(ttft - t["first_token_s"] * 1000.0 for _, ttft, t in joined)
     result["ttft_diff_p50"] = diffs[max(0, math.ceil(0.5 * len(diffs)) - 1)] if diffs else float("nan")
     result["ttft_diff_p99"] = diffs[max(0, math.ceil(0.99 * len(diffs)) - 1)] if diffs else float("nan")
     result["n"] = len(errors)
@@ -190,14 +175,12 @@ def main() -> int:
     results = {n: run(n, tmp) for n in (50, STREAMS)}
     print(f"{STREAMS} concurrent slow streams (simulator: {1000 / STEP_MS:g} tokens/s each, 8-{MAX_TOKENS} tokens a "
           f"request, closed loop) in one generator process; RLIMIT_NOFILE soft raised {soft} -> {hard} "
-          "(setrlimit in the bench, inherited by the simulator and the generator)"
-          + ("; connections stamped from their first response (stamp_connections)" if STAMP_CONNECTIONS else ""))
+          "(setrlimit in the bench, inherited by the simulator and the generator)")
     for n, r in results.items():
         print(f"  {n:>5} streams: {r['inflight']:>5} in flight at peak RSS, RSS {r['rss0'] / 2**20:.0f} -> "
               f"{r['peak'] / 2**20:.0f} MiB = {r['rss_per_stream_kb']:.1f} KB/stream; records {r['records']} "
               f"(written {r['written']}, started {r['started']}), ok {r['ok']}, complete {r['complete']}, errors "
-              f"{r['errors'] or 'none'}; first-token stamp - truth p50 {r['p50']:.3f} ms, p99 {r['p99']:.3f} ms (n={r['n']}; "
-              f"a user's later requests p99 {r['later_p99']:.3f} ms, n={r['later_n']}); "
+              f"{r['errors'] or 'none'}; first-token stamp - truth p50 {r['p50']:.3f} ms, p99 {r['p99']:.3f} ms (n={r['n']}); "
               f"TTFT - truth TTFT p50 {r['ttft_diff_p50']:.3f} ms, p99 {r['ttft_diff_p99']:.3f} ms; generator "
               f"{r['cpu_s'] / max(r['chunks'], 1) * 1e6:.0f} us CPU per chunk (one chunk per read), simulator "
               f"{r['sim_core']:.0%} of a core")

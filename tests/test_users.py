@@ -203,3 +203,42 @@ def test_a_users_connections_are_kernel_stamped_from_their_first_response(fake_l
     assert vars(pool).get("_create_tcp_socket") is stream._stamped_tcp_socket
     rec = user.call(ctx.next_sample())
     assert rec.error_kind is None and rec.ttft_ms is not None
+
+
+def test_reusing_a_pooled_connection_does_not_yield_after_the_send_stamp(fake_llm, tmp_path):
+    """The request's send stamp is taken before the pool hands over a connection: a yield to the
+    hub there (geventhttpclient's own check is a gevent select, which yields) lets every other
+    user's reads run first and adds their time to this request's TTFT."""
+    from geventhttpclient.url import URL
+
+    env, ctx, user, fired = make(fake_llm, tmp_path)
+    assert user.call(ctx.next_sample()).error_kind is None  # one keep-alive connection in the pool
+    pool = user._pool.get_client(URL(fake_llm))._connection_pool
+    idle = list(pool._socket_queue.queue)
+    assert len(idle) == 1
+    others_ran: list[int] = []
+    gevent.spawn(others_ran.append, 1)  # runs at the first yield to the hub
+    sock = pool.get_socket()
+    assert not others_ran, "getting a pooled connection yielded to the hub"
+    assert sock is idle[0]  # the idle connection was reused, not replaced
+    pool.return_socket(sock)
+
+
+def test_a_pooled_connection_with_something_to_read_is_not_reused():
+    """An idle keep-alive connection has nothing to read: bytes waiting are the server's close or
+    data nobody asked for, and the connection must not carry the next request."""
+    import socket
+
+    from capacity_plugins.load.stream import _idle_and_open
+
+    a, b = socket.socketpair()
+    try:
+        assert _idle_and_open(a)
+        b.sendall(b"stray")
+        assert not _idle_and_open(a)
+        a.recv(16)
+        b.close()  # the server's close: a FIN to read
+        assert not _idle_and_open(a)
+    finally:
+        a.close()
+    assert not _idle_and_open(a)  # closed here

@@ -33,7 +33,7 @@ from capacity_plugins.corpus.trace import trace_sample
 from capacity_plugins.dialects import MalformedEvent
 from capacity_plugins.load.backoff import retry_after_s
 from capacity_plugins.load.context import RunContext, get_context
-from capacity_plugins.load.stream import RequestTimeout, read_body, read_stream, stamp_connections
+from capacity_plugins.load.stream import RequestTimeout, prepare_connections, read_body, read_stream
 from capacity_plugins.load.workloads import WorkloadLane
 
 log = logging.getLogger(__name__)
@@ -94,7 +94,7 @@ class LLMUser(FastHttpUser):
         self._pool = self.client.client.clientpool
         # kernel arrival stamps from each connection's first response (its headers may carry the
         # first token), not from the second one on
-        stamp_connections(self._pool)
+        prepare_connections(self._pool)
         self._base = (self.host or "").rstrip("/")
         self._retry_after_s: float | None = None
         self._last_text: str | None = None  # the last answer's text, kept for a session's history
