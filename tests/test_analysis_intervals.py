@@ -49,6 +49,15 @@ def test_tiny_samples_have_no_upper_bound_for_high_percentiles():
     assert b.cdf(r - 1) <= 0.025 < b.cdf(r) and b.sf(s - 1) <= 0.025 < b.sf(s - 2)
 
 
+@pytest.mark.parametrize(("n", "q"), [(1000, 0.5), (64_000, 0.95), (2_000_000, 0.99), (5_000_000, 0.5)])
+def test_rank_bounds_are_scipys_binomial_ranks_at_any_size(n, q):
+    """The pure-Python binomial (the load side has no scipy) gives scipy's ranks, also for the
+    millions of ITL gaps of a long run."""
+    r, s = rank_bounds(n, q, 0.95)
+    b = stats.binom(n, q)
+    assert r == int(b.ppf(0.025)) and s == int(b.ppf(0.975)) + 1
+
+
 def test_clustered_values_get_the_interval_of_their_requests():
     rng = np.random.default_rng(3)
     gaps = rng.lognormal(0, 0.5, 64 * 200)  # 200 requests × 64 ITL gaps

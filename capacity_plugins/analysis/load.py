@@ -17,8 +17,15 @@ import numpy as np
 import orjson
 import pandas as pd
 
-from capacity_plugins.analysis.records import ITL_DTYPE, STEP_DTYPE, read_itl_side, read_requests
+from capacity_plugins.analysis.records import (
+    ITL_DTYPE,
+    STEP_DTYPE,
+    read_columnar,
+    read_itl_side,
+    read_requests,
+)
 from capacity_plugins.analysis.settings import Settings, read_settings
+from capacity_plugins.contracts.folders import COLUMNAR_FILE, RECORDS_FILE
 from capacity_plugins.contracts.planning import CapacityConfig, SLOConfig, VerdictConfig
 from capacity_plugins.contracts.steps import STEPS_FILE, StepRow
 from capacity_plugins.errors import UserError
@@ -107,9 +114,17 @@ def load_run(path: Path, overrides: dict | None = None, progress=None) -> RunDat
         meta["incomplete"] = True
 
     side = (path / "itl.parquet").exists() or (path / "itl.jsonl").exists()
-    f = path / "requests.jsonl"
-    say(f"reading {f.name} ({f.stat().st_size / 1e6:.0f} MB)" if f.exists() else "reading requests.jsonl")
-    req, vals, lens, torn = read_requests(f, with_itl=not side)
+    f = path / RECORDS_FILE
+    columnar = None if side else read_columnar(path)
+    vals: np.ndarray | None
+    lens: np.ndarray | None
+    if columnar is not None:
+        say(f"reading {COLUMNAR_FILE} (the typed copy of {RECORDS_FILE}, {f.stat().st_size / 1e6:.0f} MB)")
+        req, vals, lens = columnar
+        torn = False
+    else:
+        say(f"reading {f.name} ({f.stat().st_size / 1e6:.0f} MB)" if f.exists() else f"reading {RECORDS_FILE}")
+        req, vals, lens, torn = read_requests(f, with_itl=not side)
     say(f"read {len(req):,} request records")
     if torn:
         warnings.append("requests.jsonl: its last line was cut (a crash mid-write?): 1 line skipped, "

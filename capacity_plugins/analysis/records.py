@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import orjson
 import pandas as pd
 
-from capacity_plugins.contracts.records import ANALYSIS_COLUMNS
+from capacity_plugins.contracts.folders import COLUMNAR_FILE, RECORDS_FILE
+from capacity_plugins.contracts.records import ANALYSIS_COLUMNS, JSONL_BYTES, columnar_schema
 from capacity_plugins.errors import UserError
 
 REQUEST_COLUMNS = ANALYSIS_COLUMNS
@@ -157,7 +159,8 @@ def _flatten_lists(col) -> tuple[np.ndarray, np.ndarray]:
     vals, lens = [], []
     for chunk in col.chunks:
         lens.append(chunk.value_lengths().fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64))
-        vals.append(chunk.flatten().to_numpy(zero_copy_only=False).astype(ITL_DTYPE))
+        # float32 lists (requests.arrow) stay zero-copy: a copy of 64 M gaps costs ~1 s of page faults
+        vals.append(chunk.flatten().to_numpy(zero_copy_only=False).astype(ITL_DTYPE, copy=False))
     if not vals:
         return np.empty(0), np.empty(0, np.int64)
     return (np.concatenate(vals) if len(vals) > 1 else vals[0]), np.concatenate(lens)
@@ -273,13 +276,79 @@ def read_requests(f: Path, with_itl: bool) -> tuple[pd.DataFrame, np.ndarray | N
         if n:
             raise UserError(f"{f.name} line {n}: {why}") from None
         raise UserError(f"{f.name}: could not be read (mixed field types?)") from None
+    return _typed(df), vals, lens, limit is not None
+
+
+def _typed(df: pd.DataFrame) -> pd.DataFrame:
+    """The dtypes every reader hands on: step int64 (-1 = none), bools without nulls, floats."""
     df["step"] = df["step"].fillna(-1).astype(np.int64)
     for c, k in REQUEST_COLUMNS.items():
         if k == "b":
             df[c] = df[c].fillna(False).astype(bool)
         elif k == "f":
             df[c] = df[c].astype(float)
-    return df, vals, lens, limit is not None
+    return df
+
+
+# ---------------------------------------------------------------- requests.arrow (sinks/columnar.py)
+
+
+def _last_request_id(f: Path, size: int) -> Any:
+    """request_id of the line that ends at byte `size` of requests.jsonl."""
+    with f.open("rb") as fh:
+        pos, tail = size, b""
+        while pos > 0 and tail.count(b"\n") < 2:
+            pos = max(0, pos - (1 << 16))
+            fh.seek(pos)
+            tail = fh.read(size - pos)
+    return orjson.loads(tail[: tail.rfind(b"\n")].rsplit(b"\n", 1)[-1]).get("request_id")
+
+
+def read_columnar(path: Path) -> tuple[pd.DataFrame, np.ndarray, np.ndarray] | None:
+    """(records, ITL gaps, gaps per record) from requests.arrow when it holds exactly the records
+    of requests.jsonl; None otherwise — no file, no pyarrow, a run killed mid-batch, a file
+    edited since — and the JSONL is read instead.
+
+    "Exactly": each batch carries the size requests.jsonl had once its lines were written
+    (sinks/columnar.py); the last whole batch must name the file's size now, and its last record
+    the file's last line."""
+    arrow, jsonl = path / COLUMNAR_FILE, path / RECORDS_FILE
+    if not arrow.exists() or not jsonl.exists() or not _arrow_available():
+        return None
+    import pyarrow as pa
+    import pyarrow.ipc
+
+    batches, size = [], None
+    try:
+        with pa.memory_map(str(arrow)) as source, pyarrow.ipc.open_stream(source) as reader:
+            expected = columnar_schema()
+            if not reader.schema.equals(expected):
+                return None
+            while True:
+                try:
+                    batch, meta = reader.read_next_batch_with_custom_metadata()
+                except StopIteration:
+                    break
+                except (pa.ArrowInvalid, OSError):  # cut mid-batch: the batches before it stand
+                    break
+                batches.append(batch)
+                size = int(meta[JSONL_BYTES]) if meta is not None and JSONL_BYTES in meta else None
+            tbl = pa.Table.from_batches(batches, schema=expected)
+    except (pa.ArrowInvalid, OSError, ValueError):
+        return None
+    if tbl.num_rows == 0 or size is None or size != jsonl.stat().st_size:
+        return None
+    try:
+        last = _last_request_id(jsonl, size)
+    except (orjson.JSONDecodeError, AttributeError, OSError):
+        return None
+    if tbl.column("request_id")[-1].as_py() != last:
+        return None
+    vals, lens = _flatten_lists(tbl.column("itl_ms"))
+    df = tbl.drop_columns(["itl_ms"]).to_pandas()
+    del tbl, batches
+    _release_arrow_memory()
+    return _typed(df), vals, lens
 
 
 def read_itl_side(path: Path, req: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:

@@ -17,6 +17,8 @@ from capacity_plugins.errors import UserError
 DEFAULT_PARENT = Path("results")
 DEFAULT_NAME = "run"
 RECORDS_FILE = "requests.jsonl"
+# The analysis's columns of RECORDS_FILE, typed (sinks/columnar.py writes it, analysis/records.py reads it).
+COLUMNAR_FILE = "requests.arrow"
 
 
 def new_results_folder(parent: str | Path, name: str, *, now: float | None = None) -> Path:

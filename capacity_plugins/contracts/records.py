@@ -267,3 +267,16 @@ ANALYSIS_COLUMNS: dict[str, str] = {
     "turn": "i",
 }
 assert set(ANALYSIS_COLUMNS) <= set(RECORD_FIELDS), "ANALYSIS_COLUMNS names a field records do not have"
+
+
+# requests.arrow: each batch's custom metadata, the size of requests.jsonl once its lines were written
+JSONL_BYTES = b"jsonl_bytes"
+
+
+def columnar_schema() -> Any:
+    """requests.arrow's Arrow schema: ANALYSIS_COLUMNS by kind, then `itl_ms` as float32 lists
+    (needs pyarrow; imported here, not at module import, so the load side never pays for it)."""
+    import pyarrow as pa
+
+    types = {"f": pa.float64(), "b": pa.bool_(), "s": pa.string(), "i": pa.int64()}
+    return pa.schema([(c, types[k]) for c, k in ANALYSIS_COLUMNS.items()] + [("itl_ms", pa.list_(pa.float32()))])

@@ -14,6 +14,9 @@ Writing is off the event loop: `add` / `receive` only append to a list (under a 
 native thread (telemetry/_native.py) serialises, scrubs and writes it every `FLUSH_INTERVAL_S` and
 flushes, so a master ingesting thousands of records a second never delays its heartbeats, and a
 `kill -9` loses at most the last interval. `close()` writes everything left before it returns.
+
+The same thread appends each batch to requests.arrow (sinks/columnar.py): the analysis's columns,
+typed, so a big run is analysed without parsing its JSON.
 """
 
 from __future__ import annotations
@@ -24,9 +27,10 @@ from typing import IO, Any
 
 import orjson
 
-from capacity_plugins.contracts.folders import RECORDS_FILE
+from capacity_plugins.contracts.folders import COLUMNAR_FILE, RECORDS_FILE
 from capacity_plugins.contracts.records import RequestRecord
 from capacity_plugins.contracts.redaction import Secrets
+from capacity_plugins.sinks.columnar import ColumnarWriter
 from capacity_plugins.telemetry._native import NativeLoop, real_lock
 
 log = logging.getLogger(__name__)
@@ -52,6 +56,7 @@ class RecordsSink:
         self._io_lock = real_lock()  # one drain at a time (writer thread, or close / accounting)
         self._writer: NativeLoop | None = None
         self._file: IO[bytes] | None = None
+        self._columnar: ColumnarWriter | None = None
         self.produced = 0  # worker/local: records made here
         self.written = 0  # local/master: lines written (by the writer thread)
         self.received_by_worker: dict[int, int] = {}
@@ -66,6 +71,7 @@ class RecordsSink:
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._file = self.path.open("ab")
+        self._columnar = ColumnarWriter(self.path.parent / COLUMNAR_FILE)
         self._writer = NativeLoop("records-writer", FLUSH_INTERVAL_S, self._drain, final=self._drain)
         self._writer.start()
 
@@ -84,6 +90,9 @@ class RecordsSink:
         if self._file is not None:
             self._file.close()
             self._file = None
+        if self._columnar is not None:
+            self._columnar.close()  # a straggler after this is in requests.jsonl only
+            self._columnar = None
 
     def flush(self) -> None:
         """Write what is pending now (the caller's thread), e.g. before reading the file."""
@@ -137,6 +146,8 @@ class RecordsSink:
         self._file.write(self.secrets.scrub_bytes(lines))
         self._file.flush()
         self.written += len(items)
+        if self._columnar is not None:
+            self._columnar.write(items, self._file.tell())
 
     # -- worker side --------------------------------------------------------------------------
 

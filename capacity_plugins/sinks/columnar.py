@@ -1,0 +1,86 @@
+"""requests.arrow: the analysis's columns of requests.jsonl, in Arrow's streaming format.
+
+Parsing JSON is most of what analysing a big run costs (1 M records with 64 ITL gaps: ~970 MB of
+JSONL, 6-8 s in pyarrow's JSON reader alone on 2 cores), so the records writer also appends each
+batch it writes to requests.jsonl here, as one Arrow record batch of the columns the analysis
+reads (`contracts.records.columnar_schema`) and the ITL gaps as float32 (analysis/records.py
+keeps them so anyway): read back in a fraction of a second, columns already typed.
+
+requests.jsonl stays the record of the run, for people and tools; this file only speeds up
+reading it. The Arrow *stream* format is append-only and readable up to the last whole batch, so
+a run killed mid-write leaves a file whose batches before the cut are intact. Each batch carries
+the size requests.jsonl had once the same records were written there, so the analysis can tell in
+O(1) whether this file holds exactly the records requests.jsonl holds (analysis/records.py
+`read_columnar`); when it does not, the JSONL is read. It holds no free text (no error messages, no prompts):
+nothing in it needs the secrets scrub.
+
+Without pyarrow (a worker-only install) no file is written.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from capacity_plugins.contracts.records import JSONL_BYTES, RequestRecord, columnar_schema
+
+log = logging.getLogger(__name__)
+
+
+def _value(item: RequestRecord | dict[str, Any], name: str) -> Any:
+    return item.get(name) if isinstance(item, dict) else getattr(item, name)
+
+
+class ColumnarWriter:
+    """Appends batches of records to `path` (opened on the first batch). Never raises: a failure
+    is logged once and the file is given up (the analysis then reads requests.jsonl)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self._pa: Any = None
+        self._schema: Any = None
+        self._file: Any = None
+        self._writer: Any = None
+        self.rows = 0
+        self.failed = False
+        try:
+            import pyarrow as pa
+            import pyarrow.ipc  # noqa: F401
+        except ImportError:  # worker-only install: JSONL alone
+            self.failed = True
+            return
+        self._pa = pa
+        self._schema = columnar_schema()
+
+    def write(self, items: list[RequestRecord | dict[str, Any]], jsonl_bytes: int) -> None:
+        """Append `items`, written to requests.jsonl just before: it is now `jsonl_bytes` long."""
+        if self.failed or not items:
+            return
+        try:
+            pa = self._pa
+            columns = [pa.array([_value(r, field.name) for r in items], type=field.type) for field in self._schema]
+            batch = pa.RecordBatch.from_arrays(columns, schema=self._schema)
+            if self._writer is None:
+                self._file = self.path.open("wb")
+                self._writer = pa.ipc.new_stream(self._file, self._schema)
+            self._writer.write_batch(batch, custom_metadata={JSONL_BYTES: str(jsonl_bytes).encode()})
+            self._file.flush()
+            self.rows += len(items)
+        except Exception as e:  # a record the schema cannot hold, a full disk: JSONL still has it
+            log.warning("%s: not written further (%s: %s); the analysis will read requests.jsonl",
+                        self.path.name, type(e).__name__, e)
+            self.failed = True
+            self.close()
+
+    def close(self) -> None:
+        writer, self._writer = self._writer, None
+        file, self._file = self._file, None
+        try:
+            if writer is not None:
+                writer.close()
+        except Exception:  # a broken stream: the reader stops at its last whole batch
+            pass
+        finally:
+            if file is not None:
+                file.close()
