@@ -11,7 +11,7 @@
 #   docker run --rm -p 8000:8000 capacity-plugins:worker simulate --host 0.0.0.0 --port 8000
 #   docker run --rm --gpus all -p 9400:9400 capacity-plugins:worker gpu-agent --host 0.0.0.0 --port 9400
 #
-# Both targets install the same wheel; `full` adds the `analysis` extra (pandas, scipy, kneed,
+# Both targets install the same wheel; `full` adds the `analysis` extra (pandas, scipy,
 # matplotlib, pyarrow), which only the master's end-of-run analysis and `capacity analyze` need.
 # Sizes measured in docs/deploy.md. tests/test_deploy_image.py lints this file and runs its pip
 # steps in a fresh venv.

@@ -27,7 +27,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
 
 # The `analysis` extra (pyproject.toml): a worker-only install (the container image's `worker`
 # target) lacks these, and a command that needs them says so in one line instead of a traceback.
-ANALYSIS_LIBS = ("pandas", "scipy", "kneed", "matplotlib", "pyarrow")
+ANALYSIS_LIBS = ("pandas", "scipy", "matplotlib", "pyarrow")
 ANALYSIS_INSTALL = "pip install 'capacity-plugins[analysis]'"
 # Commands that always analyse. `compare` analyses only a folder without summary.json, and
 # `corpus stats` needs pandas/pyarrow only for .parquet: those are caught when they import one.

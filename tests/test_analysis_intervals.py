@@ -10,6 +10,7 @@ from scipy import stats
 
 from capacity_plugins.analysis.intervals import (
     gain_class,
+    poisson_rate_ci,
     quantiles_ci,
     rank_bounds,
     rate_ci,
@@ -99,6 +100,15 @@ def test_gain_classes():
     assert gain_class(16.2, 0.0, 14.7, 0.0, 0.10) == "rise"  # the point rule
     assert gain_class(30.0, 0.6, 14.7, 0.6, 0.10) == "rise"
     assert gain_class(14.3, 0.3, 14.7, 0.3, 0.10) == "flat"
+
+
+@pytest.mark.parametrize("n", [0, 1, 7, 250, 40_000])
+def test_poisson_rate_interval_is_garwoods(n):
+    """Garwood's exact interval: chi-square quantiles (scipy.stats) over twice the window."""
+    lo, hi = poisson_rate_ci(n, 2.0, 0.95)
+    ref_lo = 0.0 if n == 0 else stats.chi2.ppf(0.025, 2 * n) / 2 / 2.0
+    assert lo == pytest.approx(ref_lo, rel=1e-9, abs=1e-12)
+    assert hi == pytest.approx(stats.chi2.ppf(0.975, 2 * n + 2) / 2 / 2.0, rel=1e-9)
 
 
 def test_t_interval_of_repeats():

@@ -29,8 +29,10 @@ from helpers.paths import ROOT
 from helpers.ports import free_port
 from helpers.processes import capacity, stop
 
+from capacity_plugins.cli import ANALYSIS_LIBS
+
 DOCKERFILE = ROOT / "Dockerfile"
-ANALYSIS = ("pandas", "scipy", "kneed", "matplotlib", "pyarrow")
+ANALYSIS = ANALYSIS_LIBS  # the `analysis` extra's libraries
 ONE_LINE = "capacity analyze: the analysis needs: pip install 'capacity-plugins[analysis]'"
 
 

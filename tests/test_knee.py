@@ -160,3 +160,32 @@ def test_a_real_knee_is_still_found_through_the_noise(tmp_path):
         knee = summarise(load_run(p))["knee"]
         assert knee["value"] == 4 and knee["bracket"] == [4, 8], (seed, knee)
         assert knee["interval"][0] == 4
+
+
+def test_kneedle_cross_check_is_kneeds_algorithm():
+    """analysis/knee.py carries its own Kneedle (importing kneed costs scipy.signal + scipy.stats):
+    on random saturating, flat, noisy and plateau-and-climb curves it finds kneed's knee."""
+    import warnings
+
+    from kneed import KneeLocator
+
+    from capacity_plugins.analysis.knee import kneedle_x
+
+    rng = np.random.default_rng(11)
+    curves = [np.full(8, 5.0), np.arange(8.0), np.array([1, 1, 1, 5, 5, 5, 9, 9.0])]
+    for _ in range(400):
+        n = int(rng.integers(7, 14))
+        cap = rng.uniform(0.5, n)
+        x = np.arange(n, dtype=float)
+        y = np.minimum(x, cap) * rng.uniform(1, 50) + rng.normal(0, rng.choice([0.0, 0.5, 3.0]), n)
+        curves.append(y if rng.random() < 0.8 else rng.permutation(y))
+    found = 0
+    for y in curves:
+        x = np.log2(np.arange(1, len(y) + 1, dtype=float) * 2)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            ref = KneeLocator(x, y, S=1.0, curve="concave", direction="increasing").knee
+        ours = kneedle_x(x, y)
+        assert (ours is None) == (ref is None) and (ours is None or ours == pytest.approx(ref)), (list(y), ours, ref)
+        found += ref is not None
+    assert found > 100  # the curves do have knees, not only the None cases

@@ -27,9 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from scipy import stats
-
-from capacity_plugins.analysis.intervals import half_width
+from capacity_plugins.analysis.intervals import half_width, t_quantile
 from capacity_plugins.contracts.planning import VerdictConfig
 from capacity_plugins.errors import CommandParser, UserError
 
@@ -137,7 +135,7 @@ def _from_stats(st: dict[str, Any], confidence: float) -> Value:
         return Value(None, math.inf, True)
     if sd is None or n < 2:
         return Value(mean, 0.0, False)  # one repeat: a single run in all but name
-    t = float(stats.t.ppf(1 - (1 - confidence) / 2, n - 1))
+    t = t_quantile(1 - (1 - confidence) / 2, n - 1)
     return Value(mean, t * sd / math.sqrt(n), True)
 
 

@@ -186,21 +186,42 @@ def usl_fit(levels: list[float], xs: list[float]) -> dict[str, Any] | None:
     return out
 
 
+def kneedle_x(x: np.ndarray, y: np.ndarray, sensitivity: float = 1.0) -> float | None:
+    """Kneedle (Satopää et al. 2011) on a concave, increasing curve: the x of its first knee, or
+    None. The `kneed` package's offline algorithm for curve="concave", direction="increasing"
+    (tests/test_knee.py checks it against kneed on random curves); written here because importing
+    kneed pulls in scipy.signal and scipy.stats, about a tenth of analysing a million records."""
+    with np.errstate(invalid="ignore", divide="ignore"):  # a flat curve: 0/0, no extremum, no knee
+        xn = (x - x.min()) / (x.max() - x.min())
+        yn = (y - y.min()) / (y.max() - y.min())
+    d = yn - xn  # the difference curve
+    before, after = np.r_[d[0], d[:-1]], np.r_[d[1:], d[-1]]  # neighbours, the ends clipped
+    maxima = np.flatnonzero((d >= before) & (d >= after))
+    minima = set(np.flatnonzero((d <= before) & (d <= after)).tolist())
+    if not maxima.size:
+        return None
+    thresholds = d[maxima] - sensitivity * abs(float(np.diff(xn).mean()))
+    at_max = {int(i): k for k, i in enumerate(maxima)}
+    threshold, knee_at, active = 0.0, int(maxima[0]), True
+    for i in range(int(maxima[0]), len(d) - 1):
+        if i in at_max:
+            threshold, knee_at, active = float(thresholds[at_max[i]]), i, True
+        if i in minima:  # after a local minimum, no knee until the next maximum
+            threshold, active = 0.0, False
+        if active and d[i + 1] < threshold:
+            return float(x[knee_at])
+    return None
+
+
 def kneedle(levels: list[float], xs: list[float]) -> dict[str, Any] | None:
     """Kneedle on (log2 N, X); needs >= 7 points, else it only reflects the grid."""
     if len(levels) < 7 or min(levels) <= 0:
         return None
-    try:
-        from kneed import KneeLocator
-    except ImportError:  # pragma: no cover - kneed is a dependency
-        return None
     lx = np.log2(np.asarray(levels, float))
     if len(set(lx)) != len(lx):
         return None
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # a flat curve divides 0 by 0 inside kneed: that is "no knee"
-        kl = KneeLocator(lx, np.asarray(xs, float), S=1.0, curve="concave", direction="increasing")
-    return {"value": float(2 ** kl.knee) if kl.knee is not None else None, "x": "log2(level)"}
+    knee = kneedle_x(lx, np.asarray(xs, float))
+    return {"value": float(2 ** knee) if knee is not None else None, "x": "log2(level)"}
 
 
 def find_knee(rows: list[dict[str, Any]], sweep_kind: str) -> dict[str, Any]:
