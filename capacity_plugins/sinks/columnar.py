@@ -50,8 +50,19 @@ class ColumnarWriter:
         except ImportError:  # worker-only install: JSONL alone
             self.failed = True
             return
-        self._pa = pa
-        self._schema = columnar_schema()
+        try:
+            self._pa = pa
+            self._schema = columnar_schema()
+            # The whole write path once, here (the process's setup, on its main thread): pyarrow
+            # imports pandas on its first array (~0.3 s, ~50 MB), and an import in the writer's
+            # native thread would hold the GIL mid-run — or deadlock on gevent's patched import lock.
+            empty = pa.RecordBatch.from_arrays([pa.array([], type=f.type) for f in self._schema], schema=self._schema)
+            with pa.ipc.new_stream(pa.BufferOutputStream(), self._schema) as warm:
+                warm.write_batch(empty, custom_metadata={JSONL_BYTES: b"0"})
+        except Exception as e:  # a pyarrow too old or broken: JSONL alone
+            log.warning("%s: not written (%s: %s); the analysis will read requests.jsonl",
+                        self.path.name, type(e).__name__, e)
+            self.failed = True
 
     def write(self, items: list[RequestRecord | dict[str, Any]], jsonl_bytes: int) -> None:
         """Append `items`, written to requests.jsonl just before: it is now `jsonl_bytes` long."""
