@@ -49,6 +49,7 @@ def generate(out: Path, n: int, layout: str) -> None:
     pq_lists: list[np.ndarray] = []
     columnar = ColumnarWriter(out / COLUMNAR_FILE) if layout == "product" else None
     batch: list[dict] = []
+    written = 0  # where the records of `batch` start in requests.jsonl
     with (out / "requests.jsonl").open("wb") as f, ((out / "itl.jsonl").open("wb") if layout == "jsonl" else open(os.devnull, "wb")) as fi:
         rid = 0
         for k, lvl in enumerate(LEVELS):
@@ -82,8 +83,8 @@ def generate(out: Path, n: int, layout: str) -> None:
                     batch.append(rec)
                     if len(batch) == 4096:
                         f.flush()
-                        columnar.write(batch, f.tell())
-                        batch = []
+                        columnar.write(batch, written, f.tell())
+                        written, batch = f.tell(), []
             steps.append({"index": k, "kind": "concurrency", "level": lvl, "start_unix": start, "warmup_end_unix": wend,
                           "end_unix": end, "target_rps": None, "offered_rps": None, "sent_rps": None,
                           "achieved_rps": per_step / window, "schedule_lag_p99_ms": 1.0, "client_cpu_max_pct": 30.0,
@@ -91,7 +92,7 @@ def generate(out: Path, n: int, layout: str) -> None:
             t0 = end + 2
         if columnar is not None:
             f.flush()
-            columnar.write(batch, f.tell())
+            columnar.write(batch, written, f.tell())
             columnar.close()
     if layout == "parquet":
         import pyarrow as pa
@@ -156,7 +157,7 @@ def main() -> int:
         layouts.pop("parquet")
         layouts.pop("product")
     for layout, label in layouts.items():
-        folder = Path(f"/tmp/capacity_bench_analysis_v2_{args.records}_{layout}")
+        folder = Path(f"/tmp/capacity_bench_analysis_v3_{args.records}_{layout}")
         t = time.perf_counter()
         generate(folder, args.records, layout)
         gen = time.perf_counter() - t

@@ -89,6 +89,17 @@ def test_a_copy_cut_mid_batch_or_a_json_line_added_after_it_is_not_used(tmp_path
     assert read_columnar(tmp_path) is None
 
 
+def test_a_copy_that_starts_after_the_jsonl_does_is_not_used(tmp_path):
+    """A second writer appending to a folder's requests.jsonl starts its own copy: it lacks the
+    first writer's records, so the analysis must not take it for the whole run."""
+    rng = random.Random(10)
+    _write(tmp_path, [_record(i, rng) for i in range(100)])
+    assert read_columnar(tmp_path) is not None
+    _write(tmp_path, [_record(i, rng) for i in range(100, 150)])
+    assert len((tmp_path / RECORDS_FILE).read_bytes().splitlines()) == 150
+    assert read_columnar(tmp_path) is None
+
+
 def test_no_free_text_reaches_the_typed_copy(tmp_path):
     """Error messages can carry a server's echo of a key: the copy has none of them."""
     rng = random.Random(9)

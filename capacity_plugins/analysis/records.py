@@ -23,7 +23,7 @@ import orjson
 import pandas as pd
 
 from capacity_plugins.contracts.folders import COLUMNAR_FILE, RECORDS_FILE
-from capacity_plugins.contracts.records import ANALYSIS_COLUMNS, JSONL_BYTES, columnar_schema
+from capacity_plugins.contracts.records import ANALYSIS_COLUMNS, JSONL_BYTES, JSONL_FROM, columnar_schema
 from capacity_plugins.errors import UserError
 
 REQUEST_COLUMNS = ANALYSIS_COLUMNS
@@ -309,16 +309,17 @@ def read_columnar(path: Path) -> tuple[pd.DataFrame, np.ndarray, np.ndarray] | N
     of requests.jsonl; None otherwise — no file, no pyarrow, a run killed mid-batch, a file
     edited since — and the JSONL is read instead.
 
-    "Exactly": each batch carries the size requests.jsonl had once its lines were written
-    (sinks/columnar.py); the last whole batch must name the file's size now, and its last record
-    the file's last line."""
+    "Exactly": each batch carries the byte range its records take in requests.jsonl
+    (sinks/columnar.py); the whole batches must cover the file from its first byte to its size
+    now without a gap, and the last record must be the file's last line."""
     arrow, jsonl = path / COLUMNAR_FILE, path / RECORDS_FILE
     if not arrow.exists() or not jsonl.exists() or not _arrow_available():
         return None
     import pyarrow as pa
     import pyarrow.ipc
 
-    batches, size = [], None
+    batches: list[Any] = []
+    size: int | None = 0  # where the batches read so far end in requests.jsonl; None: not contiguous
     try:
         with pa.memory_map(str(arrow)) as source, pyarrow.ipc.open_stream(source) as reader:
             expected = columnar_schema()
@@ -332,7 +333,10 @@ def read_columnar(path: Path) -> tuple[pd.DataFrame, np.ndarray, np.ndarray] | N
                 except (pa.ArrowInvalid, OSError):  # cut mid-batch: the batches before it stand
                     break
                 batches.append(batch)
-                size = int(meta[JSONL_BYTES]) if meta is not None and JSONL_BYTES in meta else None
+                if size is not None and meta is not None and int(meta.get(JSONL_FROM, -1)) == size:
+                    size = int(meta[JSONL_BYTES])
+                else:  # a gap (records this file never got), or no range at all
+                    size = None
             tbl = pa.Table.from_batches(batches, schema=expected)
     except (pa.ArrowInvalid, OSError, ValueError):
         return None

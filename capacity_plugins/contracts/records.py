@@ -269,7 +269,9 @@ ANALYSIS_COLUMNS: dict[str, str] = {
 assert set(ANALYSIS_COLUMNS) <= set(RECORD_FIELDS), "ANALYSIS_COLUMNS names a field records do not have"
 
 
-# requests.arrow: each batch's custom metadata, the size of requests.jsonl once its lines were written
+# requests.arrow: each batch's custom metadata, the byte range its records take in requests.jsonl
+# (the file's size before and after their lines were written)
+JSONL_FROM = b"jsonl_from"
 JSONL_BYTES = b"jsonl_bytes"
 
 

@@ -53,6 +53,8 @@ DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
 # A body being read yields to the hub after this long without the hub having run (a fast stream
 # never blocks on its own).
 YIELD_NS = 1_000_000
+# The longest such a yield waits for the loop to have nothing else to do.
+IDLE_WAIT_S = 0.002
 # Bytes asked of one receive: a reader that fell behind takes what waits in one go (one stamp:
 # those chunks did wait), a reader that keeps up gets what one write sent.
 RECV_BYTES = 256 * 1024
@@ -77,8 +79,9 @@ class _HubShare:
     copy took (a time threshold mistook a 256 KB copy for a wait and never yielded: a flood of
     keep-alive lines then held every other user for the whole request timeout). The yield is
     `gevent.idle()`, a whole loop turn: `sleep(0)` runs ready callbacks only, so users waiting on
-    a socket or a timer could still wait tens of milliseconds. A loop without the counter
-    (libuv) yields every `YIELD_NS` of reading."""
+    a socket or a timer could still wait tens of milliseconds; a positive sleep waits for the
+    loop's timer resolution (~1 ms with epoll) even when nothing else needs the core, halving a
+    fast reader. A loop without the counter (libuv) yields every `YIELD_NS` of reading."""
 
     __slots__ = ("_loop", "_turn", "_since")
 
@@ -92,7 +95,10 @@ class _HubShare:
         if self._loop is not None and self._loop.iteration != self._turn:  # the hub ran meanwhile
             self._turn, self._since = self._loop.iteration, now
         elif now - self._since >= YIELD_NS:
-            gevent.idle()  # timers, signals and the other users run
+            # timers, signals and the other users run; bounded, because a loop busy with
+            # thousands of other streams may never be idle
+            with gevent.Timeout(IDLE_WAIT_S, False):
+                gevent.idle()
             self._since = perf_counter_ns()
             if self._loop is not None:
                 self._turn = self._loop.iteration

@@ -9,8 +9,8 @@ keeps them so anyway): read back in a fraction of a second, columns already type
 requests.jsonl stays the record of the run, for people and tools; this file only speeds up
 reading it. The Arrow *stream* format is append-only and readable up to the last whole batch, so
 a run killed mid-write leaves a file whose batches before the cut are intact. Each batch carries
-the size requests.jsonl had once the same records were written there, so the analysis can tell in
-O(1) whether this file holds exactly the records requests.jsonl holds (analysis/records.py
+the byte range its records take in requests.jsonl, so the analysis can tell in O(1) whether this
+file holds exactly the records requests.jsonl holds (analysis/records.py
 `read_columnar`); when it does not, the JSONL is read. It holds no free text (no error messages, no prompts):
 nothing in it needs the secrets scrub.
 
@@ -23,7 +23,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from capacity_plugins.contracts.records import JSONL_BYTES, RequestRecord, columnar_schema
+from capacity_plugins.contracts.records import JSONL_BYTES, JSONL_FROM, RequestRecord, columnar_schema
 
 log = logging.getLogger(__name__)
 
@@ -58,14 +58,15 @@ class ColumnarWriter:
             # native thread would hold the GIL mid-run — or deadlock on gevent's patched import lock.
             empty = pa.RecordBatch.from_arrays([pa.array([], type=f.type) for f in self._schema], schema=self._schema)
             with pa.ipc.new_stream(pa.BufferOutputStream(), self._schema) as warm:
-                warm.write_batch(empty, custom_metadata={JSONL_BYTES: b"0"})
+                warm.write_batch(empty, custom_metadata={JSONL_FROM: b"0", JSONL_BYTES: b"0"})
         except Exception as e:  # a pyarrow too old or broken: JSONL alone
             log.warning("%s: not written (%s: %s); the analysis will read requests.jsonl",
                         self.path.name, type(e).__name__, e)
             self.failed = True
 
-    def write(self, items: list[RequestRecord | dict[str, Any]], jsonl_bytes: int) -> None:
-        """Append `items`, written to requests.jsonl just before: it is now `jsonl_bytes` long."""
+    def write(self, items: list[RequestRecord | dict[str, Any]], jsonl_from: int, jsonl_bytes: int) -> None:
+        """Append `items`, written to requests.jsonl just before, from byte `jsonl_from` to its
+        end at `jsonl_bytes`."""
         if self.failed or not items:
             return
         try:
@@ -75,7 +76,8 @@ class ColumnarWriter:
             if self._writer is None:
                 self._file = self.path.open("wb")
                 self._writer = pa.ipc.new_stream(self._file, self._schema)
-            self._writer.write_batch(batch, custom_metadata={JSONL_BYTES: str(jsonl_bytes).encode()})
+            self._writer.write_batch(batch, custom_metadata={JSONL_FROM: str(jsonl_from).encode(),
+                                                             JSONL_BYTES: str(jsonl_bytes).encode()})
             self._file.flush()
             self.rows += len(items)
         except Exception as e:  # a record the schema cannot hold, a full disk: JSONL still has it

@@ -143,11 +143,12 @@ class RecordsSink:
         if self._file is None:  # a record after close (a straggler at quit): reopen and append
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._file = self.path.open("ab")
+        start = self._file.tell()
         self._file.write(self.secrets.scrub_bytes(lines))
         self._file.flush()
         self.written += len(items)
         if self._columnar is not None:
-            self._columnar.write(items, self._file.tell())
+            self._columnar.write(items, start, self._file.tell())
 
     # -- worker side --------------------------------------------------------------------------
 
