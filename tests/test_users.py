@@ -114,9 +114,9 @@ def test_api_key_sent_but_never_written(fake_llm, tmp_path, monkeypatch):
     seen = orjson.loads(urllib.request.urlopen(fake_llm + "/seen-auth").read())
     assert seen["auth"] == "Bearer sk-very-secret-123"
     env.events.quitting.fire(environment=env)
-    for f in (tmp_path / "out").iterdir():
-        text = f.read_text()
-        assert "sk-very-secret-123" not in text and "hdr-secret-456" not in text, f.name
+    for f in (tmp_path / "out").iterdir():  # text and binary (requests.arrow) alike
+        data = f.read_bytes()
+        assert b"sk-very-secret-123" not in data and b"hdr-secret-456" not in data, f.name
     meta = orjson.loads((tmp_path / "out" / "meta.json").read_bytes())
     assert meta["extra_headers"] == {"X-Api-Key": "<redacted>", "X-Team": "blue"}
     assert meta["records"]["written"] == 1 and meta["records"]["lost"] == 0
