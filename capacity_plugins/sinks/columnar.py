@@ -10,9 +10,9 @@ requests.jsonl stays the record of the run, for people and tools; this file only
 reading it. The Arrow *stream* format is append-only and readable up to the last whole batch, so
 a run killed mid-write leaves a file whose batches before the cut are intact. Each batch carries
 the byte range its records take in requests.jsonl, so the analysis can tell in O(1) whether this
-file holds exactly the records requests.jsonl holds (analysis/records.py
-`read_columnar`); when it does not, the JSONL is read. It holds no free text (no error messages, no prompts):
-nothing in it needs the secrets scrub.
+file holds exactly the records requests.jsonl holds (analysis/records.py `read_columnar`); when
+it does not, the JSONL is read. It holds no free text (no error messages, no prompts): nothing in
+it needs the secrets scrub.
 
 Without pyarrow (a worker-only install) no file is written.
 """
