@@ -42,17 +42,24 @@ class ClientSampler:
         self._samples: deque[dict[str, Any]] = deque(maxlen=_MAX_SAMPLES)
         self._lock = real_lock()
         self._loop = NativeLoop("client-sampler", self.interval_s, self._sample_once)
+        self._primed = False
 
     def start(self) -> None:
-        # The first cpu_percent() call only sets the baseline (psutil returns 0.0 for it).
-        self._proc.cpu_percent(None)
-        psutil.cpu_percent(None)
         self._loop.start()
 
     def stop(self) -> None:
         self._loop.stop()
 
     def _sample_once(self) -> None:
+        if not self._primed:
+            # The loop's first tick only sets the baseline of both cpu_percent() calls, one
+            # interval before the first sample. A baseline taken just before the first tick (as
+            # it once was) measured CPU time, counted in 10 ms clock ticks, over a millisecond:
+            # one tick read as 1917 %, a step flagged "generator CPU above 90 %" by nothing.
+            self._proc.cpu_percent(None)
+            psutil.cpu_percent(None)
+            self._primed = True
+            return
         sample = {
             "unix": time.time(),
             "cpu_pct": float(self._proc.cpu_percent(None)),
