@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 import orjson
@@ -37,6 +37,20 @@ STEP_DTYPE = np.int16
 # ---------------------------------------------------------------- requests.jsonl
 
 
+def _line_start(fh: BinaryIO, end: int) -> int:
+    """Where the line holding byte `end - 1` starts: just after the last newline before `end`
+    (0 when there is none). Read backwards in blocks: a line with thousands of ITL gaps is long."""
+    pos = end
+    while pos > 0:
+        start = max(0, pos - (1 << 16))
+        fh.seek(start)
+        i = fh.read(pos - start).rfind(b"\n")
+        if i >= 0:
+            return start + i + 1
+        pos = start
+    return 0
+
+
 def torn_tail(f: Path) -> int | None:
     """Bytes up to the last newline when the file ends in a cut line (no newline, not JSON), else None."""
     size = f.stat().st_size
@@ -46,15 +60,7 @@ def torn_tail(f: Path) -> int | None:
         fh.seek(size - 1)
         if fh.read(1) == b"\n":
             return None
-        cut, pos = 0, size
-        while pos > 0:  # backwards in blocks: a line with thousands of ITL gaps is long
-            start = max(0, pos - (1 << 16))
-            fh.seek(start)
-            i = fh.read(pos - start).rfind(b"\n")
-            if i >= 0:
-                cut = start + i + 1
-                break
-            pos = start
+        cut = _line_start(fh, size)
         fh.seek(cut)
         tail = fh.read()
     if not tail.strip():
@@ -294,14 +300,12 @@ def _typed(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def _last_request_id(f: Path, size: int) -> Any:
-    """request_id of the line that ends at byte `size` of requests.jsonl."""
+    """request_id of the line that ends (its newline included) at byte `size` of requests.jsonl."""
     with f.open("rb") as fh:
-        pos, tail = size, b""
-        while pos > 0 and tail.count(b"\n") < 2:
-            pos = max(0, pos - (1 << 16))
-            fh.seek(pos)
-            tail = fh.read(size - pos)
-    return orjson.loads(tail[: tail.rfind(b"\n")].rsplit(b"\n", 1)[-1]).get("request_id")
+        start = _line_start(fh, size - 1)
+        fh.seek(start)
+        line = fh.read(size - 1 - start)
+    return orjson.loads(line).get("request_id")
 
 
 def read_columnar(path: Path) -> tuple[pd.DataFrame, np.ndarray, np.ndarray] | None:
