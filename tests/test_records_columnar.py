@@ -9,13 +9,21 @@ from __future__ import annotations
 import random
 
 import numpy as np
+import orjson
 import pandas as pd
 import pytest
 
+from capacity_plugins.analysis import gaps as gaps_module
+from capacity_plugins.analysis.gaps import by_step
+from capacity_plugins.analysis.intervals import quantiles_ci
+from capacity_plugins.analysis.load import dumps_json, load_run
+from capacity_plugins.analysis.pipeline import summarise
 from capacity_plugins.analysis.records import read_columnar, read_requests
 from capacity_plugins.contracts.folders import COLUMNAR_FILE, RECORDS_FILE
 from capacity_plugins.contracts.records import ERROR_KINDS, RECORD_FIELDS, RequestRecord
+from capacity_plugins.sinks.columnar import ColumnarWriter
 from capacity_plugins.sinks.records import RecordsSink
+from tests.helpers.analysis_data import make_results
 
 
 def _record(i: int, rng: random.Random) -> RequestRecord:
@@ -48,20 +56,54 @@ def _write(folder, records, role="local"):
     sink.close()
 
 
+STEPS = [0, 1, 2]
+
+
+def _read(folder):
+    return read_columnar(folder, STEPS)
+
+
 @pytest.mark.parametrize("role", ["local", "master"])
 def test_the_analysis_reads_the_same_records_from_the_typed_copy(tmp_path, role):
     rng = random.Random(7)
     records = [_record(i, rng) for i in range(1000)]
     _write(tmp_path, records, role)
     assert (tmp_path / COLUMNAR_FILE).exists()
-    got = read_columnar(tmp_path)
+    got = _read(tmp_path)
     assert got is not None
-    df, vals, lens = got
+    df, gaps = got
     ref_df, ref_vals, ref_lens, torn = read_requests(tmp_path / RECORDS_FILE, with_itl=True)
     assert not torn
-    pd.testing.assert_frame_equal(df, ref_df, check_dtype=True)
-    assert np.array_equal(lens, ref_lens) and np.array_equal(vals, ref_vals)
-    assert vals.dtype == ref_vals.dtype == np.float32
+    # the same columns, values and dtypes, less the request ids nothing downstream reads
+    pd.testing.assert_frame_equal(df, ref_df.drop(columns=["request_id"]), check_dtype=True)
+    good = ref_df["ok"].to_numpy() & ~ref_df["warmup"].to_numpy()
+    tags = np.repeat(np.where(good, ref_df["step"].to_numpy(), -1), ref_lens)
+    ref = by_step(ref_vals, tags, STEPS)
+    assert set(gaps) == set(STEPS) and {i for i in STEPS if gaps[i].size} == set(ref)
+    for i, g in ref.items():
+        assert gaps[i].counts is None and gaps[i].values.dtype == np.float32
+        assert np.array_equal(gaps[i].values, g.values)
+
+
+def test_a_step_with_many_gaps_is_counted_by_value_with_the_same_percentiles(tmp_path, monkeypatch):
+    """Past RAW_MAX the steps keep (value, count) pairs: memory bounded by the distinct gaps, the
+    percentiles, their intervals and the SLO share exactly those of the raw gaps."""
+    monkeypatch.setattr(gaps_module, "RAW_MAX", 500)
+    rng = random.Random(11)
+    _write(tmp_path, [_record(i, rng) for i in range(1000)])
+    df, gaps = _read(tmp_path)
+    ref_df, ref_vals, ref_lens, _ = read_requests(tmp_path / RECORDS_FILE, with_itl=True)
+    good = ref_df["ok"].to_numpy() & ~ref_df["warmup"].to_numpy()
+    ref = by_step(ref_vals, np.repeat(np.where(good, ref_df["step"].to_numpy(), -1), ref_lens), STEPS)
+    for i in STEPS:
+        counted, raw = gaps[i], ref[i]
+        assert counted.counts is not None and counted.values.size < raw.values.size  # counted: 0.001 ms grid
+        assert counted.size == raw.size
+        for n_eff in (None, 40, raw.size // 3):
+            assert quantiles_ci(counted.values, [0.5, 0.9, 0.95, 0.99, 1.0], 0.95, n_eff, counts=counted.counts) == \
+                quantiles_ci(raw.values, [0.5, 0.9, 0.95, 0.99, 1.0], 0.95, n_eff)
+        for limit in (0.5, 7.0, 15.123, 29.9, 31.0):
+            assert counted.share_at_most(limit) == raw.share_at_most(limit)
 
 
 def test_a_copy_cut_mid_batch_or_a_json_line_added_after_it_is_not_used(tmp_path):
@@ -72,21 +114,21 @@ def test_a_copy_cut_mid_batch_or_a_json_line_added_after_it_is_not_used(tmp_path
     # a record written after the copy was closed (a straggler at quit): in the JSONL only
     with jsonl.open("ab") as f:
         f.write(_record(500, rng).to_json_bytes())
-    assert read_columnar(tmp_path) is None
+    assert _read(tmp_path) is None
     # the same JSONL without it, but a copy cut inside its last batch (kill -9 mid-write): its
     # whole batches stand, yet they end before the JSONL does
     jsonl.write_bytes(jsonl.read_bytes().rsplit(b"\n", 2)[0] + b"\n")
-    assert read_columnar(tmp_path) is not None
+    assert _read(tmp_path) is not None
     arrow.write_bytes(whole[: len(whole) - 200])
-    assert read_columnar(tmp_path) is None
+    assert _read(tmp_path) is None
     # not Arrow at all
     arrow.write_bytes(b"garbage")
-    assert read_columnar(tmp_path) is None
+    assert _read(tmp_path) is None
     # a JSONL edited in place (same size, another last record) is caught by its last request
     arrow.write_bytes(whole)
     text = jsonl.read_bytes()
     jsonl.write_bytes(text.replace(b'"request_id":"r499"', b'"request_id":"x499"'))
-    assert read_columnar(tmp_path) is None
+    assert _read(tmp_path) is None
 
 
 def test_a_copy_that_starts_after_the_jsonl_does_is_not_used(tmp_path):
@@ -94,10 +136,10 @@ def test_a_copy_that_starts_after_the_jsonl_does_is_not_used(tmp_path):
     first writer's records, so the analysis must not take it for the whole run."""
     rng = random.Random(10)
     _write(tmp_path, [_record(i, rng) for i in range(100)])
-    assert read_columnar(tmp_path) is not None
+    assert _read(tmp_path) is not None
     _write(tmp_path, [_record(i, rng) for i in range(100, 150)])
     assert len((tmp_path / RECORDS_FILE).read_bytes().splitlines()) == 150
-    assert read_columnar(tmp_path) is None
+    assert _read(tmp_path) is None
 
 
 def test_no_free_text_reaches_the_typed_copy(tmp_path):
@@ -106,3 +148,37 @@ def test_no_free_text_reaches_the_typed_copy(tmp_path):
     _write(tmp_path, [_record(i, rng) for i in range(200)])
     assert b"the server's text" in (tmp_path / RECORDS_FILE).read_bytes()
     assert b"the server's text" not in (tmp_path / COLUMNAR_FILE).read_bytes()
+
+
+def _with_typed_copy(folder):
+    """requests.arrow for a synthetic folder's requests.jsonl, as the sink writes it (batch by batch)."""
+    writer = ColumnarWriter(folder / COLUMNAR_FILE)
+    start = 0
+    lines = (folder / RECORDS_FILE).read_bytes().splitlines(keepends=True)
+    for i in range(0, len(lines), 50):
+        chunk = lines[i:i + 50]
+        end = start + sum(len(ln) for ln in chunk)
+        writer.write([orjson.loads(ln) for ln in chunk], start, end)
+        start = end
+    writer.close()
+    return folder
+
+
+def test_the_summary_is_the_same_from_the_jsonl_the_raw_gaps_and_the_counted_gaps(tmp_path, monkeypatch):
+    """End to end: every step's row — ITL percentiles, their intervals, the ITL SLO's share and
+    judgement — is identical whichever way the records were read."""
+    folder = _with_typed_copy(make_results(
+        tmp_path / "run", levels=[1, 2, 4], rps=[3, 5, 6], e2e_p50_ms=[300, 400, 900], e2e_p99_ms=[500, 700, 2000],
+        itl_gaps=12, error_rate=[0, 0.1, 0.2], slo={"e2e_p95_ms": 1500.0, "itl_p95_ms": 12.0}))
+    views = {}
+    views["typed copy, raw gaps"] = summarise(load_run(folder))["steps"]
+    monkeypatch.setattr(gaps_module, "RAW_MAX", 100)
+    run = load_run(folder)
+    assert all(g.counts is not None for g in run.itl.values())
+    views["typed copy, counted gaps"] = summarise(run)["steps"]
+    (folder / COLUMNAR_FILE).unlink()
+    views["requests.jsonl"] = summarise(load_run(folder))["steps"]
+    (first, a), *rest = views.items()
+    assert all(r["itl_p95_ms"] and r["slo"]["itl_ms"]["attainment"] is not None for r in a)
+    for name, b in rest:
+        assert dumps_json(b) == dumps_json(a), f"{name} differs from {first}"

@@ -51,13 +51,18 @@ def _ranks_for(n: int, q: float, confidence: float, n_eff: int | None) -> tuple[
 
 
 def quantiles_ci(values: np.ndarray, qs: Sequence[float], confidence: float, n_eff: int | None = None,
-                 keep_inf: bool = False) -> list[tuple[float | None, float | None, float | None]]:
+                 keep_inf: bool = False, counts: np.ndarray | None = None,
+                 ) -> list[tuple[float | None, float | None, float | None]]:
     """(nearest-rank point, low, high) per q, from one partition of the values.
 
     Non-finite values are left out (a percentile of what was measured) unless `keep_inf`: then +inf
     stands for a request that never produced the value and counts as the slowest (the SLO view).
     None where there are no values, or an interval end the sample size cannot support.
+    With `counts`, `values` are sorted distinct values and `counts` how often each occurred (a big
+    step's ITL gaps, analysis/gaps.py): the same order statistics, read from the running counts.
     """
+    if counts is not None:
+        return _counted_quantiles(values, counts, qs, confidence, n_eff, keep_inf)
     if keep_inf:
         v = values[~np.isnan(values)] if bool(np.isnan(values).any()) else values
     else:
@@ -69,6 +74,23 @@ def quantiles_ci(values: np.ndarray, qs: Sequence[float], confidence: float, n_e
     kth = sorted({i for rk in ranks for i in rk if i is not None})
     part = np.partition(v, kth)
     return [tuple(None if i is None else float(part[i]) for i in rk) for rk in ranks]  # type: ignore[misc]
+
+
+def _counted_quantiles(values: np.ndarray, counts: np.ndarray, qs: Sequence[float], confidence: float,
+                       n_eff: int | None, keep_inf: bool) -> list[tuple[float | None, float | None, float | None]]:
+    keep = ~np.isnan(values) if keep_inf else np.isfinite(values)
+    if not bool(keep.all()):
+        values, counts = values[keep], counts[keep]
+    below = np.cumsum(counts)  # below[j]: how many values are <= values[j]
+    n = int(below[-1]) if below.size else 0
+    if n == 0:
+        return [(None, None, None) for _ in qs]
+    ranks = [_ranks_for(n, q, confidence, n_eff) for q in qs]
+
+    def at(i: int | None) -> float | None:  # the i-th smallest (0-based): the first value with more than i at or below it
+        return None if i is None else float(values[int(np.searchsorted(below, i, side="right"))])
+
+    return [(at(p), at(lo), at(hi)) for p, lo, hi in ranks]
 
 
 def t_quantile(p: float, dof: int) -> float:

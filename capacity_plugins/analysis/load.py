@@ -17,8 +17,8 @@ import numpy as np
 import orjson
 import pandas as pd
 
+from capacity_plugins.analysis.gaps import Gaps, by_step
 from capacity_plugins.analysis.records import (
-    ITL_DTYPE,
     STEP_DTYPE,
     read_columnar,
     read_itl_side,
@@ -39,9 +39,8 @@ class RunData:
     """Everything the analysis reads, loaded once."""
 
     path: Path
-    requests: pd.DataFrame  # one row per attempt, REQUEST_COLUMNS (strings as object)
-    itl_values: np.ndarray  # every ITL gap (ms) of measured, successful requests
-    itl_steps: np.ndarray  # step index per gap (same length), -1 outside a step
+    requests: pd.DataFrame  # one row per attempt, REQUEST_COLUMNS (request_id only where the JSONL was read)
+    itl: dict[int, Gaps]  # step index → the ITL gaps (ms) of its measured, successful requests
     steps: list[Step]
     meta: dict[str, Any]
     name: str | None
@@ -115,35 +114,32 @@ def load_run(path: Path, overrides: dict | None = None, progress=None) -> RunDat
 
     side = (path / "itl.parquet").exists() or (path / "itl.jsonl").exists()
     f = path / RECORDS_FILE
-    columnar = None if side else read_columnar(path)
-    vals: np.ndarray | None
-    lens: np.ndarray | None
+    indexes = [st.index for st in steps]
+    columnar = None if side else read_columnar(path, indexes)
+    itl: dict[int, Gaps]
+    torn = False
     if columnar is not None:
-        say(f"reading {COLUMNAR_FILE} (the typed copy of {RECORDS_FILE}, {f.stat().st_size / 1e6:.0f} MB)")
-        req, vals, lens = columnar
-        torn = False
+        say(f"read {COLUMNAR_FILE} (the typed copy of {RECORDS_FILE}, {f.stat().st_size / 1e6:.0f} MB)")
+        req, itl = columnar
     else:
         say(f"reading {f.name} ({f.stat().st_size / 1e6:.0f} MB)" if f.exists() else f"reading {RECORDS_FILE}")
         req, vals, lens, torn = read_requests(f, with_itl=not side)
+        if side:
+            got = read_itl_side(path, req)
+            assert got is not None
+            vals, itl_steps, good = got
+            if not bool(good.all()):
+                vals, itl_steps = vals[good], itl_steps[good]
+        else:
+            assert vals is not None and lens is not None
+            good_req = req["ok"].to_numpy() & ~req["warmup"].to_numpy()
+            step_req = np.where(good_req, req["step"].to_numpy(), -1).astype(STEP_DTYPE)
+            itl_steps = np.repeat(step_req, lens)
+        itl = by_step(vals, itl_steps, indexes)
     say(f"read {len(req):,} request records")
     if torn:
         warnings.append("requests.jsonl: its last line was cut (a crash mid-write?): 1 line skipped, "
                         "the records before it are analysed")
-    if side:
-        got = read_itl_side(path, req)
-        assert got is not None
-        itl_vals, itl_steps, good = got
-        if not bool(good.all()):
-            itl_vals, itl_steps = itl_vals[good], itl_steps[good]
-    else:
-        assert vals is not None and lens is not None
-        good_req = req["ok"].to_numpy() & ~req["warmup"].to_numpy()
-        step_req = np.where(good_req, req["step"].to_numpy(), -1).astype(STEP_DTYPE)
-        itl_steps = np.repeat(step_req, lens)
-        itl_vals = vals
-        if not bool(good_req.all()) or bool((step_req < 0).any()):
-            keep = itl_steps >= 0
-            itl_vals, itl_steps = vals[keep], itl_steps[keep]
 
     telemetry = None
     tf = path / "telemetry_series.csv"
@@ -160,7 +156,7 @@ def load_run(path: Path, overrides: dict | None = None, progress=None) -> RunDat
         if "step" in telemetry.columns:
             telemetry["step"] = pd.to_numeric(telemetry["step"], errors="coerce")
     return RunData(
-        path=path, requests=req, itl_values=np.asarray(itl_vals, dtype=ITL_DTYPE), itl_steps=np.asarray(itl_steps),
+        path=path, requests=req, itl=itl,
         steps=steps, meta=meta, name=settings.name, load_kind=settings.load_kind, settings=settings,
         telemetry=telemetry, warnings=warnings, torn_lines=int(torn),
     )

@@ -22,15 +22,14 @@ import numpy as np
 import orjson
 import pandas as pd
 
+from capacity_plugins.analysis.gaps import ITL_DTYPE, Gaps, GapsByStep
 from capacity_plugins.contracts.folders import COLUMNAR_FILE, RECORDS_FILE
 from capacity_plugins.contracts.records import ANALYSIS_COLUMNS, JSONL_BYTES, JSONL_FROM, columnar_schema
 from capacity_plugins.errors import UserError
 
 REQUEST_COLUMNS = ANALYSIS_COLUMNS
 
-# Tens of millions of ITL gaps: float32 keeps 7 significant digits (far below a microsecond for
-# gaps in ms) at half the memory and partition time; step tags fit int16 (< 32 768 steps).
-ITL_DTYPE = np.float32
+# Step tags of tens of millions of ITL gaps fit int16 (< 32 768 steps).
 STEP_DTYPE = np.int16
 
 
@@ -308,55 +307,122 @@ def _last_request_id(f: Path, size: int) -> Any:
     return orjson.loads(line).get("request_id")
 
 
-def read_columnar(path: Path) -> tuple[pd.DataFrame, np.ndarray, np.ndarray] | None:
-    """(records, ITL gaps, gaps per record) from requests.arrow when it holds exactly the records
-    of requests.jsonl; None otherwise — no file, no pyarrow, a run killed mid-batch, a file
-    edited since — and the JSONL is read instead.
+def read_columnar(path: Path, step_indexes: list[int]) -> tuple[pd.DataFrame, dict[int, Gaps]] | None:
+    """(records, each measured step's ITL gaps) from requests.arrow when it holds exactly the
+    records of requests.jsonl; None otherwise — no file, no pyarrow, a run killed mid-batch, a
+    file edited since — and the JSONL is read instead.
 
     "Exactly": each batch carries the byte range its records take in requests.jsonl
     (sinks/columnar.py); the whole batches must cover the file from its first byte to its size
-    now without a gap, and the last record must be the file's last line."""
+    now without a gap, and the last record must be the file's last line.
+
+    Two passes, so memory holds the records' analysis columns and the steps' gaps, never the
+    file: the first walks the batch headers through a memory map (their bodies untouched) to
+    check the ranges and count the rows; the second reads batch by batch from the file (a map's
+    pages would all stay resident) into columns allocated once at their final size — pieces
+    joined at the end would double the peak, and the C heap keeps small freed pieces. The frame
+    has no request_id: nothing downstream joins on it (~70 bytes a record as Python strings).
+    """
     arrow, jsonl = path / COLUMNAR_FILE, path / RECORDS_FILE
     if not arrow.exists() or not jsonl.exists() or not _arrow_available():
         return None
     import pyarrow as pa
-    import pyarrow.ipc
 
-    batches: list[Any] = []
-    size: int | None = 0  # where the batches read so far end in requests.jsonl; None: not contiguous
     try:
-        with pa.memory_map(str(arrow)) as source, pyarrow.ipc.open_stream(source) as reader:
-            expected = columnar_schema()
-            if not reader.schema.equals(expected):
-                return None
-            while True:
-                try:
-                    batch, meta = reader.read_next_batch_with_custom_metadata()
-                except StopIteration:
-                    break
-                except (pa.ArrowInvalid, OSError):  # cut mid-batch: the batches before it stand
-                    break
-                batches.append(batch)
-                if size is not None and meta is not None and int(meta.get(JSONL_FROM, -1)) == size:
-                    size = int(meta[JSONL_BYTES])
-                else:  # a gap (records this file never got), or no range at all
-                    size = None
-            tbl = pa.Table.from_batches(batches, schema=expected)
+        rows = _columnar_rows(pa, arrow, jsonl)
+        got = None if rows is None else _read_columnar_rows(pa, arrow, rows, step_indexes)
     except (pa.ArrowInvalid, OSError, ValueError):
         return None
-    if tbl.num_rows == 0 or size is None or size != jsonl.stat().st_size:
+    _release_arrow_memory()
+    return got
+
+
+def _batches(pa: Any, source: Any):
+    """(batch, its custom metadata) of an Arrow stream with requests.arrow's schema, up to its
+    first cut batch (a run killed mid-write: the batches before the cut stand)."""
+    import pyarrow.ipc
+
+    with pyarrow.ipc.open_stream(source) as reader:
+        if not reader.schema.equals(columnar_schema()):
+            raise ValueError("not requests.arrow's schema")
+        while True:
+            try:
+                yield reader.read_next_batch_with_custom_metadata()
+            except StopIteration:
+                return
+            except (pa.ArrowInvalid, OSError):
+                return
+
+
+def _columnar_rows(pa: Any, arrow: Path, jsonl: Path) -> int | None:
+    """The number of records when requests.arrow's batches cover requests.jsonl exactly, else None."""
+    rows, size, last = 0, 0, None
+    with pa.memory_map(str(arrow)) as source:
+        for batch, meta in _batches(pa, source):
+            if meta is None or int(meta.get(JSONL_FROM, -1)) != size:
+                return None  # a gap (records this file never got), or no range at all
+            size = int(meta[JSONL_BYTES])
+            if batch.num_rows:
+                rows += batch.num_rows
+                last = batch.column("request_id")[-1].as_py()
+    if last is None or size != jsonl.stat().st_size:
         return None
     try:
-        last = _last_request_id(jsonl, size)
+        return rows if _last_request_id(jsonl, size) == last else None
     except (orjson.JSONDecodeError, AttributeError, OSError):
         return None
-    if tbl.column("request_id")[-1].as_py() != last:
+
+
+def _read_columnar_rows(pa: Any, arrow: Path, rows: int,
+                        step_indexes: list[int]) -> tuple[pd.DataFrame, dict[int, Gaps]] | None:
+    import pyarrow.compute as pc
+
+    names = [c for c in REQUEST_COLUMNS if c != "request_id"]
+    # dtypes as `_typed` gives the JSONL's: integers with nulls as floats until the end shows none
+    kinds = {"f": float, "i": float, "b": bool, "s": object}
+    cols = {c: np.empty(rows, dtype=np.int64 if c == "step" else kinds[REQUEST_COLUMNS[c]]) for c in names}
+    nulls = dict.fromkeys(names, False)
+    gaps = GapsByStep(step_indexes)
+    at = 0
+    with pa.OSFile(str(arrow)) as source:
+        for batch, _meta in _batches(pa, source):
+            n = batch.num_rows
+            if at + n > rows:
+                return None  # the file grew between the passes
+            for c in names:
+                col = batch.column(c)
+                nulls[c] = nulls[c] or col.null_count > 0
+                if c == "step":
+                    col = pc.fill_null(col, -1)
+                elif REQUEST_COLUMNS[c] == "b":
+                    col = pc.fill_null(col, False)
+                cols[c][at:at + n] = col.to_numpy(zero_copy_only=False)  # a copy into place
+            _add_gaps(gaps, batch.column("itl_ms"), {c: cols[c][at:at + n] for c in ("ok", "warmup", "step")})
+            at += n
+    if at != rows:
         return None
-    vals, lens = _flatten_lists(tbl.column("itl_ms"))
-    df = tbl.drop_columns(["itl_ms"]).to_pandas()
-    del tbl, batches
-    _release_arrow_memory()
-    return _typed(df), vals, lens
+    frame: dict[str, Any] = {}
+    for c in names:
+        kind = REQUEST_COLUMNS[c]
+        if kind == "s":
+            frame[c] = pd.array(cols.pop(c), dtype="str")
+        elif kind == "i" and c != "step" and not nulls[c]:
+            frame[c] = cols.pop(c).astype(np.int64)
+        else:
+            frame[c] = cols.pop(c)
+    return pd.DataFrame(frame, copy=False), gaps.finish()
+
+
+def _add_gaps(gaps: GapsByStep, itl: Any, cols: dict[str, np.ndarray]) -> None:
+    """Hand a batch's gaps of measured, successful requests to their steps."""
+    good = cols["ok"] & ~cols["warmup"]
+    tag = np.where(good, cols["step"], -1)
+    lens = itl.value_lengths().fill_null(0).to_numpy(zero_copy_only=False)
+    values = itl.flatten().to_numpy(zero_copy_only=False)
+    per_gap = np.repeat(tag, lens)
+    for index in np.unique(tag):
+        if index >= 0 and gaps.wants(int(index)):
+            gaps.add(int(index), values[per_gap == index])  # boolean selection: a copy
 
 
 def read_itl_side(path: Path, req: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:

@@ -118,7 +118,7 @@ def plot_throughput_latency(summary: dict[str, Any], out: Path) -> bytes:
 
 def plot_distributions(run: RunData, summary: dict[str, Any], out: Path) -> bytes:
     req = run.requests
-    m = req[req["ok"] & ~req["warmup"] & (req["step"] >= 0)]
+    m = req.loc[req["ok"] & ~req["warmup"] & (req["step"] >= 0), ["step", "ttft_ms", "e2e_ms"]]
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     levels = {s.index: s.level for s in run.steps}
     arms = {s.index: s.arm for s in run.steps}  # a cache probe measures each level twice

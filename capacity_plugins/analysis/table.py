@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from capacity_plugins.analysis.gaps import EMPTY as EMPTY_GAPS
+from capacity_plugins.analysis.gaps import Gaps
 from capacity_plugins.analysis.intervals import gain_class, half_width, quantiles_ci, rate_ci, share_ci
 from capacity_plugins.analysis.load import RunData, Step
 from capacity_plugins.analysis.step_telemetry import telemetry_for
@@ -32,96 +35,126 @@ LATENCY_METRICS = ("ttft_ms", "itl_ms", "tpot_ms", "e2e_ms")
 GAIN_MIN = 0.10
 
 
-def _pcts(values: np.ndarray, prefix: str, confidence: float, n_eff: int | None = None) -> dict[str, Any]:
+def _pcts(values: np.ndarray, prefix: str, confidence: float, n_eff: int | None = None,
+          counts: np.ndarray | None = None) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    for p, (point, lo, hi) in zip(PCTS, quantiles_ci(values, [p / 100 for p in PCTS], confidence, n_eff), strict=True):
+    qs = [p / 100 for p in PCTS]
+    for p, (point, lo, hi) in zip(PCTS, quantiles_ci(values, qs, confidence, n_eff, counts=counts), strict=True):
         out[f"{prefix}_p{p}_ms"] = point
         out[f"{prefix}_p{p}_ci_ms"] = None if point is None else [lo, hi]
     return out
 
 
-def _limit_row(values: np.ndarray, limit: float, target: float, confidence: float,
+def _limit_row(values: np.ndarray | Gaps, limit: float, target: float, confidence: float,
                n_eff: int | None = None) -> dict[str, Any]:
     """One SLO limit on one step: attainment (a missing value counts as over), its quantile, both intervals."""
-    v = np.nan_to_num(values, nan=math.inf)
-    n = int(v.size)
+    if isinstance(values, Gaps):  # a step's ITL gaps: finite, raw or counted by value
+        n, share, v, counts = values.size, values.share_at_most(limit), values.values, values.counts
+    else:
+        v, counts = np.nan_to_num(values, nan=math.inf), None
+        n = int(v.size)
+        share = float(np.count_nonzero(v <= limit)) / n if n else 0.0
     if n == 0:
         return {"limit_ms": limit, "attainment": None, "attainment_ci": None, "quantile_ms": None,
                 "quantile_ci_ms": None, "pass": False, "judgement": "uncertain"}
-    share = float(np.count_nonzero(v <= limit)) / n
     m = n_eff if n_eff is not None and n_eff < n else n
     k = int(round(share * m))
     lo, hi = share_ci(k, m, confidence)
-    (q, qlo, qhi), = quantiles_ci(v, [target], confidence, n_eff, keep_inf=True)
+    (q, qlo, qhi), = quantiles_ci(v, [target], confidence, n_eff, keep_inf=True, counts=counts)
     return {"limit_ms": limit, "attainment": share, "attainment_ci": [lo, hi], "quantile_ms": q,
             "quantile_ci_ms": [qlo, qhi], "pass": share >= target,
             "judgement": share_judgement(k, m, target, confidence)}
 
 
-def slo_views(step: Step, ok: pd.DataFrame) -> dict[str, np.ndarray]:
-    """The per-request latencies the SLO is judged on: from the schedule for open-loop steps."""
-    open_loop = step.kind in OPEN_LOOP_KINDS and ok["scheduled_unix"].notna().any()
-    ttft = ok["ttft_from_schedule_ms"] if open_loop else ok["ttft_ms"]
-    e2e = ok["e2e_from_schedule_ms"] if open_loop else ok["e2e_ms"]
+def _filled(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return np.where(np.isnan(a), b, a)
+
+
+def slo_views(step: Step, col: Callable[[str], np.ndarray]) -> dict[str, np.ndarray]:
+    """The per-request latencies the SLO is judged on: from the schedule for open-loop steps.
+    `col(name)` gives a column's values for the step's successful requests."""
+    open_loop = step.kind in OPEN_LOOP_KINDS and bool((~np.isnan(col("scheduled_unix"))).any())
+    ttft, e2e = col("ttft_ms"), col("e2e_ms")
     if open_loop:  # a writer that left *_from_schedule null: fall back to send time, never to "pass"
-        ttft = ttft.fillna(ok["ttft_ms"])
-        e2e = e2e.fillna(ok["e2e_ms"])
-    tpot = ok["tpot_ms"].fillna(0.0)  # null when output_tokens <= 1: counted as 0 (vLLM's rule)
-    return {"ttft_ms": ttft.to_numpy(float), "tpot_ms": tpot.to_numpy(float), "e2e_ms": e2e.to_numpy(float)}
+        ttft = _filled(col("ttft_from_schedule_ms"), ttft)
+        e2e = _filled(col("e2e_from_schedule_ms"), e2e)
+    tpot = col("tpot_ms")
+    tpot = np.where(np.isnan(tpot), 0.0, tpot)  # null when output_tokens <= 1: counted as 0 (vLLM's rule)
+    return {"ttft_ms": ttft, "tpot_ms": tpot, "e2e_ms": e2e}
+
+
+def _positions_by_step(step: np.ndarray, keep: np.ndarray, indexes: list[int]) -> dict[int, np.ndarray]:
+    """Row positions of the kept rows, per step: the table reads a step's columns through them
+    instead of copying the step's rows (a long soak is one step of millions of rows)."""
+    pos = np.flatnonzero(keep)
+    tags = step[pos]
+    if tags.size and not bool(np.all(tags[1:] >= tags[:-1])):  # records are mostly step-ordered already
+        order = np.argsort(tags, kind="stable")
+        pos, tags = pos[order], tags[order]
+    keys = np.asarray(indexes, dtype=tags.dtype)
+    los, his = np.searchsorted(tags, keys, "left"), np.searchsorted(tags, keys, "right")
+    return {i: pos[lo:hi] for i, lo, hi in zip(indexes, los, his, strict=True)}
 
 
 def step_rows(run: RunData, slo: SLOConfig) -> list[dict[str, Any]]:
     conf = run.verdict.confidence
     req = run.requests
-    measured = req[(req["step"] >= 0) & ~req["warmup"]]
-    cancelled = measured["error_kind"] == "cancelled"
-    groups = {s: g for s, g in measured[~cancelled].groupby("step")}
-    cancelled_counts = measured[cancelled].groupby("step").size().to_dict()
-    itl_by_step = _split_itl(run)
-    itl_pcts = _itl_pcts(run, itl_by_step, groups, conf)
+    column = _Columns(req)
+    indexes = [st.index for st in run.steps]
+    measured = (column("step") >= 0) & ~column("warmup")
+    cancelled = (req["error_kind"] == "cancelled").to_numpy(bool)
+    at = _positions_by_step(column("step"), measured & ~cancelled, indexes)
+    cancelled_at = _positions_by_step(column("step"), measured & cancelled, indexes)
+    ok_at = {i: p[column("ok")[p]] for i, p in at.items()}
+    itl_pcts = _itl_pcts(run, ok_at, conf)
     limits = {k: getattr(slo, f"{k[:-3]}_p95_ms") for k in ("ttft_ms", "tpot_ms", "e2e_ms")}
     breakdown = TTFTBreakdown(req, run.telemetry)
     rows: list[dict[str, Any]] = []
     for st in run.steps:
-        g = groups.get(st.index, req.iloc[0:0])
-        ok = g[g["ok"]]
-        n, n_ok = len(g), len(ok)
+        mine, ok = at[st.index], ok_at[st.index]
+
+        def col(name: str, rows: np.ndarray = ok) -> np.ndarray:
+            return column(name)[rows]
+
+        n, n_ok = int(mine.size), int(ok.size)
         window = st.window_s
         if window is None and n:
-            sent = g["sent_unix"].dropna()
-            window = float(sent.max() - sent.min()) if len(sent) > 1 else None
+            sent = col("sent_unix", mine)
+            sent = sent[~np.isnan(sent)]
+            window = float(sent.max() - sent.min()) if sent.size > 1 else None
         achieved = st.achieved_rps if st.achieved_rps is not None else (n / window if window else None)
         row: dict[str, Any] = {
             "step": st.index, "kind": st.kind, "level": st.level, "arm": st.arm, "window_s": window,
             "target_rps": st.target_rps, "offered_rps": st.offered_rps, "achieved_rps": achieved,
             "requests": n, "ok_requests": n_ok, "errors": n - n_ok,
-            "cancelled": int(cancelled_counts.get(st.index, 0)),
+            "cancelled": int(cancelled_at[st.index].size),
             "error_rate": (n - n_ok) / n if n else None,
             "error_rate_ci": list(share_ci(n - n_ok, n, conf)) if n else None,
             "rps": n_ok / window if window else None,
         }
-        lo, hi, how = rate_ci(ok["sent_unix"].to_numpy(float), st.warmup_end_unix or st.start_unix, window, n_ok, conf)
+        lo, hi, how = rate_ci(col("sent_unix"), st.warmup_end_unix or st.start_unix, window, n_ok, conf)
         row["rps_ci"] = None if how is None else [lo, hi]
         row["rps_ci_method"] = how
-        errs = g.loc[~g["ok"], "error_kind"].fillna("unknown").value_counts()
+        failed = mine[~column("ok")[mine]]
+        errs = req["error_kind"].iloc[failed].fillna("unknown").value_counts()
         row["error_kinds"] = {str(k): int(v) for k, v in errs.items()}
         for m in ("ttft_ms", "tpot_ms", "e2e_ms"):
-            row.update(_pcts(ok[m].to_numpy(float), m[:-3], conf))
-        itl = itl_by_step.get(st.index, np.empty(0))
+            row.update(_pcts(col(m), m[:-3], conf))
         row.update(itl_pcts[st.index])
-        open_loop = st.kind in OPEN_LOOP_KINDS and ok["scheduled_unix"].notna().any()
-        row["open_loop"] = bool(open_loop)
+        open_loop = st.kind in OPEN_LOOP_KINDS and bool((~np.isnan(col("scheduled_unix"))).any())
+        row["open_loop"] = open_loop
         if open_loop:
-            row.update(_pcts(ok["ttft_from_schedule_ms"].to_numpy(float), "ttft_from_schedule", conf))
-            row.update(_pcts(ok["e2e_from_schedule_ms"].to_numpy(float), "e2e_from_schedule", conf))
-        out_tok = ok["output_tokens"].to_numpy(float)
+            row.update(_pcts(col("ttft_from_schedule_ms"), "ttft_from_schedule", conf))
+            row.update(_pcts(col("e2e_from_schedule_ms"), "e2e_from_schedule", conf))
+        out_tok = col("output_tokens")
         row["output_tokens_per_s"] = float(np.nansum(out_tok)) / window if window else None
         row["output_tokens_mean"] = float(np.nanmean(out_tok)) if n_ok and np.isfinite(out_tok).any() else None
-        row["e2e_mean_ms"] = float(ok["e2e_ms"].mean()) if n_ok else None
+        e2e = col("e2e_ms")
+        row["e2e_mean_ms"] = float(np.nanmean(e2e)) if n_ok and not bool(np.isnan(e2e).all()) else None
 
         # SLO judgement: share of measured requests under each limit (failures count as misses
         # in goodput, and separately through the error rate).
-        views = slo_views(st, ok)
+        views = slo_views(st, col)
         good = np.ones(n_ok, dtype=bool)
         row["slo"] = {}
         for m, lim in limits.items():
@@ -130,7 +163,8 @@ def step_rows(run: RunData, slo: SLOConfig) -> list[dict[str, Any]]:
             row["slo"][m] = _limit_row(views[m], lim, slo.attainment, conf)
             good &= np.nan_to_num(views[m], nan=math.inf) <= lim
         if slo.itl_p95_ms is not None:
-            row["slo"]["itl_ms"] = _limit_row(itl, slo.itl_p95_ms, slo.attainment, conf, n_eff=n_ok)
+            row["slo"]["itl_ms"] = _limit_row(run.itl.get(st.index, EMPTY_GAPS), slo.itl_p95_ms, slo.attainment,
+                                              conf, n_eff=n_ok)
         n_good = int(good.sum())
         row["goodput_rps"] = n_good / window if window else None
         row["good_requests"] = n_good
@@ -152,6 +186,22 @@ def step_rows(run: RunData, slo: SLOConfig) -> list[dict[str, Any]]:
     return rows
 
 
+class _Columns:
+    """A frame's numeric columns as numpy arrays, each converted once (views where pandas can)."""
+
+    def __init__(self, frame: pd.DataFrame) -> None:
+        self._frame = frame
+        self._seen: dict[str, np.ndarray] = {}
+
+    def __call__(self, name: str) -> np.ndarray:
+        got = self._seen.get(name)
+        if got is None:
+            s = self._frame[name]
+            kind = bool if s.dtype == bool else (np.int64 if name == "step" else float)
+            got = self._seen[name] = s.to_numpy(kind)
+        return got
+
+
 def _slo_judgement(row: dict[str, Any], slo: SLOConfig) -> str:
     """pass / fail / uncertain for the whole step: every latency limit with its interval.
 
@@ -167,44 +217,20 @@ def _slo_judgement(row: dict[str, Any], slo: SLOConfig) -> str:
     return "pass" if all(j == "pass" for j in judged) else "uncertain"
 
 
-def _itl_pcts(run: RunData, itl_by_step: dict[int, np.ndarray], groups: dict[Any, pd.DataFrame],
-              confidence: float) -> dict[int, dict[str, Any]]:
+def _itl_pcts(run: RunData, ok_at: dict[int, np.ndarray], confidence: float) -> dict[int, dict[str, Any]]:
     """Each step's ITL percentiles with their intervals. The partitions of millions of gaps are
     most of a big run's analysis; numpy releases the GIL in them, so the steps run two at a time
     (1 M records × 64 gaps: 1.1 s → about 0.5 s on 2 cores)."""
     def one(index: int) -> dict[str, Any]:
-        g = groups.get(index)
-        n_ok = 0 if g is None else int(g["ok"].sum())
+        gaps = run.itl.get(index, EMPTY_GAPS)
         # Gaps of one request are not independent: their intervals count requests, not gaps.
-        return _pcts(itl_by_step.get(index, np.empty(0)), "itl", confidence, n_eff=n_ok)
+        return _pcts(gaps.values, "itl", confidence, n_eff=int(ok_at[index].size), counts=gaps.counts)
 
     indexes = [st.index for st in run.steps]
-    if sum(v.size for v in itl_by_step.values()) < 1_000_000:
+    if sum(g.values.size for g in run.itl.values()) < 1_000_000:
         return {i: one(i) for i in indexes}
     with ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1)) as pool:
         return dict(zip(indexes, pool.map(one, indexes), strict=True))
-
-
-def _split_itl(run: RunData) -> dict[int, np.ndarray]:
-    """ITL gaps per step. One boolean pass per step: cheaper than sorting tens of millions of gaps."""
-    out: dict[int, np.ndarray] = {}
-    if run.itl_values.size == 0:
-        return out
-    s = run.itl_steps
-    # Records are written step after step (the shape drains between steps), so the gaps are
-    # usually already grouped: then each step is a slice, found by binary search.
-    if s.size and bool(np.all(s[1:] >= s[:-1])):
-        keys = np.array([st.index for st in run.steps], dtype=s.dtype)  # same dtype: no 64 M-element cast
-        los, his = np.searchsorted(s, keys, "left"), np.searchsorted(s, keys, "right")
-        for st, lo, hi in zip(run.steps, los, his, strict=True):
-            if hi > lo:
-                out[st.index] = run.itl_values[lo:hi]
-        return out
-    for st in run.steps:
-        sel = run.itl_values[run.itl_steps == st.index]
-        if sel.size:
-            out[st.index] = sel
-    return out
 
 
 def rps_half_width(row: dict[str, Any]) -> float:

@@ -106,7 +106,7 @@ class TTFTBreakdown:
     def __init__(self, requests: pd.DataFrame, telemetry: pd.DataFrame | None) -> None:
         self.hist = ServerHistograms(telemetry)
         has = requests["ttft_ms"].notna() & (requests["step"] >= 0) & requests["sent_unix"].notna()
-        r = requests[has]
+        r = requests.loc[has, ["step", "ttft_ms", "sent_unix", "ok", "warmup"]]  # not every column: a copy
         self._step = r["step"].to_numpy()
         self._ttft = r["ttft_ms"].to_numpy(float)
         self._first = r["sent_unix"].to_numpy(float) + self._ttft / 1000.0

@@ -72,7 +72,7 @@ def _class_row(run: RunData, st: Any, g: pd.DataFrame, c: ClassSettings, window:
     out["rps_ci"] = None if how is None else [lo, hi]
     for m in CLASS_METRICS:
         out.update(_pcts(ok[m].to_numpy(float), m[:-3], conf))
-    views = slo_views(st, ok)
+    views = slo_views(st, lambda name: ok[name].to_numpy(float))
     good = np.ones(n_ok, dtype=bool)
     out["slo"] = {}
     for metric, field in LIMITS:
