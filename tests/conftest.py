@@ -2,8 +2,16 @@
 # (gevent must patch ssl before they import it). This line must stay first.
 import locust  # noqa: F401, I001
 
+import signal
 import sys
 from pathlib import Path
+
+# The tests stop Locust with SIGINT, as a person's Ctrl-C. A shell without job control starts a
+# background job (`pytest … &` in a script) with SIGINT ignored, every child inherits that, and
+# a Locust that starts with SIGINT ignored keeps ignoring it (as Python does): each such test would
+# hang to its timeout. Give the children the default disposition, whatever started the tests.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
