@@ -1,6 +1,9 @@
 """requests.jsonl (and the ITL side files of big runs) into arrays: the analysis's record reader.
 
-Only the columns the analysis needs are read (`contracts.records.ANALYSIS_COLUMNS`).
+Only the columns the analysis needs are read (`contracts.records.ANALYSIS_COLUMNS`). When the
+records sink's typed copy, requests.arrow, holds exactly the JSONL's records it is read instead
+(`read_columnar`): no JSON to parse, and the ITL gaps go straight to their steps
+(analysis/gaps.py), so a long soak's analysis fits in memory bounded by its steps' gaps.
 `requests.jsonl` goes through pyarrow's multithreaded JSON reader when pyarrow is installed
 (1 M records in a few seconds), else through orjson in chunks; either way a corrupt line is
 reported as ``requests.jsonl line N``. One exception: a last line without its newline that is not
