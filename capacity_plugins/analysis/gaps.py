@@ -2,8 +2,8 @@
 
 A run's gaps outnumber its requests ~64 to 1 (a 256-token stream has 255 of them), so they are
 what a long soak's analysis would run out of memory on: 10 M records carry 640 M gaps, 2.5 GB even
-as float32. A step therefore keeps its gaps raw only while they are few (`RAW_MAX`); past that it
-keeps them as (distinct value, count) pairs. Nothing is rounded: the values are the float32 gaps
+as float32. So gaps stay raw only while the run has few of them (`RAW_MAX`); past that each step
+keeps its gaps as (distinct value, count) pairs. Nothing is rounded: the values are the float32 gaps
 requests.arrow holds, and the records write gaps to 0.1 µs, so a step's distinct values are bounded
 by its range of gaps (a few hundred thousand for gaps spread over 10–50 ms), not by its length.
 The nearest-rank percentiles and their order-statistic intervals read either form exactly
