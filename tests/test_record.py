@@ -101,3 +101,27 @@ def test_workload_field_and_old_class_placeholder():
     # Folders written before workload classes carry `class: "default"`: read as no class.
     old = {k: v for k, v in d.items() if k != "workload"} | {"class": "default"}
     assert RequestRecord.from_dict(old).workload is None
+
+
+def test_itl_gaps_are_exactly_rounded_ms():
+    # The fast integer rounding of the gaps must give the very doubles round(ns / 1e6, 4) gives:
+    # ties (…50 ns), negatives, sub-100 ns, and gaps of hours, which a float shortcut would miss.
+    import random
+
+    from capacity_plugins.contracts.records import _gaps_ms
+
+    rng = random.Random(14)
+    gaps = [0, 1, 49, 50, 51, 99, 100, 150, 250, 12_345_650, 12_345_649, -50, -1, -150, -12_345,
+            10**13 + 50, 10**13 + 51, 3 * 10**15 + 7]
+    gaps += [rng.randrange(0, 10**9) for _ in range(50_000)]
+    gaps += [rng.randrange(0, 10**7) // 100 * 100 + 50 for _ in range(5_000)]  # ties
+    gaps += [rng.randrange(-10**6, 0) for _ in range(5_000)]
+    stamps = [10**12]
+    for g in gaps:
+        stamps.append(stamps[-1] + g)
+    got = _gaps_ms(stamps)
+    want = [round((b - a) / 1e6, 4) for a, b in zip(stamps, stamps[1:])]
+    assert [x.hex() for x in got] == [x.hex() for x in want]  # hex: -0.0 and 0.0 differ too
+    t = Timings(sent_unix=0.0, sent_ns=stamps[0] - 1, first_token_ns=stamps[0], token_ns=stamps,
+                chunk_tokens=[None] * len(stamps), end_ns=stamps[-1])
+    assert build(t).itl_ms == want

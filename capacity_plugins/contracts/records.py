@@ -53,6 +53,7 @@ writers and readers both import this module, so a field is named in one place on
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
+from operator import sub
 from typing import Any
 
 import orjson
@@ -92,6 +93,16 @@ class Timings:
 
 def _ms(ns: int) -> float:
     return round(ns / 1e6, 4)
+
+
+def _gaps_ms(stamps: list[int]) -> list[float]:
+    """`[_ms(b - a) for a, b in pairs]`, bit for bit, at a third of the cost (it ran once per
+    output chunk: 80 µs of a 256-token request's ~1.4 ms on the client's core). A gap of d ns
+    that is not a tie (d % 100 != 50) and not negative rounds to (d + 50) // 100 tenths of a µs,
+    and that integer / 1e4 is the double nearest it — what round() returns. Ties and negative
+    gaps, whose rounding depends on the double d / 1e6, keep round()."""
+    return [(d + 50) // 100 / 1e4 if d >= 0 and d % 100 != 50 else round(d / 1e6, 4)
+            for d in map(sub, stamps[1:], stamps)]
 
 
 @dataclass(slots=True)
@@ -164,7 +175,7 @@ class RequestRecord:
         visible = _ms(t.first_visible_ns - sent) if t.first_visible_ns is not None else None
         e2e = _ms(end - sent)
         stamps = t.token_ns
-        itl = [_ms(b - a) for a, b in zip(stamps, stamps[1:], strict=False)]
+        itl = _gaps_ms(stamps)
         said = t.chunk_tokens[1:]
         said_all: list[int] | None = [n for n in said if n is not None]
         if not said or len(said_all or []) != len(said):
