@@ -120,7 +120,7 @@ def test_itl_gaps_are_exactly_rounded_ms():
     for g in gaps:
         stamps.append(stamps[-1] + g)
     got = _gaps_ms(stamps)
-    want = [round((b - a) / 1e6, 4) for a, b in zip(stamps, stamps[1:])]
+    want = [round((b - a) / 1e6, 4) for a, b in zip(stamps, stamps[1:], strict=False)]
     assert [x.hex() for x in got] == [x.hex() for x in want]  # hex: -0.0 and 0.0 differ too
     t = Timings(sent_unix=0.0, sent_ns=stamps[0] - 1, first_token_ns=stamps[0], token_ns=stamps,
                 chunk_tokens=[None] * len(stamps), end_ns=stamps[-1])
