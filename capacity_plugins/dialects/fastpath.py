@@ -51,10 +51,11 @@ from capacity_plugins.dialects.framing import NDJSONDecoder, SSEDecoder
 LEARN_TRIES = 6
 
 _CONTROL = bytes(range(32))
-_SIMPLE_ESCAPES = (b'\\"', b"\\/", b"\\b", b"\\f", b"\\n", b"\\r", b"\\t")
-# \uXXXX outside the surrogates, or a high + low surrogate pair (orjson refuses a lone one).
-_UNICODE_ESCAPE = re.compile(
-    rb"\\u(?:[dD][89abAB][0-9a-fA-F]{2}\\u[dD][c-fC-F][0-9a-fA-F]{2}|(?![dD][89a-fA-F])[0-9a-fA-F]{4})")
+# Every escape orjson accepts, matched left to right as JSON reads them (so `\\` is taken before
+# it could be taken for the start of `\"`): the simple ones, \uXXXX outside the surrogates, or a
+# high + low surrogate pair (orjson refuses a lone one). One pass, however many kinds there are.
+_ESCAPE = re.compile(
+    rb'\\(?:["\\/bfnrt]|u(?:[dD][89abAB][0-9a-fA-F]{2}\\u[dD][c-fC-F][0-9a-fA-F]{2}|(?![dD][89a-fA-F])[0-9a-fA-F]{4}))')
 _DATA = b"data: "
 
 
@@ -71,16 +72,11 @@ def plain_texts(texts: list[bytes]) -> bool:
             return False
     rest = joined
     if b"\\" in rest:
-        # Escaped backslashes first: what is left of a run of them is what JSON leaves (an odd one
-        # escapes the next character); then every other escape. A backslash left over is one
-        # orjson would refuse, or one we do not vouch for: the full parse decides.
-        rest = rest.replace(b"\\\\", b"")
-        for escape in _SIMPLE_ESCAPES:
-            rest = rest.replace(escape, b"")
+        # A backslash left over is one orjson would refuse, or one we do not vouch for: the full
+        # parse decides.
+        rest = _ESCAPE.sub(b"", rest)
         if b"\\" in rest:
-            rest = _UNICODE_ESCAPE.sub(b"", rest)
-            if b"\\" in rest:
-                return False
+            return False
     if b'"' in rest:
         return False
     return len(rest.translate(None, _CONTROL)) == len(rest) - (len(texts) - 1)

@@ -148,8 +148,12 @@ def read_stream(resp: Any, parser: Parser, t: Timings, *, deadline_ns: int,
     while True:
         cut = buf.rfind(b"\n", scanned)
         if cut >= 0:
-            block = bytes(buf[: cut + 1])
-            del buf[: cut + 1]
+            if cut + 1 == len(buf):  # the usual case: every byte received so far is whole lines
+                block = bytes(buf)
+                buf.clear()
+            else:
+                block = bytes(buf[: cut + 1])
+                del buf[: cut + 1]
             scanned = 0
             if events.block(block, stamp):
                 t.end_ns = perf_counter_ns()
