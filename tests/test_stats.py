@@ -76,6 +76,23 @@ def test_add_and_add_many_agree_and_small_counts_are_exact() -> None:
     assert LogHistogram().quantile(0.5) is None and LogHistogram().mean is None
 
 
+def test_add_many_counts_same_read_zeros_like_add() -> None:
+    # A backlog read gives mostly 0.0 gaps, which add_many counts in one call: the sketch must end
+    # as add() one value at a time leaves it (count, zeros, sum, min, max, buckets), lists or not.
+    rng = random.Random(3)
+    batches = [[0.0] * 200 + [12.5, 0.0, 3e-4, -0.0, -1.5, float("nan"), 0.0],
+               [0.0, 0.0, 0.0],
+               [rng.choice([0.0, 0.0, 0.0, rng.uniform(0.01, 50)]) for _ in range(500)]]
+    for values in batches:
+        a, b, c = LogHistogram(), LogHistogram(), LogHistogram()
+        for v in values:
+            a.add(v)
+        b.add_many(values)
+        c.add_many(iter(values))  # not a list: the plain loop
+        assert a.to_dict() == b.to_dict() == c.to_dict()
+        assert (a.count, a.zero_count, a.sum, a.min, a.max) == (b.count, b.zero_count, b.sum, b.min, b.max)
+
+
 def test_count_argument_weights_values() -> None:
     h = LogHistogram()
     h.add(10.0, count=9)
