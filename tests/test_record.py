@@ -38,6 +38,9 @@ def test_fields_are_exactly_design_md():
     assert set(d) == DOCUMENTED_FIELDS == set(RECORD_FIELDS)
     assert rec.to_json_bytes().endswith(b"\n")
     assert RequestRecord.from_dict(d) == rec
+    # the line holds the fields in the record's order, as the dict of them does
+    assert rec.to_json_bytes() == orjson.dumps(rec.to_dict(), option=orjson.OPT_APPEND_NEWLINE)
+    assert list(d) == list(RECORD_FIELDS)
 
 
 def test_derived_metrics_from_raw_stamps():
@@ -65,6 +68,10 @@ def test_itl_tokens_only_when_the_server_says_for_every_chunk():
     assert build(t).itl_tokens == [1, 3, 1]
     t.chunk_tokens = [2, None, 3, 1]
     assert build(t).itl_tokens is None
+    t.chunk_tokens = [None, 1, 3, None]
+    assert build(t).itl_tokens is None
+    t.chunk_tokens = [2]
+    assert build(t).itl_tokens is None  # no gap: nothing said about one
 
 
 def test_tpot_null_for_single_token_and_failures_keep_timing():

@@ -18,7 +18,6 @@ from __future__ import annotations
 import logging
 import ssl
 import time
-import uuid
 from time import perf_counter_ns
 from typing import Any
 
@@ -33,6 +32,7 @@ from capacity_plugins.corpus.trace import trace_sample
 from capacity_plugins.dialects import MalformedEvent
 from capacity_plugins.load.backoff import retry_after_s
 from capacity_plugins.load.context import RunContext, get_context
+from capacity_plugins.load.ids import request_id
 from capacity_plugins.load.stream import RequestTimeout, prepare_connections, read_body, read_stream
 from capacity_plugins.load.workloads import WorkloadLane
 
@@ -264,7 +264,7 @@ class LLMUser(FastHttpUser):
         ctx.token_evidence.observe(parser.finish_reason, call.max_tokens, chunks, tokenizer_tokens)
         record = RequestRecord.build(
             t,
-            request_id=uuid.uuid4().hex,
+            request_id=request_id(),
             # TGI/Ollama bodies carry no id; servers that set x-request-id still let records join
             response_id=parser.response_id or header_id,
             prompt_id=getattr(sample, "id", None),

@@ -20,6 +20,7 @@ Without pyarrow (a worker-only install) no file is written.
 from __future__ import annotations
 
 import logging
+from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
@@ -71,7 +72,12 @@ class ColumnarWriter:
             return
         try:
             pa = self._pa
-            columns = [pa.array([_value(r, field.name) for r in items], type=field.type) for field in self._schema]
+            if all(type(r) is RequestRecord for r in items):  # this process's own: C-level getters
+                columns = [pa.array(list(map(attrgetter(field.name), items)), type=field.type)
+                           for field in self._schema]
+            else:  # records that came from workers, as dicts (or a mix)
+                columns = [pa.array([_value(r, field.name) for r in items], type=field.type)
+                           for field in self._schema]
             batch = pa.RecordBatch.from_arrays(columns, schema=self._schema)
             if self._writer is None:
                 self._file = self.path.open("wb")
