@@ -1,7 +1,7 @@
 """Request attempt ids: unique across a swarm's processes, cheap enough to take one per attempt.
 
 `uuid4().hex` cost ~2 µs an attempt on a worker's core (a getrandom call and a UUID object),
-~0.3 % of a 256-token request at full ingest. An id here is a random 64-bit prefix drawn once per
+paid by every request at full ingest. An id here is a random 64-bit prefix drawn once per
 process — drawn again in a forked child, since Locust's `--processes` forks its workers — and a
 64-bit counter: 32 hex digits, as before, in ~0.5 µs. Two processes share a prefix with
 probability ~n²/2⁶⁵ (n processes), i.e. never in practice.
