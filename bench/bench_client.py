@@ -353,29 +353,25 @@ def timing(exe: Path, capacity: float, tmp: Path) -> dict[str, Any]:
     def per_step(rate: float) -> int:
         return min(range(1, TOKENS + 1), key=lambda k: abs(delivered(k) - rate))
 
-    out: dict[str, Any] = {}
-    for name in ("low", "saturated", "high"):
-        if name == "low":
-            k = 1
-        elif name == "saturated":
-            k = max(1, round(1.25 * capacity * step_us / 1e6 / streams))
-        else:
-            k = per_step(LOAD_SHARE * out["saturated"]["chunks_per_s"])
+    def measure(name: str, k: int, window: float) -> dict[str, Any]:
         server = Server(exe, TOKENS, step_us=step_us, per_step=k, log=tmp / f"{name}.log")
         try:
-            # Low load finishes ~33 requests a second: its window is longer, so that its p99 is not
-            # the second-worst of 200 (which moved between 1 and 3 ms from run to run).
-            window = TIMING_SECONDS * (4 if name == "low" else 1)
             r = run_reader(server, "llmuser-timing", window=window, conc=streams)
         finally:
             server.stop()
         writes = server.first_writes()
         added = sorted(ttft - writes[rid] for rid, ttft in r["ttft"] if rid in writes and ttft is not None)
         r.pop("ttft")
-        r.update(per_step=k, offered=streams * k * 1e6 / step_us, n=len(added), p50=_q(added, 0.5),
-                 p99=_q(added, 0.99), max=added[-1] if added else None)
-        out[name] = r
-    return {name: out[name] for name in ("low", "high", "saturated")}
+        r.update(per_step=k, n=len(added), p50=_q(added, 0.5), p99=_q(added, 0.99),
+                 max=added[-1] if added else None)
+        return r
+
+    # Low load finishes ~33 requests a second: its window is longer, so that its p99 is not the
+    # second-worst of 200 (which moved between 1 and 3 ms from run to run).
+    low = measure("low", 1, 4 * TIMING_SECONDS)
+    saturated = measure("saturated", max(1, round(1.25 * capacity * step_us / 1e6 / streams)), TIMING_SECONDS)
+    high = measure("high", per_step(LOAD_SHARE * saturated["chunks_per_s"]), TIMING_SECONDS)
+    return {"low": low, "high": high, "saturated": saturated}
 
 
 def main() -> int:

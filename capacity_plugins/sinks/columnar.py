@@ -73,11 +73,10 @@ class ColumnarWriter:
         try:
             pa = self._pa
             if all(type(r) is RequestRecord for r in items):  # this process's own: C-level getters
-                columns = [pa.array(list(map(attrgetter(field.name), items)), type=field.type)
-                           for field in self._schema]
+                column: Any = lambda name: list(map(attrgetter(name), items))  # noqa: E731
             else:  # records that came from workers, as dicts (or a mix)
-                columns = [pa.array([_value(r, field.name) for r in items], type=field.type)
-                           for field in self._schema]
+                column = lambda name: [_value(r, name) for r in items]  # noqa: E731
+            columns = [pa.array(column(field.name), type=field.type) for field in self._schema]
             batch = pa.RecordBatch.from_arrays(columns, schema=self._schema)
             if self._writer is None:
                 self._file = self.path.open("wb")
