@@ -242,3 +242,96 @@ def test_a_pooled_connection_with_something_to_read_is_not_reused():
     finally:
         a.close()
     assert not _idle_and_open(a)  # closed here
+
+
+def _connected_pair():
+    """A kernel-stamped client connection (as a user's pool makes them) and the server's end."""
+    import socket
+
+    from capacity_plugins.load.stream import _stamped_tcp_socket
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+    client = _stamped_tcp_socket(socket.AF_INET, socket.SOCK_STREAM, 0)
+    client.connect(listener.getsockname())
+    server, _ = listener.accept()
+    listener.close()
+    return client, server
+
+
+def test_a_first_token_waiting_is_read_before_another_user_sends():
+    """The kernel stamps a read with the last write it returns: a first token read after the
+    server's next write is stamped a decode step late. A user about to send lets a connection
+    whose first bytes wait read them first — and does not yield when none wait (a yield puts
+    every other user's reads between its send stamp and its send)."""
+    from capacity_plugins.load.stream import FIRST_READS, yield_to_first_reads
+
+    client, server = _connected_pair()
+    fd = client.fileno()
+    try:
+        client.sendall(b"GET / HTTP/1.1\r\n\r\n")  # a request went out: its answer is due
+        server.recv(64)
+        read: list[bytes] = []
+
+        def reader() -> None:  # as read_stream does
+            read.append(client.recv(64))
+            FIRST_READS.done(fd)
+
+        gevent.spawn(reader)
+        gevent.sleep(0)  # the reader now waits on the hub for its first bytes
+        others_ran: list[int] = []
+        gevent.spawn(others_ran.append, 1)  # runs at this greenlet's first yield
+        assert not FIRST_READS.due()
+        yield_to_first_reads()
+        assert not others_ran and not read
+        server.sendall(b"data: first\n\n")  # loopback: in the client's socket on return
+        assert FIRST_READS.due()
+        yield_to_first_reads()
+        assert read == [b"data: first\n\n"]
+        assert not FIRST_READS.due()
+        client.sendall(b"GET / HTTP/1.1\r\n\r\n")  # the next request on the connection
+    finally:
+        client.close()  # closed while waiting: no longer watched
+        server.close()
+    assert fd not in FIRST_READS._fds
+
+
+@pytest.mark.parametrize(("model", "no_stream"), [("ok", False), ("ok", True), ("http-503", False), ("cut", False),
+                                               ("malformed", False)])
+def test_no_connection_is_left_waiting_for_a_first_read(fake_llm, tmp_path, model, no_stream):
+    """Every attempt ends its connection's wait, however it ended: one left watched would have
+    data (the server's close) one day, and every send after would yield for nothing."""
+    from capacity_plugins.load.stream import FIRST_READS
+
+    env, ctx, user, fired = make(fake_llm, tmp_path, model=model, no_stream=no_stream)
+    for _ in range(3):
+        user.call(ctx.next_sample())
+    assert not FIRST_READS._fds
+
+
+def test_a_forked_worker_does_not_share_the_parents_first_reads():
+    """Locust's --processes forks its workers: an epoll set inherited from the parent is the same
+    kernel object, so a child would see the parent's connections as its own first reads."""
+    from capacity_plugins.load.stream import FIRST_READS
+
+    client, server = _connected_pair()
+    try:
+        client.sendall(b"GET / HTTP/1.1\r\n\r\n")
+        server.sendall(b"data: first\n\n")  # the parent's first read is due
+        assert FIRST_READS.due()
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: what it sees, then out without pytest's teardown
+            os.close(read)
+            os.write(write, b"due" if FIRST_READS.due() else b"not due")
+            os._exit(0)
+        os.close(write)
+        seen = os.read(read, 64)
+        os.close(read)
+        os.waitpid(pid, 0)
+        assert seen == b"not due"
+        assert FIRST_READS.due()  # the parent's own set is untouched
+    finally:
+        client.close()
+        server.close()

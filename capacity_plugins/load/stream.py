@@ -29,6 +29,7 @@ What a hostile or broken server cannot do to the generator:
 from __future__ import annotations
 
 import contextlib
+import os
 import platform
 import select
 import socket
@@ -63,8 +64,75 @@ _SO_TIMESTAMPNS: int | None = getattr(socket, "SO_TIMESTAMPNS", None) or (
     35 if sys.platform == "linux" and platform.machine() in ("x86_64", "aarch64", "arm64") else None)
 # The real poll (Locust's monkey-patching replaces select.poll with gevent's, which yields).
 _poll: Any = get_original("select", "poll") if hasattr(select, "poll") else None
+# The real epoll (gevent's patching removes it from `select`); None off Linux.
+_epoll: Any = get_original("select", "epoll") if sys.platform == "linux" else None
 _TIMESPEC = struct.Struct("@ll")  # struct timespec: native longs
 _ANCILLARY_BYTES = socket.CMSG_SPACE(_TIMESPEC.size) if hasattr(socket, "CMSG_SPACE") else 64
+
+
+class _FirstReads:
+    """The connections of this process whose response has sent its headers but no body bytes
+    yet, in a real epoll set: `due()` says, in one syscall, whether any of them has data waiting.
+
+    Why: the kernel stamps a receive with the arrival of the *last* write it returns (TCP merges
+    writes queued in a socket), so a first token read after the server's next write is stamped
+    one decode step late — TTFT inflated by a whole step (docs/metrics.md). In a closed loop the
+    streams of one batch end in the same decode step, and each user's completion (its record,
+    then its next request's build and send: ~0.3 ms of the core, HTTP client included) ran
+    before any first token of the requests sent just before: with 8 streams, 30 % of first
+    tokens were read a step late at 40 % of the core. A user about to send asks `due()` first
+    and, when a first token waits, lets the hub run (`yield_to_first_reads`): the read costs the
+    send a few µs, the stamp stays the first write's. Forked workers get their own set."""
+
+    __slots__ = ("_poller", "_fds", "_sent_by")
+
+    def __init__(self) -> None:
+        self._poller: Any = None
+        self._fds: set[int] = set()
+        # the user (greenlet) that sent on each connection: an attempt whose answer never reaches
+        # read_stream (not streamed, an error status, a timeout) ends the wait it began
+        self._sent_by: dict[Any, int] = {}
+
+    def reset(self) -> None:  # a forked child: the parent's epoll instance is not its own
+        self._poller, self._fds, self._sent_by = None, set(), {}
+
+    def watch(self, fd: int) -> None:
+        if _epoll is None or fd < 0 or fd in self._fds:  # not Linux; closed; a request's next block
+            return
+        try:
+            if self._poller is None:
+                self._poller = _epoll()
+            self._poller.register(fd, select.EPOLLIN)
+        except (OSError, ValueError):  # a closed fd, out of descriptors: nothing to watch
+            return
+        self._fds.add(fd)
+        self._sent_by[gevent.getcurrent()] = fd
+
+    def done(self, fd: int) -> None:
+        """`fd` has read its first bytes, or gave up (once or more: the later calls do nothing)."""
+        if fd in self._fds:
+            self._fds.discard(fd)
+            with contextlib.suppress(OSError, ValueError):  # closed already: the kernel dropped it
+                self._poller.unregister(fd)
+
+    def over(self) -> None:
+        """The calling user's attempt is over: the connection it sent on waits for nothing."""
+        self.done(self._sent_by.pop(gevent.getcurrent(), -1))
+
+    def due(self) -> bool:
+        return bool(self._fds) and bool(self._poller.poll(0))
+
+
+FIRST_READS = _FirstReads()
+os.register_at_fork(after_in_child=FIRST_READS.reset)
+
+
+def yield_to_first_reads() -> None:
+    """Before a send: let the users whose first body bytes wait read them (a loop turn, bounded
+    like `_HubShare`'s; a busy loop may never be idle)."""
+    if FIRST_READS.due():
+        with gevent.Timeout(IDLE_WAIT_S, False):
+            gevent.idle()
 
 
 class RequestTimeout(Exception):
@@ -137,14 +205,18 @@ def read_stream(resp: Any, parser: Parser, t: Timings, *, deadline_ns: int,
     block_size = max(getattr(resp, "block_size", 0), RECV_BYTES)
     sock = _stamping(resp)
     wall_offset = time_ns() - perf_counter_ns()  # kernel stamps (CLOCK_REALTIME) → perf_counter_ns
-    scanned = 0  # bytes at the front of buf already known to hold no newline
-    hub = _HubShare()
     now = perf_counter_ns()
     # Body bytes that came in the headers' read: its kernel stamp on a connection stamped since
     # its previous response, else now (they arrived by then).
     stamp = now
     if sock is not None and sock.arrived:
         stamp = max(t.sent_ns, min(now, sock.arrived - wall_offset))
+    first_fd = sock.fileno() if sock is not None else -1
+    if buf:  # the first body bytes came with the headers: read already
+        FIRST_READS.done(first_fd)
+        first_fd = -1
+    scanned = 0  # bytes at the front of buf already known to hold no newline
+    hub = _HubShare()
     while True:
         cut = buf.rfind(b"\n", scanned)
         if cut >= 0:
@@ -174,6 +246,9 @@ def read_stream(resp: Any, parser: Parser, t: Timings, *, deadline_ns: int,
         try:
             data = current.recv(block_size)
             now = perf_counter_ns()
+            if first_fd >= 0:
+                FIRST_READS.done(first_fd)
+                first_fd = -1
             arrived = getattr(current, "arrived", 0)
             # stamps never go back (the headers' read may have had none)
             stamp = max(stamp, min(now, arrived - wall_offset)) if arrived else now
@@ -210,6 +285,14 @@ class _StampedSocket(gevent.socket.socket):
                 arrived = sec * 1_000_000_000 + nsec
         self.arrived = arrived
         return data
+
+    def sendall(self, data: Any, flags: int = 0) -> None:
+        super().sendall(data, flags)
+        FIRST_READS.watch(self.fileno())  # a request went out: its answer's first bytes are due
+
+    def close(self) -> None:
+        FIRST_READS.done(self.fileno())
+        super().close()
 
 
 def _stamped_tcp_socket(family: int, socktype: int, protocol: int) -> Any:

@@ -33,7 +33,14 @@ from capacity_plugins.dialects import MalformedEvent
 from capacity_plugins.load.backoff import retry_after_s
 from capacity_plugins.load.context import RunContext, get_context
 from capacity_plugins.load.ids import request_id
-from capacity_plugins.load.stream import RequestTimeout, prepare_connections, read_body, read_stream
+from capacity_plugins.load.stream import (
+    FIRST_READS,
+    RequestTimeout,
+    prepare_connections,
+    read_body,
+    read_stream,
+    yield_to_first_reads,
+)
 from capacity_plugins.load.workloads import WorkloadLane
 
 log = logging.getLogger(__name__)
@@ -171,6 +178,7 @@ class LLMUser(FastHttpUser):
 
     def _attempt(self, sample: Any, scheduled_unix: float | None, attempt: int,
                  lane: WorkloadLane | None = None) -> RequestRecord:
+        yield_to_first_reads()  # before the send stamp: what it waits for is not this request's
         ctx = self.ctx
         params = lane.params if lane is not None else ctx.params
         call = ctx.dialect.build(sample, params)
@@ -247,8 +255,10 @@ class LLMUser(FastHttpUser):
         finally:
             if t.end_ns is None:
                 t.end_ns = perf_counter_ns()
+            FIRST_READS.over()  # an answer not streamed, an error, a timeout: no first read due
             if resp is not None:
                 resp.release()  # returns a fully read socket to the pool, closes anything else
+        yield_to_first_reads()  # this record's making and the next request's send wait too
         if step is not None and t.reads:
             ctx.count_reads(step, t.reads, t.backlog_reads)
         # Counted after the last stamp, and only when the server gave no count of its own. A
