@@ -24,6 +24,7 @@ from capacity_plugins.contracts.records import ERROR_KINDS, RECORD_FIELDS, Reque
 from capacity_plugins.sinks.columnar import ColumnarWriter
 from capacity_plugins.sinks.records import RecordsSink
 from tests.helpers.analysis_data import make_results
+from tests.helpers.waiting import wait_until
 
 
 def _record(i: int, rng: random.Random) -> RequestRecord:
@@ -68,6 +69,24 @@ def test_the_analysis_reads_the_same_records_from_the_typed_copy(tmp_path, role)
     rng = random.Random(7)
     records = [_record(i, rng) for i in range(1000)]
     _write(tmp_path, records, role)
+    _assert_the_copy_reads_as_the_jsonl(tmp_path)
+
+
+def test_the_writer_threads_paced_drains_write_the_same_copy(tmp_path):
+    """The writer thread drains in slices (telemetry/_native.py GilShare), the gaps converted a
+    few records at a time: the copy is the one a single conversion makes."""
+    rng = random.Random(11)
+    records = [_record(i, rng) for i in range(400)]
+    sink = RecordsSink(tmp_path, "local")
+    sink.open()
+    for r in records:
+        sink.add(r)
+    wait_until(lambda: sink.written == len(records), 30, "the writer thread's drain")
+    sink.close()
+    _assert_the_copy_reads_as_the_jsonl(tmp_path)
+
+
+def _assert_the_copy_reads_as_the_jsonl(tmp_path):
     assert (tmp_path / COLUMNAR_FILE).exists()
     got = _read(tmp_path)
     assert got is not None

@@ -20,6 +20,7 @@ Without pyarrow (a worker-only install) no file is written.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from operator import attrgetter
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,9 @@ from typing import Any
 from capacity_plugins.contracts.records import JSONL_BYTES, JSONL_FROM, RequestRecord, columnar_schema
 
 log = logging.getLogger(__name__)
+
+ITL_COLUMN = "itl_ms"
+ITL_SLICE = 16  # records per conversion of the gaps (16 x 255 floats: ~0.1 ms)
 
 
 def _value(item: RequestRecord | dict[str, Any], name: str) -> Any:
@@ -65,9 +69,11 @@ class ColumnarWriter:
                         self.path.name, type(e).__name__, e)
             self.failed = True
 
-    def write(self, items: list[RequestRecord | dict[str, Any]], jsonl_from: int, jsonl_bytes: int) -> None:
+    def write(self, items: list[RequestRecord | dict[str, Any]], jsonl_from: int, jsonl_bytes: int,
+              share: Callable[[], None] = lambda: None) -> None:
         """Append `items`, written to requests.jsonl just before, from byte `jsonl_from` to its
-        end at `jsonl_bytes`."""
+        end at `jsonl_bytes`. `share` is called between pieces of the work (telemetry/_native.py
+        GilShare): no single conversion holds the GIL for long."""
         if self.failed or not items:
             return
         try:
@@ -76,7 +82,18 @@ class ColumnarWriter:
                 column: Any = lambda name: list(map(attrgetter(name), items))  # noqa: E731
             else:  # records that came from workers, as dicts (or a mix)
                 column = lambda name: [_value(r, name) for r in items]  # noqa: E731
-            columns = [pa.array(column(field.name), type=field.type) for field in self._schema]
+            columns = []
+            for field in self._schema:
+                values = column(field.name)
+                if field.name == ITL_COLUMN:  # ~255 gaps a record: one call would hold the GIL ms
+                    pieces = []
+                    for i in range(0, len(values), ITL_SLICE):
+                        pieces.append(pa.array(values[i:i + ITL_SLICE], type=field.type))
+                        share()
+                    columns.append(pa.concat_arrays(pieces))
+                else:
+                    columns.append(pa.array(values, type=field.type))
+                share()
             batch = pa.RecordBatch.from_arrays(columns, schema=self._schema)
             if self._writer is None:
                 self._file = self.path.open("wb")

@@ -22,6 +22,7 @@ typed, so a big run is analysed without parsing its JSON.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
@@ -31,12 +32,20 @@ from capacity_plugins.contracts.folders import COLUMNAR_FILE, RECORDS_FILE
 from capacity_plugins.contracts.records import RequestRecord
 from capacity_plugins.contracts.redaction import Secrets
 from capacity_plugins.sinks.columnar import ColumnarWriter
-from capacity_plugins.telemetry._native import NativeLoop, real_lock
+from capacity_plugins.telemetry._native import GilShare, NativeLoop, real_lock
 
 log = logging.getLogger(__name__)
 
 
 FLUSH_INTERVAL_S = 0.25
+# How long a drain goes at the pace that leaves the hub its core (telemetry/_native.py GilShare)
+# before it finishes at full speed: a record is in the file at most FLUSH_INTERVAL_S + POLITE_S
+# + the rest of its drain's work after it finished.
+POLITE_S = 0.25
+
+
+def _no_share() -> None:  # a drain on the caller's thread (close, flush): nothing to share with
+    pass
 
 
 class RecordsSink:
@@ -72,7 +81,8 @@ class RecordsSink:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._file = self.path.open("ab")
         self._columnar = ColumnarWriter(self.path.parent / COLUMNAR_FILE)
-        self._writer = NativeLoop("records-writer", FLUSH_INTERVAL_S, self._drain, final=self._drain)
+        self._writer = NativeLoop("records-writer", FLUSH_INTERVAL_S, self._drain_beside_hub,
+                                  final=self._drain)  # the run is over: at full speed
         self._writer.start()
 
     def close(self) -> None:
@@ -126,29 +136,34 @@ class RecordsSink:
             self._pending.append(record)
         self._emit(record)
 
-    def _drain(self) -> None:
+    def _drain(self, share: Callable[[], None] = _no_share) -> None:
         """Serialise, scrub and write what is pending, then flush (the writer thread, or close)."""
         with self._io_lock:
-            self._drain_locked()
+            self._drain_locked(share)
 
-    def _drain_locked(self) -> None:
+    def _drain_beside_hub(self) -> None:
+        # the writer thread: in slices the hub's reads fit between, within the durability bound
+        self._drain(GilShare(POLITE_S))
+
+    def _drain_locked(self, share: Callable[[], None]) -> None:
         with self._lock:
             items, self._pending = self._pending, []
         if not items:
             return
-        lines = b"".join(
-            r.to_json_bytes() if isinstance(r, RequestRecord) else orjson.dumps(r, option=orjson.OPT_APPEND_NEWLINE)
-            for r in items
-        )
+        lines = []
+        for r in items:
+            lines.append(r.to_json_bytes() if isinstance(r, RequestRecord)
+                         else orjson.dumps(r, option=orjson.OPT_APPEND_NEWLINE))
+            share()
         if self._file is None:  # a record after close (a straggler at quit): reopen and append
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._file = self.path.open("ab")
         start = self._file.tell()
-        self._file.write(self.secrets.scrub_bytes(lines))
+        self._file.write(self.secrets.scrub_bytes(b"".join(lines)))
         self._file.flush()
         self.written += len(items)
         if self._columnar is not None:
-            self._columnar.write(items, start, self._file.tell())
+            self._columnar.write(items, start, self._file.tell(), share)
 
     # -- worker side --------------------------------------------------------------------------
 
