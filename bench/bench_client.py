@@ -228,7 +228,9 @@ def llmuser_reader(port: int, window: float, concurrency: int, sink: bool, token
         ctx.sink = None
     ticker = LoopLagTicker()  # load/watch.py's own: a 50 ms tick
     ticker.start()
-    records: list[Any] = []
+    # What the bench needs of each record, not the record: a worker keeps none once the sink has
+    # it, and 20 k records alive (their 256-gap lists) made the GC's pauses the bench's own.
+    records: list[tuple[str | None, float | None, float, bool]] = []
     failed: list[str] = []
     stop = [float("inf")]
 
@@ -238,7 +240,9 @@ def llmuser_reader(port: int, window: float, concurrency: int, sink: bool, token
             rec = user.call(ctx.next_sample())
             if not rec.ok:
                 failed.append(f"{rec.error_kind} {rec.error}")
-            records.append(rec)
+            complete = (rec.ok and rec.output_tokens == tokens and len(rec.itl_ms) + 1 == tokens
+                        and rec.output_tokens_source == "usage" and rec.finish_reason == "length")
+            records.append((rec.response_id, rec.ttft_ms if rec.ok else None, rec.sent_unix, complete))
 
     greenlets = [gevent.spawn(loop) for _ in range(concurrency)]
     gevent.sleep(WARMUP_S)
@@ -250,8 +254,7 @@ def llmuser_reader(port: int, window: float, concurrency: int, sink: bool, token
     if ctx.sink is not None:
         ctx.sink.close()
     lags = sorted(lag for unix, lag in ticker.samples if unix > ready_unix)
-    complete = sum(1 for r in records if r.ok and r.output_tokens == tokens and len(r.itl_ms) + 1 == tokens
-                   and r.output_tokens_source == "usage" and r.finish_reason == "length")
+    complete = sum(1 for r in records if r[3])
     written = None
     if sink:
         written = sum(1 for _ in (Path(ctx.results_dir) / "requests.jsonl").open("rb"))
@@ -261,7 +264,7 @@ def llmuser_reader(port: int, window: float, concurrency: int, sink: bool, token
         "lag_p50_ms": _q(lags, 0.5), "lag_p99_ms": _q(lags, 0.99), "lag_max_ms": lags[-1] if lags else None,
     }
     if keep:
-        out["ttft"] = [(r.response_id, r.ttft_ms) for r in records if r.ok and r.sent_unix > ready_unix]
+        out["ttft"] = [(rid, ttft) for rid, ttft, sent, _ in records if ttft is not None and sent > ready_unix]
     return out
 
 
