@@ -71,8 +71,8 @@ _ANCILLARY_BYTES = socket.CMSG_SPACE(_TIMESPEC.size) if hasattr(socket, "CMSG_SP
 
 
 class _FirstReads:
-    """The connections of this process whose response has sent its headers but no body bytes
-    yet, in a real epoll set: `due()` says, in one syscall, whether any of them has data waiting.
+    """The connections of this process that sent a request and have not read its first body
+    bytes yet, in a real epoll set: `due()` says, in one syscall, whether any has data waiting.
 
     Why: the kernel stamps a receive with the arrival of the *last* write it returns (TCP merges
     writes queued in a socket), so a first token read after the server's next write is stamped
@@ -120,7 +120,7 @@ class _FirstReads:
         self.done(self._sent_by.pop(gevent.getcurrent(), -1))
 
     def due(self) -> bool:
-        return bool(self._fds) and bool(self._poller.poll(0))
+        return bool(self._fds) and bool(self._poller.poll(0, 1))  # one event says enough
 
 
 FIRST_READS = _FirstReads()

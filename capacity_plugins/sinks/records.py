@@ -12,8 +12,10 @@ body does not put it into the file. No Locust or gevent here: transport is the l
 
 Writing is off the event loop: `add` / `receive` only append to a list (under a real lock); a
 native thread (telemetry/_native.py) serialises, scrubs and writes it every `FLUSH_INTERVAL_S` and
-flushes, so a master ingesting thousands of records a second never delays its heartbeats, and a
-`kill -9` loses at most the last interval. `close()` writes everything left before it returns.
+flushes, so a master ingesting thousands of records a second never delays its heartbeats. It does
+so in short slices at a pace that leaves the hub its core (`GilShare`) for at most `POLITE_S`,
+then unpaced: a `kill -9` loses at most what finished in the last interval and that pacing.
+`close()` writes everything left before it returns.
 
 The same thread appends each batch to requests.arrow (sinks/columnar.py): the analysis's columns,
 typed, so a big run is analysed without parsing its JSON.
