@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from capacity_plugins.contracts.records import JSONL_BYTES, JSONL_FROM, RequestRecord, columnar_schema
+from capacity_plugins.telemetry._native import no_share
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +71,7 @@ class ColumnarWriter:
             self.failed = True
 
     def write(self, items: list[RequestRecord | dict[str, Any]], jsonl_from: int, jsonl_bytes: int,
-              share: Callable[[], None] = lambda: None) -> None:
+              share: Callable[[], None] = no_share) -> None:
         """Append `items`, written to requests.jsonl just before, from byte `jsonl_from` to its
         end at `jsonl_bytes`. `share` is called between pieces of the work (telemetry/_native.py
         GilShare): no single conversion holds the GIL for long."""

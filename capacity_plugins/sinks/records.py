@@ -34,7 +34,7 @@ from capacity_plugins.contracts.folders import COLUMNAR_FILE, RECORDS_FILE
 from capacity_plugins.contracts.records import RequestRecord
 from capacity_plugins.contracts.redaction import Secrets
 from capacity_plugins.sinks.columnar import ColumnarWriter
-from capacity_plugins.telemetry._native import GilShare, NativeLoop, real_lock
+from capacity_plugins.telemetry._native import GilShare, NativeLoop, no_share, real_lock
 
 log = logging.getLogger(__name__)
 
@@ -44,10 +44,6 @@ FLUSH_INTERVAL_S = 0.25
 # before it finishes at full speed: a record is in the file at most FLUSH_INTERVAL_S + POLITE_S
 # + the rest of its drain's work after it finished.
 POLITE_S = 0.25
-
-
-def _no_share() -> None:  # a drain on the caller's thread (close, flush): nothing to share with
-    pass
 
 
 class RecordsSink:
@@ -138,7 +134,7 @@ class RecordsSink:
             self._pending.append(record)
         self._emit(record)
 
-    def _drain(self, share: Callable[[], None] = _no_share) -> None:
+    def _drain(self, share: Callable[[], None] = no_share) -> None:
         """Serialise, scrub and write what is pending, then flush (the writer thread, or close)."""
         with self._io_lock:
             self._drain_locked(share)

@@ -41,6 +41,10 @@ def real_lock() -> Any:
     return _original("allocate_lock")()
 
 
+def no_share() -> None:
+    """GilShare's stand-in where the work runs on the caller's thread (nothing to share with)."""
+
+
 class GilShare:
     """Call between small pieces of CPU work in a native thread beside the gevent hub: after
     `SLICE_S` of work it pauses `PAUSE_S` (a real sleep: the GIL goes to the hub), so the work
