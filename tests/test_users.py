@@ -2,6 +2,7 @@
 
 import os
 from pathlib import Path
+from typing import Any
 
 import gevent
 import orjson
@@ -295,6 +296,82 @@ def test_a_first_token_waiting_is_read_before_another_user_sends():
         client.close()  # closed while waiting: no longer watched
         server.close()
     assert fd not in FIRST_READS._fds
+
+
+def test_a_loop_turn_reads_connections_waiting_for_a_first_token_first():
+    """When one loop turn finds many connections readable (hundreds of streams get their tokens
+    in the same decode step), the ones waiting for a first token are read before the streams
+    mid-body: a first token read after the server's next write is stamped a step late, a
+    mid-body token only as late as the loop was. And a connection back to mid-body is an
+    ordinary one again."""
+    from capacity_plugins.load.stream import FIRST_READS
+
+    pairs = [_connected_pair() for _ in range(7)]
+    first, first_server = pairs[3]
+    order: list[int] = []
+    try:
+        first.sendall(b"GET / HTTP/1.1\r\n\r\n")  # a request went out: its first bytes are due
+        first_server.recv(64)
+
+        def reader(i: int, sock: Any) -> None:  # as read_stream does
+            sock.recv(64)
+            FIRST_READS.done(sock.fileno())
+            order.append(i)
+
+        readers = [gevent.spawn(reader, i, client) for i, (client, _) in enumerate(pairs)]
+        gevent.sleep(0)  # every reader now waits on the hub
+        for _, server in pairs:  # all readable before the hub polls again
+            server.sendall(b"data: x\n\n")
+        gevent.joinall(readers, raise_error=True)
+        assert order[0] == 3, order
+        assert first._read_event.priority == 0
+    finally:
+        for client, server in pairs:
+            client.close()
+            server.close()
+
+
+def test_a_first_token_arriving_mid_turn_is_read_before_the_rest_of_the_turn():
+    """A batch of users finishing in the same decode step is one loop turn: every one of them
+    runs before the loop polls again, so a first token arriving meanwhile waited for all of
+    them — 20 ms, two decode steps, with 160 streams. A user that yields to first reads lets
+    the waiting reader run now, and goes on before the others of its turn."""
+    from capacity_plugins.load.stream import FIRST_READS, yield_to_first_reads
+
+    first, first_server = _connected_pair()
+    pairs = [_connected_pair() for _ in range(5)]
+    order: list[str] = []
+    try:
+        first.sendall(b"GET / HTTP/1.1\r\n\r\n")
+        first_server.recv(64)
+
+        def first_reader() -> None:
+            first.recv(64)
+            FIRST_READS.done(first.fileno())
+            order.append("first read")
+
+        def finishing(i: int, sock: Any) -> None:  # a user whose last token came in this turn
+            sock.recv(64)
+            order.append(f"start {i}")
+            if len(order) == 1:  # the first of the turn: the first token arrives meanwhile
+                first_server.sendall(b"data: first\n\n")
+            yield_to_first_reads()
+            order.append(f"end {i}")
+
+        greenlets = [gevent.spawn(first_reader)] + [gevent.spawn(finishing, i, c) for i, (c, _) in enumerate(pairs)]
+        gevent.sleep(0)  # all wait on the hub
+        for _, server in pairs:  # one poll finds all of them
+            server.sendall(b"data: [DONE]\n\n")
+        gevent.joinall(greenlets, raise_error=True)
+        began = order[0].split()[1]
+        assert order[:3] == [f"start {began}", "first read", f"end {began}"], order
+        assert len(order) == 11
+    finally:
+        first.close()
+        first_server.close()
+        for client, server in pairs:
+            client.close()
+            server.close()
 
 
 @pytest.mark.parametrize(("model", "no_stream"), [("ok", False), ("ok", True), ("http-503", False), ("cut", False),
