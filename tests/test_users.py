@@ -374,6 +374,79 @@ def test_a_first_token_arriving_mid_turn_is_read_before_the_rest_of_the_turn():
             server.close()
 
 
+def _burst_server(tokens: int) -> Any:
+    """A server that writes a whole streamed chat answer at once: its reader finds data in
+    every receive and never waits on the hub."""
+    from gevent.server import StreamServer
+
+    events = [b'data: {"id":"burst","choices":[{"delta":{"content":"t%d "},"finish_reason":%s}]}\n\n'
+              % (i, b'"length"' if i == tokens - 1 else b"null") for i in range(tokens)]
+    events += [b'data: {"id":"burst","choices":[],"usage":{"prompt_tokens":3,"completion_tokens":%d}}\n\n' % tokens,
+               b"data: [DONE]\n\n"]
+    answer = (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+              + b"".join(b"%x\r\n%s\r\n" % (len(e), e) for e in events) + b"0\r\n\r\n")
+
+    def handle(sock: Any, _address: Any) -> None:
+        request = b""
+        while b"\r\n\r\n" not in request:
+            request += sock.recv(65536)
+        head, _, body = request.partition(b"\r\n\r\n")
+        length = int(next(line.split(b":")[1] for line in head.split(b"\r\n") if line.lower().startswith(b"content-length")))
+        while len(body) < length:
+            body += sock.recv(65536)
+        sock.sendall(answer)
+        sock.recv(1)  # until the client hangs up
+
+    server = StreamServer(("127.0.0.1", 0), handle)
+    server.start()
+    return server
+
+
+def test_a_user_reading_a_long_body_lets_a_waiting_first_token_be_read(tmp_path, monkeypatch):
+    """A reader whose data keeps arriving never waits on the hub, so nothing else runs until it
+    yields (_HubShare: after 1 ms): a first token arriving meanwhile, on another connection, was
+    read after the server's next write and stamped a step late. The reader lets it be read within
+    FIRST_READ_CHECK_NS (here 0: at its next receive)."""
+    from capacity_plugins.dialects import fastpath
+    from capacity_plugins.load import stream
+
+    monkeypatch.setattr(stream, "FIRST_READ_CHECK_NS", 0)
+    monkeypatch.setattr(stream, "YIELD_NS", 10**12)  # the hub share never yields here
+    monkeypatch.setattr(stream, "RECV_BYTES", 1024)  # many receives, each finding data
+    server = _burst_server(400)
+    env, ctx, user, fired = make(f"http://127.0.0.1:{server.server_port}", tmp_path, max_tokens=400)
+    waiting, waiting_server = _connected_pair()
+    order: list[str] = []
+    block = fastpath.BodyEvents.block
+
+    def counted_block(self: Any, data: bytes, now: int) -> bool:
+        order.append("block")
+        if order.count("block") == 1:  # the first token arrives on the other connection
+            waiting_server.sendall(b"data: first\n\n")
+        return block(self, data, now)
+
+    def first_reader() -> None:
+        waiting.recv(64)
+        stream.FIRST_READS.done(waiting.fileno())
+        order.append("first read")
+
+    try:
+        waiting.sendall(b"GET / HTTP/1.1\r\n\r\n")
+        waiting_server.recv(64)
+        reader = gevent.spawn(first_reader)
+        gevent.sleep(0)
+        monkeypatch.setattr(fastpath.BodyEvents, "block", counted_block)
+        rec = user.call(ctx.next_sample())
+        reader.join(timeout=5)
+        assert rec.ok and rec.output_tokens == 400, rec.error
+        assert order.count("block") > 5  # the body came in many receives
+        assert order.index("first read") == 1, order
+    finally:
+        waiting.close()
+        waiting_server.close()
+        server.stop()
+
+
 @pytest.mark.parametrize(("model", "no_stream"), [("ok", False), ("ok", True), ("http-503", False), ("cut", False),
                                                ("malformed", False)])
 def test_no_connection_is_left_waiting_for_a_first_read(fake_llm, tmp_path, model, no_stream):
