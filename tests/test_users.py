@@ -374,27 +374,36 @@ def test_a_first_token_arriving_mid_turn_is_read_before_the_rest_of_the_turn():
             server.close()
 
 
-def _burst_server(tokens: int) -> Any:
-    """A server that writes a whole streamed chat answer at once: its reader finds data in
-    every receive and never waits on the hub."""
-    from gevent.server import StreamServer
-
+def _burst_answer(tokens: int) -> bytes:
     events = [b'data: {"id":"burst","choices":[{"delta":{"content":"t%d "},"finish_reason":%s}]}\n\n'
               % (i, b'"length"' if i == tokens - 1 else b"null") for i in range(tokens)]
     events += [b'data: {"id":"burst","choices":[],"usage":{"prompt_tokens":3,"completion_tokens":%d}}\n\n' % tokens,
                b"data: [DONE]\n\n"]
-    answer = (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
-              + b"".join(b"%x\r\n%s\r\n" % (len(e), e) for e in events) + b"0\r\n\r\n")
+    return (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+            + b"".join(b"%x\r\n%s\r\n" % (len(e), e) for e in events) + b"0\r\n\r\n")
+
+
+def _burst_server(tokens: int, held: list[Any] | None = None) -> Any:
+    """A server that writes a whole streamed chat answer at once: its reader finds data in
+    every receive and never waits on the hub. With `held`, it answers nothing: the test writes
+    the answer itself on the connection it finds there."""
+    from gevent.server import StreamServer
+
+    answer = _burst_answer(tokens)
 
     def handle(sock: Any, _address: Any) -> None:
         request = b""
         while b"\r\n\r\n" not in request:
             request += sock.recv(65536)
         head, _, body = request.partition(b"\r\n\r\n")
-        length = int(next(line.split(b":")[1] for line in head.split(b"\r\n") if line.lower().startswith(b"content-length")))
+        length = int(next((line.split(b":")[1] for line in head.split(b"\r\n")
+                           if line.lower().startswith(b"content-length")), b"0"))
         while len(body) < length:
             body += sock.recv(65536)
-        sock.sendall(answer)
+        if held is not None and head.startswith(b"POST"):
+            held.append(sock)
+        else:
+            sock.sendall(answer)
         sock.recv(1)  # until the client hangs up
 
     server = StreamServer(("127.0.0.1", 0), handle)
@@ -445,6 +454,89 @@ def test_a_user_reading_a_long_body_lets_a_waiting_first_token_be_read(tmp_path,
         waiting.close()
         waiting_server.close()
         server.stop()
+
+
+def test_a_reader_fed_its_first_bytes_reads_the_rest_in_a_later_turn(tmp_path, monkeypatch):
+    """A user yielding to first reads runs their readers now; one whose whole answer is there
+    would read all of it — and a whole closed loop of such users could feed each other and keep
+    the loop from polling (timers, other connections) for seconds. After its first block, a fed
+    reader lets the user that fed it go on."""
+    from capacity_plugins.dialects import fastpath
+    from capacity_plugins.load import stream
+
+    monkeypatch.setattr(stream, "RECV_BYTES", 1024)  # the answer in many receives
+    held: list[Any] = []
+    server = _burst_server(200, held)
+    env, ctx, user, fired = make(f"http://127.0.0.1:{server.server_port}", tmp_path, max_tokens=200)
+    order: list[str] = []
+    block = fastpath.BodyEvents.block
+
+    def counted_block(self: Any, data: bytes, now: int) -> bool:
+        order.append("block")
+        return block(self, data, now)
+
+    def feeder() -> None:  # a user the poll woke, about to send: the answer arrives meanwhile
+        held[0].sendall(_burst_answer(200))
+        stream.yield_to_first_reads()
+        order.append("feeder goes on")
+
+    try:
+        monkeypatch.setattr(fastpath.BodyEvents, "block", counted_block)
+        call = gevent.spawn(user.call, ctx.next_sample())
+        while not held:
+            gevent.sleep(0.01)
+        gevent.sleep(0.05)  # the user waits for its answer's first bytes
+        gevent.spawn(feeder).join()
+        rec = call.get(timeout=5)
+        assert rec.ok and rec.output_tokens == 200, rec.error
+        assert order.count("block") > 2
+        assert order.index("feeder goes on") == 1, order
+    finally:
+        server.stop()
+
+
+def test_a_reader_fed_its_first_bytes_does_not_feed_others():
+    """Feeding is the work of users the poll woke: a fed reader that reaches a yield (its answer
+    complete, its next send) waits for the turn's end instead of feeding another — else each
+    fed user fed the next and the turn never ended."""
+    from capacity_plugins.load.stream import FIRST_READS, yield_to_first_reads
+
+    fed, fed_server = _connected_pair()
+    other, other_server = _connected_pair()
+    woken, woken_server = _connected_pair()
+    order: list[str] = []
+    try:
+        for client, server in ((fed, fed_server), (other, other_server)):
+            client.sendall(b"GET / HTTP/1.1\r\n\r\n")  # both wait for their first bytes
+            server.recv(64)
+
+        def fed_reader() -> None:
+            fed.recv(64)
+            FIRST_READS.done(fed.fileno())
+            order.append("fed read")
+            other_server.sendall(b"data: first\n\n")  # another first token arrives meanwhile
+            yield_to_first_reads()  # its answer was whole: before its next send
+            order.append("fed goes on")
+
+        def other_reader() -> None:
+            other.recv(64)
+            FIRST_READS.done(other.fileno())
+            order.append("other read")
+
+        def woken_user() -> None:  # woken by the poll: feeds the first read it finds waiting
+            woken.recv(64)
+            fed_server.sendall(b"data: first\n\n")
+            yield_to_first_reads()
+            order.append("woken goes on")
+
+        greenlets = [gevent.spawn(fed_reader), gevent.spawn(other_reader), gevent.spawn(woken_user)]
+        gevent.sleep(0)
+        woken_server.sendall(b"data: [DONE]\n\n")
+        gevent.joinall(greenlets, raise_error=True)
+        assert order[:3] == ["fed read", "woken goes on", "other read"], order
+    finally:
+        for sock in (fed, fed_server, other, other_server, woken, woken_server):
+            sock.close()
 
 
 @pytest.mark.parametrize(("model", "no_stream"), [("ok", False), ("ok", True), ("http-503", False), ("cut", False),

@@ -104,18 +104,19 @@ class _FirstReads:
     and, when a first token waits, lets the hub run (`yield_to_first_reads`): the read costs the
     send a few µs, the stamp stays the first write's. Forked workers get their own set."""
 
-    __slots__ = ("_poller", "_fds", "_sent_by", "checked_ns")
+    __slots__ = ("_poller", "_fds", "_sent_by", "checked_ns", "feeding")
 
     def __init__(self) -> None:
         self._poller: Any = None
         self.checked_ns = 0  # perf_counter_ns of the last `yield_to_first_reads`
+        self.feeding = False  # a user waits for the readers it fed (yield_to_first_reads)
         self._fds: dict[int, Any] = {}  # fd → its socket (whose watcher's priority is raised)
         # the user (greenlet) that sent on each connection: an attempt whose answer never reaches
         # read_stream (not streamed, an error status, a timeout) ends the wait it began
         self._sent_by: dict[Any, int] = {}
 
     def reset(self) -> None:  # a forked child: the parent's epoll instance is not its own
-        self._poller, self._fds, self._sent_by, self.checked_ns = None, {}, {}, 0
+        self._poller, self._fds, self._sent_by, self.checked_ns, self.feeding = None, {}, {}, 0, False
 
     def watch(self, sock: Any) -> None:
         fd = sock.fileno()
@@ -161,9 +162,9 @@ def _feeds_events(loop: Any) -> bool:
     return type(loop).__module__.startswith("gevent.libev")
 
 
-def yield_to_first_reads(now: int = 0) -> None:
-    """Before a send, before making a record, and every FIRST_READ_CHECK_NS of reading a body:
-    the users whose first body bytes wait read them now, then this user goes on.
+def yield_to_first_reads(now: int = 0, in_body: bool = False) -> None:
+    """Before a send, before making a record, and every FIRST_READ_CHECK_NS of reading a body
+    (`in_body`): the users whose first body bytes wait read them now, then this user goes on.
 
     Now, not at the end of the loop turn: a turn runs every callback that was pending when it
     polled, and in a closed loop a whole batch of users finishing in the same decode step is
@@ -172,23 +173,40 @@ def yield_to_first_reads(now: int = 0) -> None:
     watcher priorities order only what one poll found). libev takes events fed in mid-turn and
     runs the highest priority first: the waiting readers' events are fed (`closing_fd` is
     gevent's name for libev's ev_feed_fd_event; their watchers run at _FIRST_READ_PRIORITY), then
-    this user's own resumption one level below them, above everyone else's reads. On a loop that
-    cannot (libuv) the yield is one whole loop turn, bounded like `_HubShare`'s."""
+    this user's own resumption one level below them, above everyone else's reads.
+
+    A fed reader does not feed in turn: against a fast server it reads its whole answer, sends
+    the next request and would feed another — fed, each user fed the next and one turn ran for
+    two seconds (no timer, no other connection in between). So feeding is the work of users the
+    poll woke, and each feeds only first reads: a turn grows by at most their first blocks. A
+    fed reader (and any user on libuv) waits one loop turn before a send instead, bounded like
+    `_HubShare`'s; a body read goes on."""
     FIRST_READS.checked_ns = now or perf_counter_ns()
     ready = FIRST_READS.ready()
     if not ready:
         return
     loop = gevent.get_hub().loop
-    if not _feeds_events(loop):
-        with gevent.Timeout(IDLE_WAIT_S, False):
-            gevent.idle()
+    if not FIRST_READS.feeding and _feeds_events(loop):
+        for fd in ready:
+            loop.closing_fd(fd)  # queues the readers waiting on fd, as if the poll had found it
+        waiter = Waiter()
+        resume = loop.check(False, _FIRST_READ_PRIORITY - 1)  # never started: only fed, once
+        resume.feed(0, waiter.switch, None)
+        FIRST_READS.feeding = True
+        try:
+            waiter.get()
+        finally:
+            FIRST_READS.feeding = False
         return
-    for fd in ready:
-        loop.closing_fd(fd)  # queues the readers waiting on fd, as if the poll had found it
-    waiter = Waiter()
-    resume = loop.check(False, _FIRST_READ_PRIORITY - 1)  # never started: only fed, once
-    resume.feed(0, waiter.switch, None)
-    waiter.get()
+    if not in_body:
+        _rest_of_turn()
+
+
+def _rest_of_turn() -> None:
+    """Wait for the loop's turn to end (`gevent.idle()`), at most IDLE_WAIT_S: a loop busy with
+    thousands of other streams may never be idle."""
+    with gevent.Timeout(IDLE_WAIT_S, False):
+        gevent.idle()
 
 
 class RequestTimeout(Exception):
@@ -219,10 +237,7 @@ class _HubShare:
         if self._loop is not None and self._loop.iteration != self._turn:  # the hub ran meanwhile
             self._turn, self._since = self._loop.iteration, now
         elif now - self._since >= YIELD_NS:
-            # timers, signals and the other users run; bounded, because a loop busy with
-            # thousands of other streams may never be idle
-            with gevent.Timeout(IDLE_WAIT_S, False):
-                gevent.idle()
+            _rest_of_turn()  # timers, signals and the other users run
             self._since = perf_counter_ns()
             if self._loop is not None:
                 self._turn = self._loop.iteration
@@ -268,9 +283,13 @@ def read_stream(resp: Any, parser: Parser, t: Timings, *, deadline_ns: int,
     if sock is not None and sock.arrived:
         stamp = max(t.sent_ns, min(now, sock.arrived - wall_offset))
     first_fd = sock.fileno() if sock is not None else -1
+    # Read first because another user fed this one its first bytes (yield_to_first_reads): the
+    # rest of the body waits for the loop's next turn, as it would have.
+    fed = False
     if buf:  # the first body bytes came with the headers: read already
         FIRST_READS.done(first_fd)
         first_fd = -1
+        fed = FIRST_READS.feeding
     scanned = 0  # bytes at the front of buf already known to hold no newline
     hub = _HubShare()
     while True:
@@ -295,8 +314,11 @@ def read_stream(resp: Any, parser: Parser, t: Timings, *, deadline_ns: int,
         now = perf_counter_ns()  # after the parse: its time counts towards the deadline and the yield
         if now >= deadline_ns:
             raise RequestTimeout
-        if now - FIRST_READS.checked_ns >= FIRST_READ_CHECK_NS:
-            yield_to_first_reads(now)
+        if fed:
+            fed = False
+            _rest_of_turn()
+        elif now - FIRST_READS.checked_ns >= FIRST_READ_CHECK_NS:
+            yield_to_first_reads(now, in_body=True)
         hub.share(now)
         current = resp._sock
         if current is None:
@@ -307,6 +329,7 @@ def read_stream(resp: Any, parser: Parser, t: Timings, *, deadline_ns: int,
             if first_fd >= 0:
                 FIRST_READS.done(first_fd)
                 first_fd = -1
+                fed = FIRST_READS.feeding
             arrived = getattr(current, "arrived", 0)
             # stamps never go back (the headers' read may have had none)
             stamp = max(stamp, min(now, arrived - wall_offset)) if arrived else now
@@ -443,7 +466,7 @@ def _read_by_lines(resp: Any, parser: Parser, t: Timings, decoder: SSEDecoder | 
         if now >= deadline_ns:
             raise RequestTimeout
         if now - FIRST_READS.checked_ns >= FIRST_READ_CHECK_NS:
-            yield_to_first_reads(now)
+            yield_to_first_reads(now, in_body=True)
         hub.share(now)
         line = resp.readline(b"\n")
         if not line:
