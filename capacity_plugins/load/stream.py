@@ -84,8 +84,9 @@ _FIRST_READ_PRIORITY = 2
 
 
 def _read_priority(sock: Any, priority: int) -> None:
-    # closed (no watcher), or waiting: libev changes a priority only between waits
-    with contextlib.suppress(AttributeError):
+    # closed (no watcher), or waiting: a loop changes a priority only between waits (libev says
+    # so with AttributeError, gevent's cffi watchers with ValueError)
+    with contextlib.suppress(AttributeError, ValueError):
         sock._read_event.priority = priority
 
 
