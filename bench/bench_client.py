@@ -27,10 +27,9 @@ chunks it hands to the kernel and reports its own CPU time, so it is visibly not
    streams — 32 at low load; the most streams the client keeps up with (delivering ≥ 95 % of
    the offer: its capacity here; a client behind delivers more, its reads finding several chunks
    waiting, so 80 % of that still took its whole core), found by doubling then bisecting; and
-   the streams whose rate is 80 % of that capacity. In
-   (b) every read is a wakeup and a receive for one chunk, so one core takes far fewer chunks
-   than in (a), and a burst of completions (a batch of equal answers ends in the same step) is
-   hundreds of users in one loop turn.
+   the streams whose rate is 80 % of that capacity. In (b) every read is a wakeup and a receive
+   for one chunk, so one core takes far fewer chunks than in (a), and a burst of completions (a
+   batch of equal answers ends in the same step) is hundreds of users in one loop turn.
 3. loop lag (goal 6: records never block the loop): load/watch.py's ticker in the LLMUser
    reader at full ingest, with and without the records sink (its native writer thread).
 
@@ -437,6 +436,8 @@ def timing_many(exe: Path, tmp: Path) -> dict[str, Any]:
             break
         best, streams = saturated, streams * 2
     behind = saturated
+    if kept_up(saturated):  # MANY_MAX_STREAMS did not saturate it: capacity is at least that
+        best, behind = saturated, saturated
     for _ in range(MANY_BISECTIONS):
         mid = (best["streams"] + behind["streams"]) // 2
         if mid in (best["streams"], behind["streams"]):
