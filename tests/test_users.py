@@ -539,6 +539,29 @@ def test_a_reader_fed_its_first_bytes_does_not_feed_others():
             sock.close()
 
 
+def test_the_portable_line_reader_measures_the_same_and_ends_the_first_read(fake_llm, tmp_path, monkeypatch):
+    """Should geventhttpclient's buffer ever change shape, the body is read line by line through
+    its readline: the same record, and the connection stops counting as a first read due once
+    its first line is in (else every other user's send would yield to it for the whole body)."""
+    from capacity_plugins.load import stream
+
+    monkeypatch.setattr(stream, "bytearray", type("NotTheBuffer", (), {}), raising=False)
+    due_meanwhile: list[bool] = []
+    event_at = stream._event_at
+
+    def watched_event_at(data: Any, parser: Any, t: Any, now: int) -> None:
+        due_meanwhile.append(bool(stream.FIRST_READS._fds))
+        event_at(data, parser, t, now)
+
+    monkeypatch.setattr(stream, "_event_at", watched_event_at)
+    env, ctx, user, fired = make(fake_llm, tmp_path)
+    rec = user.call(ctx.next_sample())
+    assert rec.ok, rec.error
+    assert rec.output_tokens == FAKE_TOKENS and len(rec.itl_ms) == FAKE_TOKENS - 1
+    assert rec.ttft_ms is not None and 0 < rec.ttft_ms <= rec.e2e_ms
+    assert len(due_meanwhile) > FAKE_TOKENS and not any(due_meanwhile)
+
+
 @pytest.mark.parametrize(("model", "no_stream"), [("ok", False), ("ok", True), ("http-503", False), ("cut", False),
                                                ("malformed", False)])
 def test_no_connection_is_left_waiting_for_a_first_read(fake_llm, tmp_path, model, no_stream):

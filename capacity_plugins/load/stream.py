@@ -470,6 +470,7 @@ def _read_by_lines(resp: Any, parser: Parser, t: Timings, decoder: SSEDecoder | 
             yield_to_first_reads(now, in_body=True)
         hub.share(now)
         line = resp.readline(b"\n")
+        FIRST_READS.over()  # its first bytes are read: no longer a first read due
         if not line:
             line = resp.read(max_line_bytes + 1)  # the message is complete; a last line without "\n"
             if not line:
