@@ -4,7 +4,8 @@ it runs unpaced (the durability bound)."""
 
 from __future__ import annotations
 
-from types import SimpleNamespace
+import time
+from typing import Any
 
 import pytest
 
@@ -24,10 +25,24 @@ class _Clock:
         self.ns += int(s * 1e9)
 
 
+class _TimeWith:
+    """The time module with this test's perf_counter_ns: a native loop still running from an
+    earlier test (same module, its own thread) keeps the real monotonic clock."""
+
+    def __init__(self, clock: _Clock) -> None:
+        self._clock = clock
+
+    def perf_counter_ns(self) -> int:
+        return self._clock.ns
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(time, name)
+
+
 @pytest.fixture
 def clock(monkeypatch: pytest.MonkeyPatch) -> _Clock:
     c = _Clock()
-    monkeypatch.setattr(_native, "time", SimpleNamespace(perf_counter_ns=lambda: c.ns))
+    monkeypatch.setattr(_native, "time", _TimeWith(c))
     monkeypatch.setattr(_native, "_real_sleep", c.sleep)
     return c
 
