@@ -53,8 +53,12 @@ def test_sweep_knee_at_max_num_seqs_and_plan_follows_from_capacity(tmp_path):
     assert rps[8] > 1.25 * rps[4] and rps[4] > 1.4 * rps[2]
     assert rps[16] < 1.1 * rps[8] and rps[32] < 1.1 * rps[8]
 
+    # Capacity is read off each step's ok rps (successful requests *sent* in the window), not off
+    # achieved_rps (completions *in* the window): the two differ by the requests straddling the
+    # window's edges, ~1 % here, so bound it by the column it comes from.
+    ok_rps = [row["rps"] for row in summary["steps"]]
     cap = summary["capacity"]["per_node_rps"]
-    assert cap and cap <= max(rps.values()) * 1.001
+    assert cap and cap <= max(ok_rps) * 1.001, (cap, ok_rps)
     plan = summary["plan"]
     nodes = math.ceil(peak * safety / cap) + redundancy
     assert plan["nodes"] == nodes and plan["gpus"] == nodes * gpus_per_node, (plan, cap)
