@@ -6,6 +6,7 @@ when it does not hold exactly the JSONL's records (a run killed mid-batch, a lin
 
 from __future__ import annotations
 
+import io
 import random
 
 import numpy as np
@@ -201,3 +202,43 @@ def test_the_summary_is_the_same_from_the_jsonl_the_raw_gaps_and_the_counted_gap
     assert all(r["itl_p95_ms"] and r["slo"]["itl_ms"]["attainment"] is not None for r in a)
     for name, b in rest:
         assert dumps_json(b) == dumps_json(a), f"{name} differs from {first}"
+
+
+def _streamed(i: int) -> RequestRecord:
+    """A 256-token streamed answer's record (255 gaps): what a busy worker writes ~200 of a drain."""
+    d = {name: None for name in RECORD_FIELDS}
+    d.update(request_id=f"r{i}", worker=0, step=1, warmup=False, attempt=1, ok=True, status=200,
+             sent_unix=1.7e9 + i * 0.01, ttft_ms=20.5, e2e_ms=300.25, tpot_ms=1.125,
+             itl_ms=[1.0 + (i + k) % 7 / 8 for k in range(255)], output_tokens=256, stream=True)
+    return RequestRecord.from_dict(d)
+
+
+def test_a_drain_writes_in_pieces_the_hub_can_read_between(tmp_path):
+    """Between two `share()` calls (where the writer thread lets the hub run) a drain writes at most
+    16 records' lines and 64 KiB of the typed copy: a quarter second's 200 records written in one
+    piece took ~2 ms of a worker's only core, and first tokens waiting behind it were stamped a
+    decode step late (telemetry/_native.py GilShare)."""
+    records = [_streamed(i) for i in range(200)]
+    jsonl = tmp_path / RECORDS_FILE
+    sink = RecordsSink(tmp_path, "local")  # not opened: no writer thread, the drain runs here
+    lines_at: list[int] = []
+
+    def count_lines() -> None:
+        lines_at.append(jsonl.read_bytes().count(b"\n") if jsonl.exists() else 0)
+
+    for r in records:
+        sink.add(r)
+    sink._drain(count_lines)
+    sink.close()
+    assert jsonl.read_bytes().count(b"\n") == len(records)
+    assert max(b - a for a, b in zip([0, *lines_at], lines_at, strict=False)) <= 16
+
+    arrow = tmp_path / COLUMNAR_FILE
+    sizes: list[int] = []
+    writer = ColumnarWriter(arrow)
+    writer.write(records, 0, jsonl.stat().st_size, lambda: sizes.append(arrow.stat().st_size if arrow.exists() else 0))
+    writer.close()
+    assert arrow.stat().st_size > 200 * 255 * 4  # the gaps are all there (float32)
+    # a slice, plus the small parts (message headers) the file's buffer held until it
+    assert max(b - a for a, b in zip([0, *sizes], sizes, strict=False)) <= 64 * 1024 + io.DEFAULT_BUFFER_SIZE
+    assert _read(tmp_path) is not None  # and the copy is whole: it matches requests.jsonl
