@@ -5,12 +5,14 @@ it runs unpaced (the durability bound)."""
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from capacity_plugins.sinks.records import RecordsSink
 from capacity_plugins.telemetry import _native
-from capacity_plugins.telemetry._native import GilShare
+from capacity_plugins.telemetry._native import GilShare, HubIdleGate, start_native_thread
 
 
 class _Clock:
@@ -79,3 +81,54 @@ def test_late_work_finishes_unpaced(clock: _Clock) -> None:
         clock.ns += 10_000
         share()
     assert clock.sleeps == []
+
+
+class _Gate:
+    """HubIdleGate's stand-in: records each wait (and moves the clock, as a timed-out wait would)."""
+
+    def __init__(self, clock: _Clock) -> None:
+        self.clock = clock
+        self.waits: list[float] = []
+
+    def wait(self, timeout_s: float) -> None:
+        self.waits.append(timeout_s)
+        self.clock.ns += int(timeout_s * 1e9)
+
+
+def test_with_a_gate_the_pause_waits_for_the_hub_not_a_sleep(clock: _Clock) -> None:
+    gate = _Gate(clock)
+    share = GilShare(polite_s=0.25, gate=gate)  # type: ignore[arg-type]
+    clock.ns += int(GilShare.SLICE_S * 1e9)
+    share()
+    assert gate.waits == [GilShare.PAUSE_S] and clock.sleeps == []
+
+
+def test_the_hub_opens_the_gate_when_it_has_nothing_to_run_and_not_before(tmp_path: Path) -> None:
+    import gevent
+
+    # A records sink takes the hub's gate too: one per hub, as two would each see the other
+    # pending and neither would open.
+    sink = RecordsSink(tmp_path, "local")
+    sink.open()
+    gate = HubIdleGate.of_this_hub()
+    waited: list[float] = []
+
+    def waiter() -> None:
+        t0 = time.monotonic()
+        gate.wait(30.0)
+        waited.append(time.monotonic() - t0)
+
+    start_native_thread(waiter)
+    deadline = time.monotonic() + 10
+    while not gate._waiting and time.monotonic() < deadline:
+        gevent.sleep(0)  # busy: a callback always queued
+    assert gate._waiting, "the native thread never started waiting"
+    busy_until = time.monotonic() + 0.3
+    while time.monotonic() < busy_until:
+        gevent.sleep(0)
+    assert waited == [], "opened while the hub still had work queued"
+    deadline = time.monotonic() + 10
+    while not waited and time.monotonic() < deadline:
+        gevent.sleep(0.01)  # idle: the hub blocks in its poll
+    sink.close()
+    assert waited and waited[0] < 10, "not opened when the hub went idle (its timeout was 30 s)"

@@ -49,6 +49,7 @@ from capacity_plugins.dialects import OUTPUT, VISIBLE, MalformedEvent
 from capacity_plugins.dialects.base import Parser
 from capacity_plugins.dialects.fastpath import BodyEvents
 from capacity_plugins.dialects.framing import NDJSONDecoder, SSEDecoder
+from capacity_plugins.telemetry._native import is_libev
 
 DEFAULT_MAX_LINE_BYTES = 16 * 1024 * 1024
 DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
@@ -159,10 +160,6 @@ FIRST_READS = _FirstReads()
 os.register_at_fork(after_in_child=FIRST_READS.reset)
 
 
-def _feeds_events(loop: Any) -> bool:
-    return type(loop).__module__.startswith("gevent.libev")
-
-
 def yield_to_first_reads(now: int = 0, in_body: bool = False) -> None:
     """Before a send, before making a record, and every FIRST_READ_CHECK_NS of reading a body
     (`in_body`): the users whose first body bytes wait read them now, then this user goes on.
@@ -187,7 +184,7 @@ def yield_to_first_reads(now: int = 0, in_body: bool = False) -> None:
     if not ready:
         return
     loop = gevent.get_hub().loop
-    if not FIRST_READS.feeding and _feeds_events(loop):
+    if not FIRST_READS.feeding and is_libev(loop):
         for fd in ready:
             loop.closing_fd(fd)  # queues the readers waiting on fd, as if the poll had found it
         waiter = Waiter()

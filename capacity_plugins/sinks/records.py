@@ -13,8 +13,9 @@ body does not put it into the file. No Locust or gevent here: transport is the l
 Writing is off the event loop: `add` / `receive` only append to a list (under a real lock); a
 native thread (telemetry/_native.py) serialises, scrubs and writes it every `FLUSH_INTERVAL_S` and
 flushes, so a master ingesting thousands of records a second never delays its heartbeats. It does
-so in short slices (records serialised and written 16 at a time), at a pace that leaves the hub
-its core (`GilShare`) for at most `POLITE_S`, then unpaced: a `kill -9` loses at most what finished in the last interval and that pacing.
+so in short slices (records serialised and written 16 at a time), each started when the hub is
+next idle (`HubIdleGate`), at a pace that leaves the hub its core (`GilShare`) for at most
+`POLITE_S`, then unpaced: a `kill -9` loses at most what finished in the last interval and that pacing.
 `close()` writes everything left before it returns.
 
 The same thread appends each batch to requests.arrow (sinks/columnar.py): the analysis's columns,
@@ -34,7 +35,7 @@ from capacity_plugins.contracts.folders import COLUMNAR_FILE, RECORDS_FILE
 from capacity_plugins.contracts.records import RequestRecord
 from capacity_plugins.contracts.redaction import Secrets
 from capacity_plugins.sinks.columnar import ColumnarWriter
-from capacity_plugins.telemetry._native import GilShare, NativeLoop, no_share, real_lock
+from capacity_plugins.telemetry._native import GilShare, HubIdleGate, NativeLoop, no_share, real_lock
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +67,7 @@ class RecordsSink:
         self._lock = real_lock()  # guards _pending (hub appends, the writer takes)
         self._io_lock = real_lock()  # one drain at a time (writer thread, or close / accounting)
         self._writer: NativeLoop | None = None
+        self._gate: HubIdleGate | None = None  # made in open(), on the hub's thread
         self._file: IO[bytes] | None = None
         self._columnar: ColumnarWriter | None = None
         self.produced = 0  # worker/local: records made here
@@ -83,6 +85,8 @@ class RecordsSink:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._file = self.path.open("ab")
         self._columnar = ColumnarWriter(self.path.parent / COLUMNAR_FILE)
+        if self._gate is None:
+            self._gate = HubIdleGate.of_this_hub()
         self._writer = NativeLoop("records-writer", FLUSH_INTERVAL_S, self._drain_beside_hub,
                                   final=self._drain)  # the run is over: at full speed
         self._writer.start()
@@ -145,7 +149,7 @@ class RecordsSink:
 
     def _drain_beside_hub(self) -> None:
         # the writer thread: in slices the hub's reads fit between, within the durability bound
-        self._drain(GilShare(POLITE_S))
+        self._drain(GilShare(POLITE_S, self._gate))
 
     def _drain_locked(self, share: Callable[[], None]) -> None:
         with self._lock:

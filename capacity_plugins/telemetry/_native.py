@@ -9,6 +9,7 @@ threads).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -45,37 +46,105 @@ def no_share() -> None:
     """GilShare's stand-in where the work runs on the caller's thread (nothing to share with)."""
 
 
+def is_libev(loop: Any) -> bool:
+    """Whether a gevent loop is libev's (pending counts, fed events), not libuv's."""
+    return type(loop).__module__.startswith("gevent.libev")
+
+
+class HubIdleGate:
+    """Opened by the gevent hub each time it is about to block with nothing left to run.
+
+    GilShare waits here between its slices: the next slice then starts while the hub has nothing
+    to do, instead of at a random moment of its busiest stretch. Why: on a worker near its limit
+    the hub's work comes in bursts (a server's decode step writes every stream at once), and a
+    slice that lands inside a burst delays the burst's last first-token reads by the slice; at
+    75 % of a core, 1 ms steps, that left 0.8 % of first tokens a step late against 0.5 % gated
+    (paired runs; 0.1 % with no writer at all).
+
+    The hub side is a prepare watcher at libev's lowest priority: it runs just before the loop
+    polls, after gevent's own (which runs queued callbacks), so nothing pending and no callback
+    queued means the poll will block. A hub that never gets there leaves the waiter to its
+    timeout. libuv loops (and a process without a hub) never open it: GilShare then paces by
+    the timeout alone. The watcher does not keep the loop alive and costs one check per loop
+    turn, so it is never stopped; and there is one per hub (`of_this_hub`, called on the hub's
+    thread: libev is not thread-safe): two at the lowest priority would each see the other
+    pending and neither would ever open. A second thread waiting at once waits its timeout.
+    """
+
+    _by_loop: dict[int, HubIdleGate] = {}
+
+    @classmethod
+    def of_this_hub(cls) -> HubIdleGate:
+        try:
+            import gevent
+
+            loop: Any = gevent.get_hub().loop
+        except ImportError:  # pragma: no cover - gevent is a dependency
+            return cls(None)
+        gate = cls._by_loop.get(id(loop))
+        if gate is None or gate._loop is not loop:
+            gate = cls._by_loop[id(loop)] = cls(loop)
+        return gate
+
+    def __init__(self, loop: Any) -> None:
+        self._lock = real_lock()
+        self._lock.acquire()  # closed: wait() blocks until the hub opens it
+        self._waiting = False
+        self._loop = loop
+        if loop is not None and is_libev(loop):  # libev can say what is pending; libuv's always says 0
+            watcher = loop.prepare(ref=False, priority=loop.MINPRI)
+            watcher.start(self._before_poll)
+            self._watcher = watcher  # a stopped-by-GC watcher would never fire
+
+    def _before_poll(self) -> None:
+        loop = self._loop
+        if self._waiting and not loop.pendingcnt and not len(getattr(loop, "_callbacks", ())):
+            self._waiting = False
+            with contextlib.suppress(RuntimeError):  # the waiter timed out and took it already
+                self._lock.release()
+
+    def wait(self, timeout_s: float) -> None:
+        """Block this native thread until the hub is next about to block, or `timeout_s`."""
+        self._waiting = True
+        self._lock.acquire(timeout=timeout_s)
+        self._waiting = False
+
+
 class GilShare:
     """Call between small pieces of CPU work in a native thread beside the gevent hub: after
-    `SLICE_S` of work it pauses `PAUSE_S` (a real sleep: the GIL goes to the hub), so the work
-    takes at most ~5 % of the core until `polite_s` after it began, then runs unpaced.
+    `SLICE_S` of work it pauses (the GIL goes to the hub) until the hub is next idle (`gate`,
+    HubIdleGate) or `PAUSE_S` at most, so the work takes at most ~5 % of a busy core until
+    `polite_s` after it began, then runs unpaced.
 
     Why: a thread holding the GIL keeps it until the hub's next system call (one per receive, so
     a writer that wants the GIL gets it at once) or the interpreter's 5 ms switch interval; on a
-    worker's one core, what the writer runs the hub does not. The records writer's flush (~40 µs
+    worker's one core, what the writer runs the hub does not — whether it holds the GIL or not
+    (a copy into the page cache in C still takes the core). The records writer's flush (~40 µs
     a streamed record: 8 ms for the 180 records of a quarter second at 80 % of a worker's ingest)
     held first-token reads past the server's next decode step, whose write the kernel merges
     into the first (the stamp becomes the later write's: TTFT a step late). Cut into 0.2 ms
-    slices with 50 µs pauses it still took ~80 % of the core while it ran. Waiting for the hub
-    to be idle instead (its thread's CPU clock, probed every 0.2 ms) was worse: each probe is a
-    wakeup and a GIL handover. The bound keeps the durability promise: a worker so busy that the
-    writer's 5 % is not enough gets its records written late by at most `polite_s`. Past it the
-    work runs unpaced: on a saturated worker timing is lost anyway (the analysis flags the step
-    client-limited), and a short pause per slice there cost the writer ~20 % more in switches."""
+    slices with 50 µs pauses it still took ~80 % of the core while it ran. Probing whether the
+    hub was idle (its thread's CPU clock, every 0.2 ms) was worse: each probe is a wakeup and a
+    GIL handover; the gate is told by the hub instead. The bound keeps the durability promise: a
+    worker so busy that the writer's 5 % is not enough gets its records written late by at most
+    `polite_s`. Past it the work runs unpaced: on a saturated worker timing is lost anyway (the
+    analysis flags the step client-limited), and a short pause per slice there cost the writer
+    ~20 % more in switches."""
 
     SLICE_S = 0.0001
     PAUSE_S = 0.002
 
-    __slots__ = ("_deadline_ns", "_since")
+    __slots__ = ("_deadline_ns", "_pause", "_since")
 
-    def __init__(self, polite_s: float) -> None:
+    def __init__(self, polite_s: float, gate: HubIdleGate | None = None) -> None:
         self._since = time.perf_counter_ns()
         self._deadline_ns = self._since + int(polite_s * 1e9)
+        self._pause = gate.wait if gate is not None else _real_sleep
 
     def __call__(self) -> None:
         now = time.perf_counter_ns()
         if now - self._since >= self.SLICE_S * 1e9 and now < self._deadline_ns:
-            _real_sleep(self.PAUSE_S)
+            self._pause(self.PAUSE_S)
             self._since = time.perf_counter_ns()
 
 
