@@ -45,7 +45,7 @@ def _value(item: RequestRecord | dict[str, Any], name: str) -> Any:
 
 
 class _Staged:
-    """What the IPC writer writes, held until `write_batch` returns (a Python file object to it)."""
+    """The IPC writer's file: keeps what it writes of a batch for `_write_staged` to copy out."""
 
     closed = False
 
