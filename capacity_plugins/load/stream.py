@@ -459,6 +459,7 @@ def _read_by_lines(resp: Any, parser: Parser, t: Timings, decoder: SSEDecoder | 
                    deadline_ns: int, max_line_bytes: int) -> None:
     """The portable path: geventhttpclient's readline (bounded by its own line limit)."""
     hub = _HubShare()
+    first = True
     while True:
         now = perf_counter_ns()
         if now >= deadline_ns:
@@ -467,7 +468,9 @@ def _read_by_lines(resp: Any, parser: Parser, t: Timings, decoder: SSEDecoder | 
             yield_to_first_reads(now, in_body=True)
         hub.share(now)
         line = resp.readline(b"\n")
-        FIRST_READS.over()  # its first bytes are read: no longer a first read due
+        if first:  # its first bytes are read: no longer a first read due (once, not per line)
+            FIRST_READS.over()
+            first = False
         if not line:
             line = resp.read(max_line_bytes + 1)  # the message is complete; a last line without "\n"
             if not line:
