@@ -22,6 +22,7 @@ from capacity_plugins.analysis.pipeline import summarise
 from capacity_plugins.analysis.records import read_columnar, read_requests
 from capacity_plugins.contracts.folders import COLUMNAR_FILE, RECORDS_FILE
 from capacity_plugins.contracts.records import ERROR_KINDS, RECORD_FIELDS, RequestRecord
+from capacity_plugins.sinks import columnar
 from capacity_plugins.sinks.columnar import ColumnarWriter
 from capacity_plugins.sinks.records import RecordsSink
 from tests.helpers.analysis_data import make_results
@@ -213,11 +214,11 @@ def _streamed(i: int) -> RequestRecord:
     return RequestRecord.from_dict(d)
 
 
-def test_a_drain_writes_in_pieces_the_hub_can_read_between(tmp_path):
+def test_a_drain_writes_in_pieces_the_hub_can_read_between(tmp_path, monkeypatch):
     """Between two `share()` calls (where the writer thread lets the hub run) a drain writes at most
-    16 records' lines and 64 KiB of the typed copy: a quarter second's 200 records written in one
-    piece took ~2 ms of a worker's only core, and first tokens waiting behind it were stamped a
-    decode step late (telemetry/_native.py GilShare)."""
+    16 records' lines and 64 KiB of the typed copy: 200 records written in one piece took ~2 ms of
+    a worker's only core, and first tokens waiting behind it were stamped a decode step late
+    (telemetry/_native.py GilShare)."""
     records = [_streamed(i) for i in range(200)]
     jsonl = tmp_path / RECORDS_FILE
     sink = RecordsSink(tmp_path, "local")  # not opened: no writer thread, the drain runs here
@@ -235,10 +236,123 @@ def test_a_drain_writes_in_pieces_the_hub_can_read_between(tmp_path):
 
     arrow = tmp_path / COLUMNAR_FILE
     sizes: list[int] = []
+    monkeypatch.setattr(columnar, "BATCH_ROWS", len(records))  # the batch is written in this drain
     writer = ColumnarWriter(arrow)
     writer.write(records, 0, jsonl.stat().st_size, lambda: sizes.append(arrow.stat().st_size if arrow.exists() else 0))
+    assert sizes[-1] > 200 * 255 * 4  # the gaps are all there (float32), written in the drain
     writer.close()
-    assert arrow.stat().st_size > 200 * 255 * 4  # the gaps are all there (float32)
     # a slice, plus the small parts (message headers) the file's buffer held until it
     assert max(b - a for a, b in zip([0, *sizes], sizes, strict=False)) <= 64 * 1024 + io.DEFAULT_BUFFER_SIZE
     assert _read(tmp_path) is not None  # and the copy is whole: it matches requests.jsonl
+
+
+
+def _batch_ranges(arrow) -> list[tuple[int, int, int]]:
+    """(rows, jsonl_from, jsonl_bytes) of each batch in requests.arrow."""
+    import pyarrow as pa
+
+    out = []
+    with pa.ipc.open_stream(pa.memory_map(str(arrow))) as reader:
+        while True:
+            try:
+                batch, meta = reader.read_next_batch_with_custom_metadata()
+            except StopIteration:
+                return out
+            out.append((batch.num_rows, int(meta[b"jsonl_from"]), int(meta[b"jsonl_bytes"])))
+
+
+def test_drains_are_gathered_into_big_batches(tmp_path, monkeypatch):
+    """The writer thread drains every 50 ms (~50 records at a worker's full ingest); reading a
+    batch costs the analysis the same whatever its rows, so drains are gathered into batches of
+    BATCH_ROWS records (fewer at close, or when their gaps reach BATCH_GAPS)."""
+    monkeypatch.setattr(columnar, "BATCH_ROWS", 300)
+    rng = random.Random(12)
+    records = [_record(i, rng) for i in range(1000)]
+    sink = RecordsSink(tmp_path, "local")
+    sink.open()
+    for k in range(0, len(records), 50):
+        for r in records[k:k + 50]:
+            sink.add(r)
+        sink.flush()  # a drain of at most 50 (the writer thread may take some first)
+    sink.close()
+    size = (tmp_path / RECORDS_FILE).stat().st_size
+    ranges = _batch_ranges(tmp_path / COLUMNAR_FILE)
+    rows = [n for n, _, _ in ranges]
+    assert sum(rows) == 1000 and len(rows) in (3, 4)  # many drains a batch, the rest at close
+    assert all(300 <= n < 350 for n in rows[:3])
+    assert ranges[0][1] == 0 and ranges[-1][2] == size
+    assert all(a[2] == b[1] for a, b in zip(ranges, ranges[1:], strict=False))  # no gap between
+    _assert_the_copy_reads_as_the_jsonl(tmp_path)
+
+    monkeypatch.setattr(columnar, "BATCH_GAPS", 3 * 255)  # long answers: fewer rows a batch
+    writer = ColumnarWriter(tmp_path / "long.arrow")
+    writer.write([_streamed(i) for i in range(2)], 0, 100)
+    assert writer.rows == 0  # 510 gaps wait
+    writer.write([_streamed(i) for i in range(2, 4)], 100, 200)
+    assert writer.rows == 4 and writer._rows is None  # 1020: written at the end of that drain
+    writer.write([_streamed(4)], 200, 250)
+    writer.close()
+    assert _batch_ranges(tmp_path / "long.arrow") == [(4, 0, 200), (1, 200, 250)]
+
+
+def test_records_between_batches_cost_the_garbage_collector_nothing_per_gap(tmp_path):
+    """Records waiting for a batch used to stay as they were, and every collection that ran while
+    they waited walked each of their gaps (255 visits a streamed record, each a cache miss): the
+    pauses grew with the records waiting, and the hub's reads waited behind them. They wait as
+    typed arrays now: what the collector walks does not grow with their gaps."""
+    import gc
+
+    def walked(writer: ColumnarWriter) -> int:
+        """References the collector follows through the waiting rows' own containers (the Python
+        lists, tuples, dicts and records they hold; Arrow arrays and buffers hold none)."""
+        todo, visits = list(vars(writer._rows).values()), 0
+        while todo:
+            o = todo.pop()
+            if gc.is_tracked(o) and isinstance(o, list | tuple | dict | RequestRecord):
+                refs = gc.get_referents(o)
+                visits += len(refs)
+                todo.extend(refs)
+        return visits
+
+    few, many = ColumnarWriter(tmp_path / "a.arrow"), ColumnarWriter(tmp_path / "b.arrow")
+    few.write([_streamed(i) for i in range(10)], 0, 1)
+    many.write([_streamed(i) for i in range(1000)], 0, 1)
+    assert many._rows is not None and many._rows.count == 1000 and len(many._rows.gaps) == 1000 * 255
+    assert walked(many) == walked(few) < 200  # per drain and column, not per record or gap
+    few.close()
+    many.close()
+
+
+def test_a_batch_never_spans_a_gap_in_the_jsonl(tmp_path):
+    """Rows whose JSONL range does not follow the waiting rows' (another writer's lines between)
+    end the batch: each batch's range stays exactly its records' bytes."""
+    rng = random.Random(13)
+    writer = ColumnarWriter(tmp_path / COLUMNAR_FILE)
+    writer.write([_record(i, rng) for i in range(5)], 0, 500)
+    writer.write([_record(i, rng) for i in range(5, 8)], 500, 800)
+    writer.write([_record(i, rng) for i in range(8, 10)], 900, 1000)
+    writer.close()
+    assert _batch_ranges(tmp_path / COLUMNAR_FILE) == [(8, 0, 800), (2, 900, 1000)]
+
+
+def test_records_wait_for_the_writer_thread_a_twentieth_of_a_second(tmp_path):
+    """Records waiting for the writer are walked by every collection that runs meanwhile, and a
+    quarter second's worth made pauses of ~1 ms on a busy worker (sinks/records.py
+    FLUSH_INTERVAL_S): the writer thread takes them every 50 ms, so at any moment about 25 ms of
+    records wait — under 100 ms' worth at the median even on a loaded machine."""
+    import time
+
+    records = [_streamed(i) for i in range(2000)]
+    sink = RecordsSink(tmp_path, "local")
+    sink.open()
+    waiting: list[int] = []
+    t0 = time.perf_counter()
+    for i, r in enumerate(records):
+        waiting.append(len(sink._pending))
+        sink.add(r)
+        if i % 10 == 9:
+            time.sleep(0.005)  # ~2000 records a second, a busy worker's pace
+    rate = len(records) / (time.perf_counter() - t0)
+    sink.close()
+    assert sink.written == len(records)
+    assert float(np.median(waiting)) < 0.1 * rate, (np.median(waiting), rate)

@@ -15,7 +15,6 @@ from helpers.scenarios import write_corpus
 from helpers.waiting import wait_until
 
 from capacity_plugins.analysis.records import read_columnar
-from capacity_plugins.contracts.folders import COLUMNAR_FILE
 from capacity_plugins.sinks.records import FLUSH_INTERVAL_S, POLITE_S
 
 pytestmark = pytest.mark.slow
@@ -41,9 +40,9 @@ def test_kill_9_loses_at_most_the_last_flush(fake_llm, tmp_path):
             p.kill()
     recs = read_records(out)  # every line whole
     assert len(recs) > 50
-    # the typed copy for the analysis was written alongside; after the kill it holds exactly the
-    # JSONL's records, or the analysis does not use it
-    assert (out / COLUMNAR_FILE).exists()
+    # the typed copy for the analysis is written in batches of thousands of records (none yet in
+    # so short a run: then there is no file); after the kill it holds exactly the JSONL's
+    # records, or the analysis does not use it
     copy = read_columnar(out, [])
     assert copy is None or list(copy[0]["sent_unix"]) == [r["sent_unix"] for r in recs]
     last_end = max(r["sent_unix"] + r["e2e_ms"] / 1000.0 for r in recs)
