@@ -207,8 +207,8 @@ class _Rows:
         else:  # records that came from workers, as dicts (or a mix)
             column = lambda name: [_value(r, name) for r in items]  # noqa: E731
         for name, kind, arrays in zip(self.names, self.types, self.scalars, strict=True):
-            arrays.append(pa.array(column(name), type=kind))
-        share()
+            arrays.append(pa.array(column(name), type=kind))  # a master's drain can be 1000s of rows
+            share()
         gaps, offsets = self.gaps, self.offsets
         for i, values in enumerate(column(ITL_COLUMN), 1):
             gaps.extend(values or ())
