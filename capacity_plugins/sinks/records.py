@@ -46,15 +46,16 @@ log = logging.getLogger(__name__)
 # worker's full ingest) made young-generation collections of ~1-1.5 ms — first tokens waiting
 # behind them were stamped a decode step late (0.55 % of them at 75 % of a core with 1 ms steps,
 # against 0.21 % with 50 ms, and 0.02 % with no sink: medians of 6 paired rounds). Draining more
-# often costs nothing measurable; requests.arrow still gets big batches (sinks/columnar.py).
+# often costs the writer a wakeup per interval; requests.arrow still gets big batches
+# (sinks/columnar.py).
 FLUSH_INTERVAL_S = 0.05
 # How long a drain goes at the pace that leaves the hub its core (telemetry/_native.py GilShare)
 # before it finishes at full speed: a record is in the file at most FLUSH_INTERVAL_S + POLITE_S
 # + the rest of its drain's work after it finished.
 POLITE_S = 0.25
-# Records per write: 200 streamed records are ~600 KB, and joining and copying
-# them into the page cache in one piece took ~1.7 ms of the core (longer than a fast server's
-# decode step, all of it in front of the hub's reads); 16 records are ~50 KB, ~0.1 ms.
+# Records per write: 200 streamed records are ~600 KB, and joining and copying them into the page
+# cache in one piece took ~1.7 ms of the core (longer than a fast server's decode step, all of it
+# in front of the hub's reads); 16 records are ~50 KB, ~0.1 ms.
 WRITE_SLICE = 16
 
 
