@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import gevent
 import msgpack
 
 from capacity_plugins.contracts.records import RECORD_FIELDS, RequestRecord
 from capacity_plugins.load.messages import RecordsBatch
-from capacity_plugins.load.shipping import WorkerShipping
-from capacity_plugins.sinks.records import RecordsSink
 
 
 def _records(n: int) -> list[dict]:
@@ -31,49 +28,3 @@ def test_a_batch_is_handed_to_the_wire_without_copying_its_records():
     # what the master decodes from Locust's wire format (msgpack) is the same batch
     back = RecordsBatch.from_data(msgpack.unpackb(msgpack.packb(data)))
     assert back == RecordsBatch(worker=1, records=records, produced=7, final=True)
-
-
-class _Runner:
-    """Locust's runner as shipping sees it: what it sends."""
-
-    def __init__(self) -> None:
-        self.sent: list[RecordsBatch] = []
-
-    def send_message(self, kind: str, data: dict, client_id: str | None = None) -> None:
-        assert kind == RecordsBatch.TYPE
-        self.sent.append(RecordsBatch.from_data(data))
-
-
-def _worker_with(n: int, tmp_path) -> tuple[WorkerShipping, _Runner, list[dict]]:
-    sink = RecordsSink(tmp_path, "worker")
-    for d in _records(n):
-        sink.add(RequestRecord.from_dict(d))
-    runner = _Runner()
-    return WorkerShipping(runner, sink, lambda: 1), runner, [r.to_dict() for r in map(RequestRecord.from_dict, _records(n))]
-
-
-def test_records_go_in_small_messages_the_last_one_final(tmp_path):
-    """Locust encodes a message in one piece on the worker's hub (8-11 ms for 1000 streamed
-    records): a worker's records leave in messages of at most SHIP_MAX_RECORDS."""
-    shipping, runner, records = _worker_with(150, tmp_path)
-    shipping.ship(final=False)
-    assert [len(b.records) for b in runner.sent] == [64, 64, 22] and not any(b.final for b in runner.sent)
-    assert [r for b in runner.sent for r in b.records] == records
-    assert all(b.produced == 150 and b.worker == 1 for b in runner.sent)
-    shipping.ship(final=False)  # nothing waiting: nothing sent
-    assert len(runner.sent) == 3
-    shipping.ship(final=True)  # a stop with nothing waiting still says it is the last
-    assert len(runner.sent) == 4 and runner.sent[-1].final and runner.sent[-1].records == []
-
-
-def test_a_stop_while_the_loop_lets_the_hub_run_loses_nothing(tmp_path):
-    """The shipping loop yields between messages; a stop then ships the rest with the final flag
-    and kills the loop. Records are taken a message at a time, so none is held by the killed loop."""
-    shipping, runner, records = _worker_with(300, tmp_path)
-    loop = gevent.spawn(shipping.ship, final=False)
-    gevent.sleep(0)  # the loop sent its first message and yields
-    assert len(runner.sent) == 1
-    shipping.ship(final=True)
-    loop.kill()
-    assert [r for b in runner.sent for r in b.records] == records
-    assert runner.sent[-1].final and not any(b.final for b in runner.sent[:-1])

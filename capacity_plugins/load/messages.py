@@ -16,7 +16,7 @@ touch the runner's message API.
 | `StepsFinished` | master → workers | the last step drained: the rehearsal is complete |
 | `StepsReset` | master → workers | a new test from the web UI: forget the old timeline |
 | `Watch` | worker → master | ≥ 1 Hz: CPU, loop lag, read backlog, requests in flight, pacer counters |
-| `RecordsBatch` | worker → master | every 0.1 s (≤ 64 records each) and at stop: finished request records |
+| `RecordsBatch` | worker → master | ≥ 1 Hz and at stop: finished request records |
 """
 
 from __future__ import annotations

@@ -1,13 +1,8 @@
 """Moving finished records from the workers to the master, the one process that writes them.
 
-A worker ships its buffered records (`RecordsBatch`) every `SHIP_INTERVAL_S`, and once more with
-`final=True` when it stops (test_stop) and when it quits, so a clean stop loses nothing and a
-`kill -9` loses at most the last interval. Both numbers are small for the worker's timing's sake:
-records waiting in the buffer are walked by every garbage collection that runs meanwhile (a
-streamed record's 255 gaps are 255 visits), and Locust encodes a message in one piece on the
-hub (msgpack: 8-11 ms for 1000 streamed records, a second's at a worker's full ingest). So a
-tenth of a second's records go in messages of at most `SHIP_MAX_RECORDS` (~0.5 ms to encode),
-and the hub runs whatever is ready between two. The master hands each batch to its records sink
+A worker ships its buffered records (`RecordsBatch`) at least every `SHIP_INTERVAL_S`, and once
+more with `final=True` when it stops (test_stop) and when it quits, so a clean stop loses nothing
+and a `kill -9` loses at most the last interval. The master hands each batch to its records sink
 and, before it quits, waits (bounded) until every worker that ran has sent its final batch.
 """
 
@@ -25,8 +20,7 @@ from capacity_plugins.sinks.records import RecordsSink
 
 log = logging.getLogger(__name__)
 
-SHIP_INTERVAL_S = 0.1
-SHIP_MAX_RECORDS = 64
+SHIP_INTERVAL_S = 1.0
 FINAL_WAIT_S = 10.0
 
 
@@ -57,23 +51,12 @@ class WorkerShipping:
                 log.exception("shipping records to the master failed")
 
     def ship(self, *, final: bool) -> None:
-        # Taken a message at a time, not all at once: a stop that kills the shipping loop while it
-        # lets the hub run leaves what it had not sent in the buffer, for the final batch.
-        due = max(1, -(-self.sink.buffered // SHIP_MAX_RECORDS))  # messages for what waits now
-        for k in range(due):
-            if k:
-                gevent.sleep(0)  # the hub's ready reads between two messages
-            batch = self.sink.take_batch(SHIP_MAX_RECORDS)
-            done = k == due - 1 or not self.sink.buffered
-            if final and done:
-                batch += self.sink.take_batch()  # and what was added meanwhile: nothing follows
-            if batch or (final and done):
-                messages.send(self.runner, messages.RecordsBatch(
-                    worker=self.worker_index(), records=batch, produced=self.sink.produced,
-                    final=final and done,
-                ))
-            if done:
-                return
+        batch = self.sink.take_batch()
+        if not batch and not final:
+            return
+        messages.send(self.runner, messages.RecordsBatch(
+            worker=self.worker_index(), records=batch, produced=self.sink.produced, final=final,
+        ))
 
 
 class MasterReceiving:
@@ -92,7 +75,7 @@ class MasterReceiving:
         while not (worker_indices := expected()) <= self.sink.final_from:
             if time.monotonic() > deadline:
                 missing = sorted(worker_indices - self.sink.final_from)
-                log.warning("no final record batch from worker(s) %s; their last records may be lost", missing)
+                log.warning("no final record batch from worker(s) %s; their last second may be lost", missing)
                 return False
             gevent.sleep(0.05)
         return True

@@ -2,9 +2,9 @@
 
 Local run: the process appends and flushes each record as it finishes.
 Distributed (`--processes N`, master + workers): only the master writes. A worker keeps its
-records in a buffer that load/shipping.py sends to the master every 0.1 s and once more (final)
-when the worker stops; the master writes them to one file as they arrive (`receive`). A worker
-killed hard loses at most its last tenth of a second; the master counts what it received against
+records in a buffer that load/shipping.py sends to the master at least every second and once more
+(final) when the worker stops; the master writes them to one file as they arrive (`receive`). A
+worker killed hard loses at most its last second; the master counts what it received against
 what each worker said it produced, and meta.json reports the difference (`accounting`).
 
 Every line written passes the run's `Secrets` scrub: a server that echoes a key into an error
@@ -183,17 +183,9 @@ class RecordsSink:
 
     # -- worker side --------------------------------------------------------------------------
 
-    @property
-    def buffered(self) -> int:
-        """Records a worker holds for its master."""
-        return len(self._buffer)
-
-    def take_batch(self, limit: int | None = None) -> list[dict[str, Any]]:
-        """The oldest `limit` (default all) records buffered (a worker ships them to its master)."""
-        if limit is None or limit >= len(self._buffer):
-            batch, self._buffer = self._buffer, []
-        else:
-            batch, self._buffer = self._buffer[:limit], self._buffer[limit:]
+    def take_batch(self) -> list[dict[str, Any]]:
+        """The records buffered since the last call (a worker ships them to its master)."""
+        batch, self._buffer = self._buffer, []
         return batch
 
     # -- master side --------------------------------------------------------------------------
