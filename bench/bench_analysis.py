@@ -2,10 +2,12 @@
 
 Goal (issue 14, goal 5): <= 5 s on a 2-core machine for 1 M records, and <= 2 GB for 10 M (a long
 soak at high rate; the ITL gaps, 64 per record, are held per step by value, so what grows with the
-records is only their ~110 bytes of per-request columns), for the folder as the product writes it: requests.jsonl with `itl_ms` inline, and requests.arrow written by the records sink's
-own writer (sinks/columnar.py). For comparison the same folder without requests.arrow (an older
-run, or a master without pyarrow: the JSON is parsed), and the ITL side-file layouts the analysis
-also reads (`itl.jsonl`, `itl.parquet`). The folders are generated once and cached under /tmp.
+records is only their ~110 bytes of per-request columns), for the folder as the product writes
+it: requests.jsonl with `itl_ms` inline, and requests.arrow written by the records sink's own
+writer (sinks/columnar.py). Then the same folder as a run killed before the copy's last batch
+leaves it (the copy's batches, then the JSONL's lines after them). For comparison the same
+folder without requests.arrow (an older run, or a master without pyarrow: the JSON is parsed),
+and the ITL side-file layouts the analysis also reads (`itl.jsonl`, `itl.parquet`). The folders are generated once and cached under /tmp.
 Each analysis runs in a fresh process (`capacity analyze`, reports included) so its peak RSS is
 its own. A last line prices the intervals alone: nearest-rank
 P50/P95/P99 *with* their order-statistic intervals against the plain percentiles, on one step's
@@ -110,6 +112,35 @@ def generate(out: Path, n: int, layout: str) -> None:
     done.touch()
 
 
+def killed(product: Path, out: Path) -> None:
+    """The product's folder as a run killed before its last batch of requests.arrow leaves it:
+    requests.jsonl whole (hard links), the copy without that batch (the analysis reads the
+    batches that match, then parses only the JSONL's lines after them)."""
+    import pyarrow as pa
+    import pyarrow.ipc
+
+    done = out / ".complete"
+    if done.exists():
+        return
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    for f in product.iterdir():
+        if f.name not in (COLUMNAR_FILE, ".complete") and f.is_file():
+            os.link(f, out / f.name)
+    with pa.memory_map(str(product / COLUMNAR_FILE)) as source, pyarrow.ipc.open_stream(source) as reader, \
+            pyarrow.ipc.new_stream(str(out / COLUMNAR_FILE), reader.schema) as writer:
+        held = None
+        while True:
+            try:
+                got = reader.read_next_batch_with_custom_metadata()
+            except StopIteration:
+                break
+            if held is not None:
+                writer.write_batch(*held)
+            held = got
+    done.touch()
+
+
 def _warm(folder: Path) -> None:
     """Read the folder once: an analysis right after a run finds its files in the page cache, and a
     folder generated before a bigger one was written may have been evicted (a disk read, not the
@@ -187,15 +218,18 @@ def main() -> int:
     except ImportError:
         reader = "orjson (pyarrow not installed)"
     print(f"records: {args.records:,} × {GAPS} ITL gaps; JSON reader: {reader}; cores: {os.cpu_count()}")
-    layouts = {"product": "as the product writes", "inline": "requests.jsonl alone", "jsonl": "itl.jsonl side file",
-               "parquet": "itl.parquet side file"}
+    layouts = {"product": "as the product writes", "killed": "killed before its last batch",
+               "inline": "requests.jsonl alone", "jsonl": "itl.jsonl side file", "parquet": "itl.parquet side file"}
     if reader != "pyarrow":
-        layouts.pop("parquet")
-        layouts.pop("product")
+        for layout in ("parquet", "product", "killed"):
+            layouts.pop(layout)
     for layout, label in layouts.items():
         folder = Path(f"/tmp/capacity_bench_analysis_v3_{args.records}_{layout}")
         t = time.perf_counter()
-        generate(folder, args.records, layout)
+        if layout == "killed":
+            killed(Path(f"/tmp/capacity_bench_analysis_v3_{args.records}_product"), folder)
+        else:
+            generate(folder, args.records, layout)
         gen = time.perf_counter() - t
         size = sum(f.stat().st_size for f in folder.glob("*.jsonl")) / 1e6
         arrow = folder / COLUMNAR_FILE

@@ -1,7 +1,8 @@
 """requests.arrow: the records sink's typed copy of the analysis's columns (sinks/columnar.py).
 
-The analysis must read from it exactly what it reads from requests.jsonl, and must not use it
-when it does not hold exactly the JSONL's records (a run killed mid-batch, a line appended after).
+The analysis must read from it exactly what it reads from requests.jsonl: the part of the JSONL
+its batches hold exactly from the copy, the lines after that part (a run killed before its last
+batch, a line appended after) from the JSONL; and not use it when it holds no such part.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import pandas as pd
 import pytest
 
 from capacity_plugins.analysis import gaps as gaps_module
+from capacity_plugins.analysis import records as records_module
 from capacity_plugins.analysis.gaps import by_step
 from capacity_plugins.analysis.intervals import quantiles_ci
 from capacity_plugins.analysis.load import dumps_json, load_run
@@ -28,6 +30,7 @@ from capacity_plugins.contracts.records import (
     RECORD_FIELDS,
     RequestRecord,
 )
+from capacity_plugins.errors import UserError
 from capacity_plugins.sinks import columnar
 from capacity_plugins.sinks.columnar import ColumnarWriter
 from capacity_plugins.sinks.records import RecordsSink
@@ -94,13 +97,13 @@ def test_the_writer_threads_paced_drains_write_the_same_copy(tmp_path):
     _assert_the_copy_reads_as_the_jsonl(tmp_path)
 
 
-def _assert_the_copy_reads_as_the_jsonl(tmp_path):
+def _assert_the_copy_reads_as_the_jsonl(tmp_path, torn=False):
     assert (tmp_path / COLUMNAR_FILE).exists()
     got = _read(tmp_path)
-    assert got is not None
-    df, gaps = got
-    ref_df, ref_vals, ref_lens, torn = read_requests(tmp_path / RECORDS_FILE, with_itl=True)
-    assert not torn
+    assert got is not None and got.torn == torn
+    df, gaps = got.records, got.itl
+    ref_df, ref_vals, ref_lens, ref_torn = read_requests(tmp_path / RECORDS_FILE, with_itl=True)
+    assert ref_torn == torn
     # the same columns, values and dtypes, less the request ids nothing downstream reads
     pd.testing.assert_frame_equal(df, ref_df.drop(columns=["request_id"]), check_dtype=True)
     good = ref_df["ok"].to_numpy() & ~ref_df["warmup"].to_numpy()
@@ -118,7 +121,7 @@ def test_a_step_with_many_gaps_is_counted_by_value_with_the_same_percentiles(tmp
     monkeypatch.setattr(gaps_module, "RAW_MAX", 500)
     rng = random.Random(11)
     _write(tmp_path, [_record(i, rng) for i in range(1000)])
-    df, gaps = _read(tmp_path)
+    gaps = _read(tmp_path).itl
     ref_df, ref_vals, ref_lens, _ = read_requests(tmp_path / RECORDS_FILE, with_itl=True)
     good = ref_df["ok"].to_numpy() & ~ref_df["warmup"].to_numpy()
     ref = by_step(ref_vals, np.repeat(np.where(good, ref_df["step"].to_numpy(), -1), ref_lens), STEPS)
@@ -133,19 +136,81 @@ def test_a_step_with_many_gaps_is_counted_by_value_with_the_same_percentiles(tmp
             assert counted.share_at_most(limit) == raw.share_at_most(limit)
 
 
-def test_a_copy_cut_mid_batch_or_a_json_line_added_after_it_is_not_used(tmp_path):
+@pytest.fixture
+def parsed(monkeypatch):
+    """The byte ranges of requests.jsonl the analysis parses as JSON."""
+    ranges: list[tuple[int, int | None]] = []
+    real = records_module._json_blocks
+
+    def spy(f, limit, start=0):
+        ranges.append((start, limit))
+        return real(f, limit, start)
+
+    monkeypatch.setattr(records_module, "_json_blocks", spy)
+    return ranges
+
+
+def test_the_jsonl_lines_after_the_copy_are_read_from_the_jsonl_and_only_they(tmp_path, monkeypatch, parsed):
+    """A run killed before its last batch was written, or a straggler line written after the copy
+    closed, leaves records the copy lacks: its batches stand, and only the lines after them are
+    parsed — a killed soak's analysis needs no more memory than a whole one's."""
+    monkeypatch.setattr(columnar, "BATCH_ROWS", 120)
+    rng = random.Random(8)
+    _write(tmp_path, [_record(i, rng) for i in range(500)])
+    arrow, jsonl = tmp_path / COLUMNAR_FILE, tmp_path / RECORDS_FILE
+    whole, size = arrow.read_bytes(), jsonl.stat().st_size
+    ranges = _batch_ranges(arrow)
+    assert len(ranges) >= 2
+    assert _read(tmp_path).jsonl_tail == 0 and parsed == []
+    _assert_the_copy_reads_as_the_jsonl(tmp_path)
+    # a record written after the copy was closed (a straggler at quit): in the JSONL only
+    with jsonl.open("ab") as f:
+        f.write(_record(500, rng).to_json_bytes())
+    parsed.clear()
+    assert _read(tmp_path).jsonl_tail == 1 and parsed == [(size, jsonl.stat().st_size)]
+    _assert_the_copy_reads_as_the_jsonl(tmp_path)
+    # a copy cut inside its last batch (kill -9 mid-write): the whole batches before it stand
+    arrow.write_bytes(whole[: len(whole) - 200])
+    parsed.clear()
+    assert _read(tmp_path).jsonl_tail == ranges[-1][0] + 1 and parsed == [(ranges[-1][1], jsonl.stat().st_size)]
+    _assert_the_copy_reads_as_the_jsonl(tmp_path)
+    # and the JSONL's last line cut too: skipped and said, as when the JSONL is read alone
+    with jsonl.open("ab") as f:
+        f.write(_record(501, rng).to_json_bytes()[:40])
+    assert _read(tmp_path).jsonl_tail == ranges[-1][0] + 1
+    _assert_the_copy_reads_as_the_jsonl(tmp_path, torn=True)
+
+
+def test_a_gap_in_the_copys_ranges_ends_the_part_it_is_read_for(tmp_path, parsed):
+    """Batches after a gap in the byte ranges (a batch the copy never got) are not used: the
+    JSONL is read from the gap on."""
+    folder = make_results(tmp_path / "run", levels=[1, 2], rps=[3, 5], e2e_p50_ms=[300, 400],
+                          e2e_p99_ms=[500, 700], itl_gaps=12, error_rate=[0, 0.1])
+    _with_typed_copy(folder, skip={2})
+    (rows, _start, end), after_gap = _batch_ranges(folder / COLUMNAR_FILE)
+    assert rows == 100 and after_gap[1] > end  # chunks 0-1, then the batch after the gap
+    got = read_columnar(folder, STEPS)
+    assert got.jsonl_tail == len(got.records) - 100 and parsed == [(end, (folder / RECORDS_FILE).stat().st_size)]
+    _assert_the_copy_reads_as_the_jsonl(folder)
+
+
+def test_a_bad_line_after_the_copy_is_named(tmp_path):
+    rng = random.Random(9)
+    _write(tmp_path, [_record(i, rng) for i in range(50)])
+    jsonl = tmp_path / RECORDS_FILE
+    with jsonl.open("ab") as f:
+        f.write(_record(50, rng).to_json_bytes() + b'{"request_id": "r51", "ok": "yes"}\n')
+    with pytest.raises(UserError, match=r"^requests.jsonl line 52: field ok"):
+        _read(tmp_path)
+
+
+def test_a_copy_that_does_not_match_the_jsonl_is_not_used(tmp_path):
     rng = random.Random(8)
     _write(tmp_path, [_record(i, rng) for i in range(500)])
     arrow, jsonl = tmp_path / COLUMNAR_FILE, tmp_path / RECORDS_FILE
     whole = arrow.read_bytes()
-    # a record written after the copy was closed (a straggler at quit): in the JSONL only
-    with jsonl.open("ab") as f:
-        f.write(_record(500, rng).to_json_bytes())
-    assert _read(tmp_path) is None
-    # the same JSONL without it, but a copy cut inside its last batch (kill -9 mid-write): its
-    # whole batches stand, yet they end before the JSONL does
-    jsonl.write_bytes(jsonl.read_bytes().rsplit(b"\n", 2)[0] + b"\n")
     assert _read(tmp_path) is not None
+    # cut inside its only batch: no records at all
     arrow.write_bytes(whole[: len(whole) - 200])
     assert _read(tmp_path) is None
     # not Arrow at all
@@ -155,6 +220,9 @@ def test_a_copy_cut_mid_batch_or_a_json_line_added_after_it_is_not_used(tmp_path
     arrow.write_bytes(whole)
     text = jsonl.read_bytes()
     jsonl.write_bytes(text.replace(b'"request_id":"r499"', b'"request_id":"x499"'))
+    assert _read(tmp_path) is None
+    # a JSONL shorter than the copy says
+    jsonl.write_bytes(text[:-10])
     assert _read(tmp_path) is None
 
 
@@ -177,15 +245,17 @@ def test_no_free_text_reaches_the_typed_copy(tmp_path):
     assert b"the server's text" not in (tmp_path / COLUMNAR_FILE).read_bytes()
 
 
-def _with_typed_copy(folder):
-    """requests.arrow for a synthetic folder's requests.jsonl, as the sink writes it (batch by batch)."""
+def _with_typed_copy(folder, skip=frozenset()):
+    """requests.arrow for a synthetic folder's requests.jsonl, as the sink writes it (batches of
+    50 records), less the batches numbered in `skip`."""
     writer = ColumnarWriter(folder / COLUMNAR_FILE)
     start = 0
     lines = (folder / RECORDS_FILE).read_bytes().splitlines(keepends=True)
-    for i in range(0, len(lines), 50):
+    for k, i in enumerate(range(0, len(lines), 50)):
         chunk = lines[i:i + 50]
         end = start + sum(len(ln) for ln in chunk)
-        writer.write([orjson.loads(ln) for ln in chunk], start, end)
+        if k not in skip:
+            writer.write([orjson.loads(ln) for ln in chunk], start, end)
         start = end
     writer.close()
     return folder
@@ -203,6 +273,10 @@ def test_the_summary_is_the_same_from_the_jsonl_the_raw_gaps_and_the_counted_gap
     run = load_run(folder)
     assert all(g.counts is not None for g in run.itl.values())
     views["typed copy, counted gaps"] = summarise(run)["steps"]
+    _with_typed_copy(folder, skip={3})  # batches up to a gap, then the JSONL's lines
+    run = load_run(folder)
+    assert all(g.counts is not None for g in run.itl.values())
+    views["typed copy up to a gap, requests.jsonl after it"] = summarise(run)["steps"]
     (folder / COLUMNAR_FILE).unlink()
     views["requests.jsonl"] = summarise(load_run(folder))["steps"]
     (first, a), *rest = views.items()

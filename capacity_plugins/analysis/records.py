@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, NamedTuple
 
 import numpy as np
 import orjson
@@ -116,13 +116,34 @@ def _arrow_available() -> bool:
     return True
 
 
-def _arrow_source(f: Path, limit: int | None):
-    """The file for pyarrow: its path, or (a torn tail) a zero-copy view of its first `limit` bytes."""
-    if limit is None:
+def _arrow_source(f: Path, limit: int | None, start: int = 0):
+    """The file for pyarrow: its path, or a zero-copy view of its bytes [start, limit) — a torn
+    tail left out, or only the lines after what requests.arrow holds."""
+    if limit is None and start == 0:
         return f
     import pyarrow as pa
 
-    return pa.BufferReader(pa.memory_map(str(f)).read_buffer(limit))
+    mm = pa.memory_map(str(f))
+    mm.seek(start)
+    return pa.BufferReader(mm.read_buffer((f.stat().st_size if limit is None else limit) - start))
+
+
+def _json_blocks(f: Path, limit: int | None, start: int = 0):
+    """requests.jsonl's bytes [start, limit) block by block, as (Arrow batch of the analysis
+    columns, float32 gaps, gaps per record): the float64 gap lists of one block at a time are
+    alive, not all of them next to their float32 copy (1 M records: ~1.1 GB peak, not ~1.7 GB)."""
+    import pyarrow as pa
+    import pyarrow.json as pj
+
+    schema = columnar_schema(itl=pa.float64())
+    opts = pj.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore")
+    ropts = pj.ReadOptions(block_size=1 << 24)
+    src = _arrow_source(f, limit, start)
+    reader = pj.open_json(src, read_options=ropts, parse_options=opts) if hasattr(pj, "open_json") else \
+        pj.read_json(src, read_options=ropts, parse_options=opts).to_batches()
+    for batch in reader:
+        values, lens = _flatten_lists(pa.chunked_array([batch.column("itl_ms")]))
+        yield batch.drop_columns(["itl_ms"]), values, lens
 
 
 def _read_requests_arrow(f: Path, with_itl: bool,
@@ -130,32 +151,18 @@ def _read_requests_arrow(f: Path, with_itl: bool,
     import pyarrow as pa
     import pyarrow.json as pj
 
-    types = {"f": pa.float64(), "b": pa.bool_(), "s": pa.string(), "i": pa.int64()}
-    fields = [(c, types[k]) for c, k in REQUEST_COLUMNS.items()]
-    if with_itl:
-        fields.append(("itl_ms", pa.list_(pa.float64())))
-    schema = pa.schema(fields)
-    opts = pj.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore")
-    ropts = pj.ReadOptions(block_size=1 << 24)
     itl_vals = itl_lens = None
     if not with_itl:
-        tbl = pj.read_json(_arrow_source(f, limit), read_options=ropts, parse_options=opts)
+        schema = pa.schema([fd for fd in columnar_schema() if fd.name != "itl_ms"])
+        opts = pj.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore")
+        tbl = pj.read_json(_arrow_source(f, limit), read_options=pj.ReadOptions(block_size=1 << 24), parse_options=opts)
     else:
-        # Stream block by block so the float64 ITL lists of one block at a time are alive, not
-        # all of them next to their float32 copy (1 M records: ~1.1 GB peak instead of ~1.7 GB).
-        batches, vals, lens = [], [], []
-        src = _arrow_source(f, limit)
-        reader = pj.open_json(src, read_options=ropts, parse_options=opts) if hasattr(pj, "open_json") else \
-            pj.read_json(src, read_options=ropts, parse_options=opts).to_batches()
-        for batch in reader:
-            v, n = _flatten_lists(pa.chunked_array([batch.column("itl_ms")]))
-            vals.append(v)
-            lens.append(n)
-            batches.append(batch.drop_columns(["itl_ms"]))
-        out_schema = pa.schema([fd for fd in schema if fd.name != "itl_ms"])
-        tbl = pa.Table.from_batches(batches, schema=out_schema)
-        itl_vals = np.concatenate(vals) if vals else np.empty(0, ITL_DTYPE)
-        itl_lens = np.concatenate(lens) if lens else np.empty(0, np.int64)
+        blocks = list(_json_blocks(f, limit))
+        schema = pa.schema([fd for fd in columnar_schema() if fd.name != "itl_ms"])
+        tbl = pa.Table.from_batches([b for b, _v, _n in blocks], schema=schema)
+        itl_vals = np.concatenate([v for _b, v, _n in blocks]) if blocks else np.empty(0, ITL_DTYPE)
+        itl_lens = np.concatenate([n for _b, _v, n in blocks]) if blocks else np.empty(0, np.int64)
+        del blocks
     df = tbl.to_pandas()
     del tbl
     _release_arrow_memory()
@@ -279,12 +286,16 @@ def read_requests(f: Path, with_itl: bool) -> tuple[pd.DataFrame, np.ndarray | N
     try:
         df, vals, lens = reader(f, with_itl, limit)
     except Exception:
-        # Either reader fails on the first bad line without saying which; find it once.
-        n, why = _first_bad_line(f, limit)
-        if n:
-            raise UserError(f"{f.name} line {n}: {why}") from None
-        raise UserError(f"{f.name}: could not be read (mixed field types?)") from None
+        raise _bad_line_error(f, limit) from None
     return _typed(df), vals, lens, limit is not None
+
+
+def _bad_line_error(f: Path, limit: int | None) -> UserError:
+    """The readers fail on the first bad line without saying which: find it once."""
+    n, why = _first_bad_line(f, limit)
+    if n:
+        return UserError(f"{f.name} line {n}: {why}")
+    return UserError(f"{f.name}: could not be read (mixed field types?)")
 
 
 def _typed(df: pd.DataFrame) -> pd.DataFrame:
@@ -310,14 +321,27 @@ def _last_request_id(f: Path, size: int) -> Any:
     return orjson.loads(line).get("request_id")
 
 
-def read_columnar(path: Path, step_indexes: list[int]) -> tuple[pd.DataFrame, dict[int, Gaps]] | None:
-    """(records, each measured step's ITL gaps) from requests.arrow when it holds exactly the
-    records of requests.jsonl; None otherwise — no file, no pyarrow, a run killed mid-batch, a
-    file edited since — and the JSONL is read instead.
+class Columnar(NamedTuple):
+    records: pd.DataFrame
+    itl: dict[int, Gaps]
+    # Records read from requests.jsonl after the copy's last batch (a run killed before writing
+    # it, or lines another writer added), and whether the JSONL's last line was cut.
+    jsonl_tail: int
+    torn: bool
+
+
+def read_columnar(path: Path, step_indexes: list[int]) -> Columnar | None:
+    """The records and each measured step's ITL gaps from requests.arrow for the part of
+    requests.jsonl it holds exactly, and from the JSONL for the lines after that part; None when
+    it holds no such part — no file, no pyarrow, a copy that starts after the JSONL does or whose
+    last record is not the JSONL's line there (a file edited since) — and the JSONL is read instead.
 
     "Exactly": each batch carries the byte range its records take in requests.jsonl
-    (sinks/columnar.py); the whole batches must cover the file from its first byte to its size
-    now without a gap, and the last record must be the file's last line.
+    (sinks/columnar.py); the batches read must cover the file from its first byte without a gap,
+    and their last record must be the JSONL's line that ends where they do. A run killed before
+    its last batch was written, or between the batches' records and a gap in the JSONL's (a batch
+    never spans one), leaves lines after that: only those are parsed, so a killed long soak is
+    read in memory bounded as a whole one is, not as its whole JSONL would need.
 
     Two passes, so memory holds the records' analysis columns and the steps' gaps, never the
     file: the first walks the batch headers through a memory map (their bodies untouched) to
@@ -332,12 +356,22 @@ def read_columnar(path: Path, step_indexes: list[int]) -> tuple[pd.DataFrame, di
     import pyarrow as pa
 
     try:
-        rows = _columnar_rows(pa, arrow, jsonl)
-        got = None if rows is None else _read_columnar_rows(pa, arrow, rows, step_indexes)
+        prefix = _columnar_prefix(pa, arrow, jsonl)
+        if prefix is None:
+            return None
+        rows, covered = prefix
+        limit = torn_tail(jsonl)
+        end = jsonl.stat().st_size if limit is None else limit
+        if covered > end:
+            return None
+        tail = _jsonl_tail(jsonl, covered, end)
+        got = _read_columnar_rows(pa, arrow, rows, step_indexes, tail)
     except (pa.ArrowInvalid, OSError, ValueError):
         return None
     _release_arrow_memory()
-    return got
+    if got is None:
+        return None
+    return Columnar(*got, jsonl_tail=sum(b.num_rows for b, _v, _n in tail), torn=limit is not None)
 
 
 def _batches(pa: Any, source: Any):
@@ -357,53 +391,79 @@ def _batches(pa: Any, source: Any):
                 return
 
 
-def _columnar_rows(pa: Any, arrow: Path, jsonl: Path) -> int | None:
-    """The number of records when requests.arrow's batches cover requests.jsonl exactly, else None."""
+def _columnar_prefix(pa: Any, arrow: Path, jsonl: Path) -> tuple[int, int] | None:
+    """(records, bytes of requests.jsonl they take) of requests.arrow's batches that cover the
+    JSONL from its first byte without a gap, or None when there are none or they do not match it."""
     rows, size, last = 0, 0, None
     with pa.memory_map(str(arrow)) as source:
         for batch, meta in _batches(pa, source):
             if meta is None or int(meta.get(JSONL_FROM, -1)) != size:
-                return None  # a gap (records this file never got), or no range at all
+                break  # a gap (records this file never got), or no range at all: the JSONL from here
             size = int(meta[JSONL_BYTES])
             if batch.num_rows:
                 rows += batch.num_rows
                 last = batch.column("request_id")[-1].as_py()
-    if last is None or size != jsonl.stat().st_size:
+    if last is None or size > jsonl.stat().st_size:
         return None
     try:
-        return rows if _last_request_id(jsonl, size) == last else None
+        return (rows, size) if _last_request_id(jsonl, size) == last else None
     except (orjson.JSONDecodeError, AttributeError, OSError):
         return None
 
 
-def _read_columnar_rows(pa: Any, arrow: Path, rows: int,
-                        step_indexes: list[int]) -> tuple[pd.DataFrame, dict[int, Gaps]] | None:
+def _jsonl_tail(jsonl: Path, start: int, end: int) -> list[tuple[Any, np.ndarray, np.ndarray]]:
+    """requests.jsonl's records in bytes [start, end) as (Arrow batch of the analysis columns,
+    float32 gaps, gaps per record), the float64 gap lists of one block alive at a time."""
+    import pyarrow as pa
+
+    with jsonl.open("rb") as fh:
+        fh.seek(start)
+        if not fh.read(min(4096, end - start)).strip():
+            return []
+    try:
+        return list(_json_blocks(jsonl, end, start))
+    except pa.ArrowInvalid:
+        raise _bad_line_error(jsonl, end) from None
+
+
+def _read_columnar_rows(pa: Any, arrow: Path, rows: int, step_indexes: list[int],
+                        tail: list[tuple[Any, np.ndarray, np.ndarray]]) -> tuple[pd.DataFrame, dict[int, Gaps]] | None:
     import pyarrow.compute as pc
 
     names = [c for c in REQUEST_COLUMNS if c != "request_id"]
     # dtypes as `_typed` gives the JSONL's: integers with nulls as floats until the end shows none
     kinds = {"f": float, "i": float, "b": bool, "s": object}
-    cols = {c: np.empty(rows, dtype=np.int64 if c == "step" else kinds[REQUEST_COLUMNS[c]]) for c in names}
+    total = rows + sum(b.num_rows for b, _v, _n in tail)
+    cols = {c: np.empty(total, dtype=np.int64 if c == "step" else kinds[REQUEST_COLUMNS[c]]) for c in names}
     nulls = dict.fromkeys(names, False)
     gaps = GapsByStep(step_indexes)
     at = 0
+
+    def take(batch: Any, values: np.ndarray, lens: np.ndarray) -> None:
+        nonlocal at
+        n = batch.num_rows
+        for c in names:
+            col = batch.column(c)
+            nulls[c] = nulls[c] or col.null_count > 0
+            if c == "step":
+                col = pc.fill_null(col, -1)
+            elif REQUEST_COLUMNS[c] == "b":
+                col = pc.fill_null(col, False)
+            cols[c][at:at + n] = col.to_numpy(zero_copy_only=False)  # a copy into place
+        _add_gaps(gaps, values, lens, {c: cols[c][at:at + n] for c in ("ok", "warmup", "step")})
+        at += n
+
     with pa.OSFile(str(arrow)) as source:
         for batch, _meta in _batches(pa, source):
-            n = batch.num_rows
-            if at + n > rows:
-                return None  # the file grew between the passes
-            for c in names:
-                col = batch.column(c)
-                nulls[c] = nulls[c] or col.null_count > 0
-                if c == "step":
-                    col = pc.fill_null(col, -1)
-                elif REQUEST_COLUMNS[c] == "b":
-                    col = pc.fill_null(col, False)
-                cols[c][at:at + n] = col.to_numpy(zero_copy_only=False)  # a copy into place
-            _add_gaps(gaps, batch.column("itl_ms"), {c: cols[c][at:at + n] for c in ("ok", "warmup", "step")})
-            at += n
+            if at + batch.num_rows > rows:
+                break  # past the part that matches the JSONL (or the file grew between the passes)
+            itl = batch.column("itl_ms")
+            take(batch, itl.flatten().to_numpy(zero_copy_only=False),
+                 itl.value_lengths().fill_null(0).to_numpy(zero_copy_only=False))
     if at != rows:
         return None
+    for batch, values, lens in tail:
+        take(batch, values, lens)
     frame: dict[str, Any] = {}
     for c in names:
         kind = REQUEST_COLUMNS[c]
@@ -416,12 +476,10 @@ def _read_columnar_rows(pa: Any, arrow: Path, rows: int,
     return pd.DataFrame(frame, copy=False), gaps.finish()
 
 
-def _add_gaps(gaps: GapsByStep, itl: Any, cols: dict[str, np.ndarray]) -> None:
-    """Hand a batch's gaps of measured, successful requests to their steps."""
+def _add_gaps(gaps: GapsByStep, values: np.ndarray, lens: np.ndarray, cols: dict[str, np.ndarray]) -> None:
+    """Hand a batch's gaps (float32, `lens` per record) of measured, successful requests to their steps."""
     good = cols["ok"] & ~cols["warmup"]
     tag = np.where(good, cols["step"], -1)
-    lens = itl.value_lengths().fill_null(0).to_numpy(zero_copy_only=False)
-    values = itl.flatten().to_numpy(zero_copy_only=False)
     per_gap = np.repeat(tag, lens)
     for index in np.unique(tag):
         if index >= 0 and gaps.wants(int(index)):

@@ -286,10 +286,12 @@ JSONL_FROM = b"jsonl_from"
 JSONL_BYTES = b"jsonl_bytes"
 
 
-def columnar_schema() -> Any:
-    """requests.arrow's Arrow schema: ANALYSIS_COLUMNS by kind, then `itl_ms` as float32 lists
-    (needs pyarrow; imported here, not at module import, so the load side never pays for it)."""
+def columnar_schema(itl: Any = None) -> Any:
+    """requests.arrow's Arrow schema: ANALYSIS_COLUMNS by kind, then `itl_ms` as lists of float32
+    (or of `itl`: the analysis parses the JSONL's gaps as float64 with the same schema otherwise).
+    Needs pyarrow; imported here, not at module import, so the load side never pays for it."""
     import pyarrow as pa
 
     types = {"f": pa.float64(), "b": pa.bool_(), "s": pa.string(), "i": pa.int64()}
-    return pa.schema([(c, types[k]) for c, k in ANALYSIS_COLUMNS.items()] + [("itl_ms", pa.list_(pa.float32()))])
+    return pa.schema([(c, types[k]) for c, k in ANALYSIS_COLUMNS.items()]
+                     + [("itl_ms", pa.list_(pa.float32() if itl is None else itl))])

@@ -12,14 +12,15 @@ size, so the ~50 records of a drain in a batch of their own would make a million
 ~5 s instead of ~1. Until then they wait as typed arrays (the scalars converted per drain, the
 gaps copied into one float32 buffer), which the garbage collector never walks; the records
 themselves are let go at once. A run killed before its last batch leaves a copy that ends
-before the JSONL does, and the analysis reads the JSONL.
+before the JSONL does: the analysis reads the copy's batches and parses only the JSONL's lines
+after them.
 
 requests.jsonl stays the record of the run, for people and tools; this file only speeds up
 reading it. The Arrow *stream* format is append-only and readable up to the last whole batch, so
 a run killed mid-write leaves a file whose batches before the cut are intact. Each batch carries
-the byte range its records take in requests.jsonl, so the analysis can tell in O(1) whether this
-file holds exactly the records requests.jsonl holds (analysis/records.py `read_columnar`); when
-it does not, the JSONL is read. It holds no free text (no error messages, no prompts): nothing in
+the byte range its records take in requests.jsonl, so the analysis can tell from the batch
+headers which part of requests.jsonl this file holds exactly (analysis/records.py
+`read_columnar`); the JSONL after that part is parsed, and all of it when there is no such part. It holds no free text (no error messages, no prompts): nothing in
 it needs the secrets scrub.
 
 Without pyarrow (a worker-only install) no file is written.
