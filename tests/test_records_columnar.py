@@ -63,8 +63,8 @@ def _write(folder, records, role="local"):
             sink.add(r)
             if int(r.request_id[1:]) % 97 == 0:
                 sink.flush()  # several batches, as a run's writer thread makes
-    else:  # a master writes what workers ship: dicts
-        sink.receive(0, [r.to_dict() for r in records], len(records), final=True)
+    else:  # a master writes what workers ship: their JSON lines
+        sink.receive(0, [r.to_json_bytes() for r in records], len(records), final=True)
     sink.close()
 
 

@@ -51,11 +51,11 @@ class WorkerShipping:
                 log.exception("shipping records to the master failed")
 
     def ship(self, *, final: bool) -> None:
-        batch = self.sink.take_batch()
-        if not batch and not final:
+        lines = self.sink.take_batch(final=final)
+        if not lines and not final:
             return
         messages.send(self.runner, messages.RecordsBatch(
-            worker=self.worker_index(), records=batch, produced=self.sink.produced, final=final,
+            worker=self.worker_index(), lines=lines, produced=self.sink.produced, final=final,
         ))
 
 
@@ -66,7 +66,7 @@ class MasterReceiving:
 
     def attach(self) -> None:
         messages.on(self.runner, messages.RecordsBatch,
-                    lambda b: self.sink.receive(b.worker, b.records, b.produced, b.final))
+                    lambda b: self.sink.receive(b.worker, b.lines, b.produced, b.final))
 
     def wait_for_finals(self, expected: Callable[[], set[int]], timeout_s: float = FINAL_WAIT_S) -> bool:
         """Wait until every expected worker sent its final batch. `expected` is re-read while

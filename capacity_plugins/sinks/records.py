@@ -1,18 +1,21 @@
 """requests.jsonl: every finished request attempt, never lost.
 
 Local run: the process appends and flushes each record as it finishes.
-Distributed (`--processes N`, master + workers): only the master writes. A worker keeps its
-records in a buffer that load/shipping.py sends to the master at least every second and once more
-(final) when the worker stops; the master writes them to one file as they arrive (`receive`). A
-worker killed hard loses at most its last second; the master counts what it received against
-what each worker said it produced, and meta.json reports the difference (`accounting`).
+Distributed (`--processes N`, master + workers): only the master writes. A worker's writer thread
+turns its records into the same JSON lines a local run writes (scrubbed), which load/shipping.py
+sends to the master at least every second and once more (final) when the worker stops; the master
+writes them to one file as they arrive (`receive`). A worker killed hard loses at most its last
+second and the writer's interval; the master counts what it received against what each worker said it produced, and
+meta.json reports the difference (`accounting`).
 
 Every line written passes the run's `Secrets` scrub: a server that echoes a key into an error
 body does not put it into the file. No Locust or gevent here: transport is the load side's job.
 
-Writing is off the event loop: `add` / `receive` only append to a list (under a real lock); a
-native thread (telemetry/_native.py) serialises, scrubs and writes it every `FLUSH_INTERVAL_S` and
-flushes, so a master ingesting thousands of records a second never delays its heartbeats. It does
+Writing is off the event loop: `add` / `receive` only append to a list (under a real lock;
+`receive` parses a worker's lines once, for the live views); a native thread
+(telemetry/_native.py) serialises, scrubs and writes it every `FLUSH_INTERVAL_S` and flushes, so
+a master ingesting thousands of records a second never delays its heartbeats. On a worker the
+same thread turns the records into lines for the shipping loop, which only hands bytes on. It does
 so in short slices (records serialised and written 16 at a time), each started when the hub is
 next idle (`HubIdleGate`), at a pace that leaves the hub its core (`GilShare`) for at most
 `POLITE_S`, then unpaced: a `kill -9` loses at most what finished in the last interval and that pacing.
@@ -69,10 +72,11 @@ class RecordsSink:
         self.secrets = secrets if secrets is not None else Secrets()
         # Called with every record written here (live views, step accounting); must not raise.
         self._emit = emit or (lambda record: None)
-        self._buffer: list[dict[str, Any]] = []  # worker: records waiting to be shipped
-        # local / master: records waiting for the writer thread (RequestRecord or its dict)
-        self._pending: list[RequestRecord | dict[str, Any]] = []
-        self._lock = real_lock()  # guards _pending (hub appends, the writer takes)
+        # Records waiting for the writer thread: a RequestRecord (made here), or a dict and its
+        # JSON line (a worker's, received by the master).
+        self._pending: list[RequestRecord | tuple[dict[str, Any], bytes]] = []
+        self._outbox: list[bytes] = []  # worker: JSON lines waiting to be shipped, a few records a piece
+        self._lock = real_lock()  # guards _pending and _outbox (hub appends / takes, the writer takes / appends)
         self._io_lock = real_lock()  # one drain at a time (writer thread, or close / accounting)
         self._writer: NativeLoop | None = None
         self._gate: HubIdleGate | None = None  # made in open(), on the hub's thread
@@ -88,11 +92,12 @@ class RecordsSink:
     # -- lifecycle ----------------------------------------------------------------------------
 
     def open(self) -> None:
-        if self.role == "worker" or self._writer is not None:
+        if self._writer is not None:
             return
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._file = self.path.open("ab")
-        self._columnar = ColumnarWriter(self.path.parent / COLUMNAR_FILE)
+        if self.role != "worker":
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._file = self.path.open("ab")
+            self._columnar = ColumnarWriter(self.path.parent / COLUMNAR_FILE)
         if self._gate is None:
             self._gate = HubIdleGate.of_this_hub()
         self._writer = NativeLoop("records-writer", FLUSH_INTERVAL_S, self._drain_beside_hub,
@@ -143,12 +148,10 @@ class RecordsSink:
 
     def add(self, record: RequestRecord) -> None:
         self.produced += 1
-        if self.role == "worker":
-            self._buffer.append(record.to_dict())
-            return
         with self._lock:
             self._pending.append(record)
-        self._emit(record)
+        if self.role != "worker":  # a worker's records are seen where they are written
+            self._emit(record)
 
     def _drain(self, share: Callable[[], None] = no_share) -> None:
         """Serialise, scrub and write what is pending, then flush (the writer thread, or close)."""
@@ -164,42 +167,68 @@ class RecordsSink:
             items, self._pending = self._pending, []
         if not items:
             return
+        if self.role == "worker":
+            for i in range(0, len(items), WRITE_SLICE):
+                lines = self._lines(items[i:i + WRITE_SLICE], share)
+                with self._lock:
+                    self._outbox.append(lines)
+                share()
+            return
         if self._file is None:  # a record after close (a straggler at quit): reopen and append
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._file = self.path.open("ab")
         start = self._file.tell()
         for i in range(0, len(items), WRITE_SLICE):
-            lines = []
-            for r in items[i:i + WRITE_SLICE]:
-                lines.append(r.to_json_bytes() if isinstance(r, RequestRecord)
-                             else orjson.dumps(r, option=orjson.OPT_APPEND_NEWLINE))
-                share()
-            self._file.write(self.secrets.scrub_bytes(b"".join(lines)))
+            self._file.write(self._lines(items[i:i + WRITE_SLICE], share))
             share()
         self._file.flush()
         self.written += len(items)
         if self._columnar is not None:
-            self._columnar.write(items, start, self._file.tell(), share)
+            self._columnar.write([r if isinstance(r, RequestRecord) else r[0] for r in items],
+                                 start, self._file.tell(), share)
+
+    def _lines(self, items: list[RequestRecord | tuple[dict[str, Any], bytes]], share: Callable[[], None]) -> bytes:
+        """The records' JSON lines, scrubbed: the master scrubs a worker's lines again, as they may
+        hold what only the master knows to be a secret."""
+        lines = []
+        for r in items:
+            lines.append(r.to_json_bytes() if isinstance(r, RequestRecord) else r[1])
+            share()
+        return self.secrets.scrub_bytes(b"".join(lines))
 
     # -- worker side --------------------------------------------------------------------------
 
-    def take_batch(self) -> list[dict[str, Any]]:
-        """The records buffered since the last call (a worker ships them to its master)."""
-        batch, self._buffer = self._buffer, []
-        return batch
+    def take_batch(self, *, final: bool = False) -> list[bytes]:
+        """The JSON lines (in pieces of a few records) the writer thread made since the last call,
+        for a worker to ship to its master; `final`: of every record added so far, the ones
+        still waiting for the writer turned into lines here."""
+        if final:
+            self._drain()
+        with self._lock:
+            lines, self._outbox = self._outbox, []
+        return lines
 
     # -- master side --------------------------------------------------------------------------
 
-    def receive(self, worker: int, records: list[dict[str, Any]], produced: int, final: bool) -> None:
-        """A batch from a worker: queue it for writing, and note what the worker says it has produced."""
+    def receive(self, worker: int, lines: list[bytes], produced: int, final: bool) -> None:
+        """A batch of a worker's JSON lines: queue them for writing, and note what the worker says
+        it has produced. The lines are written as they came; the records in them are parsed once,
+        for the live views and requests.arrow."""
+        got: list[tuple[dict[str, Any], bytes]] = []
+        for piece in lines:
+            rows = piece.splitlines(keepends=True)
+            try:
+                got.extend(zip(orjson.loads(b"[" + b",".join(rows) + b"]"), rows, strict=True))
+            except (orjson.JSONDecodeError, ValueError):
+                log.warning("worker %s sent records this master cannot read: %d lost", worker, len(rows))
         with self._lock:
-            self._pending.extend(records)
-        for d in records:
+            self._pending.extend(got)
+        for d, _line in got:
             try:
                 self._emit(RequestRecord.from_dict(d))
             except TypeError:
                 log.warning("worker %s sent a record this master cannot read", worker)
-        self.received_by_worker[worker] = self.received_by_worker.get(worker, 0) + len(records)
+        self.received_by_worker[worker] = self.received_by_worker.get(worker, 0) + len(got)
         self.produced_by_worker[worker] = max(self.produced_by_worker.get(worker, 0), produced)
         if final:
             self.final_from.add(worker)
