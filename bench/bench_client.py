@@ -211,8 +211,23 @@ def bare_reader(port: int, window: float, concurrency: int, parse: str) -> dict[
 # -- LLMUser -------------------------------------------------------------------------------------
 
 
+class _Wire:
+    """A worker's runner as far as its records go: each message encoded as Locust encodes it for
+    the master (msgpack, `locust.rpc.protocol.Message`), its lines counted; zmq itself left out."""
+
+    def __init__(self) -> None:
+        self.lines = 0
+        self.bytes = 0
+
+    def send_message(self, msg_type: str, data: Any, client_id: str | None = None) -> None:
+        from locust.rpc.protocol import Message
+
+        self.bytes += len(Message(msg_type, data, "bench-worker").serialize())
+        self.lines += sum(piece.count(b"\n") for piece in data["lines"])
+
+
 def llmuser_reader(port: int, window: float, concurrency: int, sink: bool, tokens: int = TOKENS,
-                   keep: bool = False) -> dict[str, Any]:
+                   keep: bool = False, worker: bool = False) -> dict[str, Any]:
     import locust  # noqa: F401, I001  (monkey-patches first)
     import argparse
 
@@ -235,10 +250,19 @@ def llmuser_reader(port: int, window: float, concurrency: int, sink: bool, token
     env.create_local_runner()
     ctx = plugin.register(env)
     ctx.sampler = ctx.corpus.sampler("random", 0, 0, 1)
-    if not sink:
+    if not sink or worker:
         assert ctx.sink is not None
         ctx.sink.close()
         ctx.sink = None
+    shipping = wire = None
+    if worker:  # records shipped to a master every second, as a worker's are (load/shipping.py)
+        from capacity_plugins.load.shipping import WorkerShipping
+        from capacity_plugins.sinks.records import RecordsSink
+
+        ctx.sink, wire = RecordsSink(tmp / "out", "worker", ctx.secrets), _Wire()
+        ctx.sink.open()
+        shipping = WorkerShipping(wire, ctx.sink, lambda: 0)
+        shipping.start()
     ticker = LoopLagTicker()  # load/watch.py's own: a 50 ms tick
     ticker.start()
     # What the bench needs of each record, not the record: a worker keeps none once the sink has
@@ -264,12 +288,16 @@ def llmuser_reader(port: int, window: float, concurrency: int, sink: bool, token
     stop[0] = time.perf_counter() + window + 0.3
     gevent.joinall(greenlets, raise_error=True)
     ticker.stop()
+    if shipping is not None:
+        shipping.stop()
     if ctx.sink is not None:
         ctx.sink.close()
     lags = sorted(lag for unix, lag in ticker.samples if unix > ready_unix)
     complete = sum(1 for r in records if r[3])
     written = None
-    if sink:
+    if wire is not None:
+        written = wire.lines
+    elif sink:
         written = sum(1 for _ in (Path(ctx.results_dir) / "requests.jsonl").open("rb"))
     shutil.rmtree(tmp, ignore_errors=True)
     out: dict[str, Any] = {
@@ -301,7 +329,8 @@ def _child(argv: list[str]) -> None:
     if kind.startswith("bare-"):
         result = bare_reader(port, window, conc, kind[5:])
     else:
-        result = llmuser_reader(port, window, conc, sink=kind != "llmuser-nosink", keep=kind == "llmuser-timing")
+        result = llmuser_reader(port, window, conc, sink=kind != "llmuser-nosink", keep=kind.startswith("llmuser-timing"),
+                                worker=kind == "llmuser-timing-worker")
     print("RESULT " + json.dumps(result), flush=True)
 
 
@@ -357,12 +386,13 @@ def ingest(exe: Path) -> dict[str, dict[str, Any]]:
 
 
 def paced(exe: Path, tmp: Path, name: str, *, step_us: int, per_step: int, streams: int, tokens: int,
-          window: float) -> dict[str, Any]:
+          window: float, worker: bool = False) -> dict[str, Any]:
     """One paced load: client-added TTFT of each request = its record's TTFT − the server's own
-    read → first-write time."""
+    read → first-write time. `worker`: the records shipped as a worker's are, not written."""
     server = Server(exe, tokens, step_us=step_us, per_step=per_step, log=tmp / f"{name}.log")
     try:
-        r = run_reader(server, "llmuser-timing", window=window, conc=streams, tokens=tokens)
+        r = run_reader(server, "llmuser-timing-worker" if worker else "llmuser-timing", window=window, conc=streams,
+                       tokens=tokens)
     finally:
         server.stop()
     writes = server.first_writes()
@@ -396,15 +426,18 @@ def timing(exe: Path, capacity: float, tmp: Path) -> dict[str, Any]:
     def per_step(rate: float) -> int:
         return min(range(1, TOKENS + 1), key=lambda k: abs(delivered(k) - rate))
 
-    def measure(name: str, k: int, window: float) -> dict[str, Any]:
-        return paced(exe, tmp, name, step_us=step_us, per_step=k, streams=streams, tokens=TOKENS, window=window)
+    def measure(name: str, k: int, window: float, worker: bool = False) -> dict[str, Any]:
+        return paced(exe, tmp, name, step_us=step_us, per_step=k, streams=streams, tokens=TOKENS, window=window,
+                     worker=worker)
 
     # Low load finishes ~33 requests a second: its window is longer, so that its p99 is not the
     # second-worst of 200 (which moved between 1 and 3 ms from run to run).
     low = measure("low", 1, 4 * TIMING_SECONDS)
     saturated = measure("saturated", max(1, round(1.25 * capacity * step_us / 1e6 / streams)), TIMING_SECONDS)
     high = measure("high", per_step(LOAD_SHARE * saturated["chunks_per_s"]), TIMING_SECONDS)
-    return {"low": low, "high": high, "saturated": saturated}
+    # The same load on a worker of a swarm: its records go to the master, not to a file.
+    as_worker = measure("high-worker", high["per_step"], TIMING_SECONDS, worker=True)
+    return {"low": low, "high": high, "saturated": saturated, "high, worker": as_worker}
 
 
 def timing_many(exe: Path, tmp: Path) -> dict[str, Any]:
@@ -507,7 +540,7 @@ def main() -> int:
 def _timing_rows(case: dict[str, Any], unit: str, key: str, reference: str) -> None:
     cap = case[reference]["chunks_per_s"]
     for name, r in case.items():
-        print(f"      {name:<10} {r[key]:>5} {unit}, delivered {r['chunks_per_s']:>9,.0f} chunks/s "
+        print(f"      {name:<12} {r[key]:>5} {unit}, delivered {r['chunks_per_s']:>9,.0f} chunks/s "
               f"({r['chunks_per_s'] / cap:4.0%} of {reference}), client core {r['client_cpu']:.0%}: "
               f"p50 {r['p50']:.3f} ms, p99 {r['p99']:.3f} ms, max {r['max']:.3f} ms over {r['n']} requests; "
               f"a step or more late: {r['late']:.1%}")
@@ -515,6 +548,12 @@ def _timing_rows(case: dict[str, Any], unit: str, key: str, reference: str) -> N
     ratio = hi["p99"] / lo["p99"] if lo["p99"] and hi["p99"] is not None else float("nan")
     print(f"      goal 2: p99 at {hi['chunks_per_s'] / cap:.0%} of {reference} / p99 at low load = {ratio:.2f} "
           f"(goal <= {GOAL_TTFT_P99}, {ratio / GOAL_TTFT_P99:.2f} x goal)")
+    w = case.get("high, worker")
+    if w is not None:
+        ratio = w["p99"] / lo["p99"] if lo["p99"] and w["p99"] is not None else float("nan")
+        print(f"      the same load on a worker (its records shipped to a master, encoded as Locust does): p99 / "
+              f"p99 at low load = {ratio:.2f} (goal <= {GOAL_TTFT_P99}); records shipped = made: "
+              f"{w['records_written'] == w['requests']}")
 
 
 if __name__ == "__main__":
