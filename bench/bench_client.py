@@ -22,7 +22,9 @@ chunks it hands to the kernel and reports its own CPU time, so it is visibly not
    the client cannot take paced (a read per step costs a wakeup and a receive that two reads a
    response do not): what it delivers is its paced ingest. High load: the tokens per step whose
    delivered rate (a response also waits a step for its prefill) is nearest 80 % of that. Shares
-   are of delivered chunks/s, counted by the server. (a) is that shape; (b) the one servers write:
+   are of delivered chunks/s, counted by the server. (a) is that shape, its high load run once more
+   as a swarm's worker runs it (records shipped to a master, each message encoded as Locust
+   encodes it; zmq left out); (b) the one servers write:
    one chunk per stream per 10 ms decode step, 64-token answers, load set by the number of
    streams — 32 at low load; the most streams the client keeps up with (delivering ≥ 95 % of
    the offer: its capacity here; a client behind delivers more, its reads finding several chunks
@@ -217,12 +219,11 @@ class _Wire:
 
     def __init__(self) -> None:
         self.lines = 0
-        self.bytes = 0
 
     def send_message(self, msg_type: str, data: Any, client_id: str | None = None) -> None:
         from locust.rpc.protocol import Message
 
-        self.bytes += len(Message(msg_type, data, "bench-worker").serialize())
+        Message(msg_type, data, "bench-worker").serialize()  # the worker's share of sending it
         self.lines += sum(piece.count(b"\n") for piece in data["lines"])
 
 
