@@ -414,15 +414,13 @@ def _columnar_prefix(pa: Any, arrow: Path, jsonl: Path) -> tuple[int, int] | Non
 def _jsonl_tail(jsonl: Path, start: int, end: int) -> list[tuple[Any, np.ndarray, np.ndarray]]:
     """requests.jsonl's records in bytes [start, end) as (Arrow batch of the analysis columns,
     float32 gaps, gaps per record), the float64 gap lists of one block alive at a time."""
-    import pyarrow as pa
-
     with jsonl.open("rb") as fh:
         fh.seek(start)
         if not fh.read(min(4096, end - start)).strip():
             return []
     try:
         return list(_json_blocks(jsonl, end, start))
-    except pa.ArrowInvalid:
+    except Exception:  # pyarrow's errors differ by what is wrong (ArrowInvalid, ArrowTypeError, ...)
         raise _bad_line_error(jsonl, end) from None
 
 
