@@ -194,13 +194,18 @@ def test_a_gap_in_the_copys_ranges_ends_the_part_it_is_read_for(tmp_path, parsed
     _assert_the_copy_reads_as_the_jsonl(folder)
 
 
-def test_a_bad_line_after_the_copy_is_named(tmp_path):
+@pytest.mark.parametrize(("line", "said"), [
+    (b'{"request_id": "r51", "ok": "yes"}', r"^requests.jsonl line 52: field ok"),
+    (b'{"request_id": "r51", "itl_ms": "x"}', r"^requests.jsonl line 52: field itl_ms"),
+    (b'{"request_id": 51, "workload": 7}', r"^requests.jsonl: could not be read"),  # pyarrow's ArrowTypeError
+])
+def test_a_bad_line_after_the_copy_is_one_clear_error(tmp_path, line, said):
     rng = random.Random(9)
     _write(tmp_path, [_record(i, rng) for i in range(50)])
     jsonl = tmp_path / RECORDS_FILE
     with jsonl.open("ab") as f:
-        f.write(_record(50, rng).to_json_bytes() + b'{"request_id": "r51", "ok": "yes"}\n')
-    with pytest.raises(UserError, match=r"^requests.jsonl line 52: field ok"):
+        f.write(_record(50, rng).to_json_bytes() + line + b"\n")
+    with pytest.raises(UserError, match=said):
         _read(tmp_path)
 
 
