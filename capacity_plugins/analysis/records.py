@@ -420,7 +420,7 @@ def _jsonl_tail(jsonl: Path, start: int, end: int) -> list[tuple[Any, np.ndarray
             return []
     try:
         return list(_json_blocks(jsonl, end, start))
-    except Exception:  # pyarrow's errors differ by what is wrong (ArrowInvalid, ArrowTypeError, ...)
+    except Exception:  # as read_requests: whatever pyarrow raises, the one-line error
         raise _bad_line_error(jsonl, end) from None
 
 
