@@ -120,7 +120,7 @@ def load_run(path: Path, overrides: dict | None = None, progress=None) -> RunDat
     torn = False
     if columnar is not None:
         req, itl, torn = columnar.records, columnar.itl, columnar.torn
-        tail = f" and its last {columnar.jsonl_tail:,} records from it" if columnar.jsonl_tail else ""
+        tail = f"; its last {columnar.jsonl_tail:,} records, not in the copy, from the JSONL" if columnar.jsonl_tail else ""
         say(f"read {COLUMNAR_FILE} (the typed copy of {RECORDS_FILE}, {f.stat().st_size / 1e6:.0f} MB){tail}")
     else:
         say(f"reading {f.name} ({f.stat().st_size / 1e6:.0f} MB)" if f.exists() else f"reading {RECORDS_FILE}")
