@@ -251,8 +251,8 @@ def test_no_free_text_reaches_the_typed_copy(tmp_path):
 
 
 def _with_typed_copy(folder, skip=frozenset()):
-    """requests.arrow for a synthetic folder's requests.jsonl, as the sink writes it (batches of
-    50 records), less the batches numbered in `skip`."""
+    """requests.arrow for a synthetic folder's requests.jsonl, as the sink writes it (50 records a
+    drain), less the drains numbered in `skip` (a gap: the batch before it ends there)."""
     writer = ColumnarWriter(folder / COLUMNAR_FILE)
     start = 0
     lines = (folder / RECORDS_FILE).read_bytes().splitlines(keepends=True)
