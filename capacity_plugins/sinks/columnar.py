@@ -20,8 +20,8 @@ reading it. The Arrow *stream* format is append-only and readable up to the last
 a run killed mid-write leaves a file whose batches before the cut are intact. Each batch carries
 the byte range its records take in requests.jsonl, so the analysis can tell from the batch
 headers which part of requests.jsonl this file holds exactly (analysis/records.py
-`read_columnar`); the JSONL after that part is parsed, and all of it when there is no such part. It holds no free text (no error messages, no prompts): nothing in
-it needs the secrets scrub.
+`read_columnar`); the JSONL after that part is parsed, and all of it when there is no such part.
+It holds no free text (no error messages, no prompts): nothing in it needs the secrets scrub.
 
 Without pyarrow (a worker-only install) no file is written.
 """
