@@ -33,7 +33,9 @@ import orjson
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+from capacity_plugins.analysis.records import _batches  # noqa: E402
 from capacity_plugins.contracts.folders import COLUMNAR_FILE  # noqa: E402
+from capacity_plugins.contracts.records import columnar_schema  # noqa: E402
 from capacity_plugins.sinks.columnar import ColumnarWriter  # noqa: E402
 
 GOAL_S = 5.0
@@ -127,17 +129,10 @@ def killed(product: Path, out: Path) -> None:
     for f in product.iterdir():
         if f.name not in (COLUMNAR_FILE, ".complete") and f.is_file():
             os.link(f, out / f.name)
-    with pa.memory_map(str(product / COLUMNAR_FILE)) as source, pyarrow.ipc.open_stream(source) as reader, \
-            pyarrow.ipc.new_stream(str(out / COLUMNAR_FILE), reader.schema) as writer:
-        held = None
-        while True:
-            try:
-                got = reader.read_next_batch_with_custom_metadata()
-            except StopIteration:
-                break
-            if held is not None:
-                writer.write_batch(*held)
-            held = got
+    with pa.memory_map(str(product / COLUMNAR_FILE)) as source, \
+            pyarrow.ipc.new_stream(str(out / COLUMNAR_FILE), columnar_schema()) as writer:
+        for batch, meta in list(_batches(pa, source))[:-1]:  # memory-mapped: no copy of the bodies
+            writer.write_batch(batch, custom_metadata=meta)
     done.touch()
 
 

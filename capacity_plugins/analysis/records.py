@@ -152,13 +152,12 @@ def _read_requests_arrow(f: Path, with_itl: bool,
     import pyarrow.json as pj
 
     itl_vals = itl_lens = None
+    schema = pa.schema([fd for fd in columnar_schema() if fd.name != "itl_ms"])
     if not with_itl:
-        schema = pa.schema([fd for fd in columnar_schema() if fd.name != "itl_ms"])
         opts = pj.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore")
         tbl = pj.read_json(_arrow_source(f, limit), read_options=pj.ReadOptions(block_size=1 << 24), parse_options=opts)
     else:
         blocks = list(_json_blocks(f, limit))
-        schema = pa.schema([fd for fd in columnar_schema() if fd.name != "itl_ms"])
         tbl = pa.Table.from_batches([b for b, _v, _n in blocks], schema=schema)
         itl_vals = np.concatenate([v for _b, v, _n in blocks]) if blocks else np.empty(0, ITL_DTYPE)
         itl_lens = np.concatenate([n for _b, _v, n in blocks]) if blocks else np.empty(0, np.int64)

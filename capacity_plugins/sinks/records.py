@@ -5,8 +5,8 @@ Distributed (`--processes N`, master + workers): only the master writes. A worke
 turns its records into the same JSON lines a local run writes (scrubbed), which load/shipping.py
 sends to the master at least every second and once more (final) when the worker stops; the master
 writes them to one file as they arrive (`receive`). A worker killed hard loses at most its last
-second and the writer's interval; the master counts what it received against what each worker said it produced, and
-meta.json reports the difference (`accounting`).
+second and the writer's interval; the master counts what it received against what each worker
+said it produced, and meta.json reports the difference (`accounting`).
 
 Every line written passes the run's `Secrets` scrub: a server that echoes a key into an error
 body does not put it into the file. No Locust or gevent here: transport is the load side's job.
