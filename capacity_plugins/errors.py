@@ -8,6 +8,8 @@ unreachable after preflight): exit 1. Exit codes are listed in docs/exit-codes.m
 from __future__ import annotations
 
 import argparse
+import difflib
+from collections.abc import Iterable
 from typing import Any, NoReturn
 
 EXIT_OK = 0
@@ -22,6 +24,15 @@ class UserError(Exception):
 
 class RunError(Exception):
     """The run could not be done (e.g. target unreachable); exit 1."""
+
+
+def did_you_mean(key: object, known: Iterable[str]) -> str:
+    """The hint ` (did you mean step_s?)` for the known key closest to a misspelt one; "" if none is close.
+
+    Every "unknown key" error at any depth (scenario, simulator settings, matrix file) appends it,
+    so a typo names its own fix."""
+    close = difflib.get_close_matches(str(key), [k for k in known if k != key], n=1)
+    return f" (did you mean {close[0]}?)" if close else ""
 
 
 class _ShowDefaults(argparse.HelpFormatter):

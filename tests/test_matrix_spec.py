@@ -90,6 +90,14 @@ BAD = [
      "m.yaml:5: entries[0].env.1X: not an environment variable name"),
     ("scenario: s.yaml\nentries:\n  - name: a\n    command: ''\n", "m.yaml:4: entries[0].command: must be a non-empty string"),
     ("scenario: s.yaml\nentries:\n  - name: a\n    command: x\n    teardwon: y\n", "m.yaml:5: entries[0].teardwon: unknown key"),
+    # An unknown key names the one it is closest to, at any depth; the known ones when none is close.
+    ("scenario: s.yaml\nentries: [{name: x, url: 'http://h:1'}]\nentrys: []\n", "m.yaml:3: entrys: unknown key (did you mean entries?)"),
+    ("scenario: s.yaml\nentries:\n  - name: a\n    command: x\n    teardwon: y\n",
+     "m.yaml:5: entries[0].teardwon: unknown key (did you mean teardown?)"),
+    ("scenario: s.yaml\nentries:\n  - name: a\n    command: x\n    ready: {timeout: 3}\n",
+     "m.yaml:5: entries[0].ready.timeout: unknown key (did you mean timeout_s?)"),
+    ("scenario: s.yaml\nentries:\n  - name: a\n    command: x\n    ready: {qqqq: 3}\n",
+     "m.yaml:5: entries[0].ready.qqqq: unknown key (known: url, timeout_s)"),
     ("scenario: s.yaml\nentries: [a, b\n", "m.yaml:3: YAML syntax error"),
     ("- just a list\n", "m.yaml:1: expected a mapping"),
 ]

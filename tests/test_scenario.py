@@ -131,3 +131,58 @@ def test_cli_bad_scenario_one_line_exit_2(tmp_path):
     assert r.returncode == 2, r.stderr
     lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and "bad.yaml: load.levels[1]" in lines[0] and "Traceback" not in r.stderr
+
+
+# Observation 10 of issue 25: an unknown key at any depth names the key it is closest to.
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("target: {url: embedded}\nlaod: {levels: [1]}\n", "s.yaml: laod: unknown key (did you mean load?)"),
+        ("target: {url: embedded}\nload: {levels: [1], step_secs: 20}\n",
+         "s.yaml: load.step_secs: unknown key for load kind concurrency_sweep (did you mean step_s?)"),
+        ("target: {url: embedded}\nload: {kind: rate_sweep, levels: [1], arival: poisson}\n",
+         "s.yaml: load.arival: unknown key for load kind rate_sweep (did you mean arrival?)"),
+        ("target: {url: embedded}\ncapacity: {peak_qsp: 20}\n", "s.yaml: capacity.peak_qsp: unknown key (did you mean peak_qps?)"),
+        ("target: {url: embedded}\nslo: {ttft_p59_ms: 20}\n", "s.yaml: slo.ttft_p59_ms: unknown key (did you mean ttft_p95_ms?)"),
+        ("target: {url: embedded}\nverdict: {gpu_busy_pc: 80}\n", "s.yaml: verdict.gpu_busy_pc: unknown key (did you mean gpu_busy_pct?)"),
+        ("target: {url: embedded, simulator: {max_num_seq: 8}}\n",
+         "s.yaml: target.simulator.max_num_seq: unknown simulator setting (did you mean max_num_seqs?)"),
+        ("target: {url: embedded, triton: {input_feild: x}, dialect: triton-generate, model: m}\n",
+         "s.yaml: target.triton.input_feild: unknown key (did you mean input_field?)"),
+        ("target: {url: embedded}\ntelemetry: {scrape: [{url: 'http://h:1', knd: dcgm}]}\n",
+         "s.yaml: telemetry.scrape[0].knd: unknown key (did you mean kind?)"),
+        ("target: {url: embedded}\nworkloads:\n  - {name: chat, wieght: 2}\n",
+         "s.yaml: workloads[0].wieght: unknown key (did you mean weight?)"),
+        ("target: {url: embedded}\nworkloads:\n  - {name: chat, request: {max_tokns: 3}}\n",
+         "s.yaml: workloads[0].request.max_tokns: unknown key (did you mean max_tokens?)"),
+        # The typo comes first, not the field it left missing.
+        ("target: {urll: embedded}\n", "s.yaml: target.urll: unknown key (did you mean url?)"),
+    ],
+)
+def test_unknown_key_at_any_depth_says_did_you_mean(tmp_path, text, expected):
+    assert expected in err(tmp_path, text)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "target: {url: embedded}\nzzzzzz: 1\n",
+        "target: {url: embedded}\nload: {levels: [1], qqqq: 20}\n",
+        "target: {url: embedded, simulator: {qqqq: 8}}\n",
+        # Not part of the file (set by the loader): never suggested.
+        "target: {url: embedded}\nsource_pth: x\n",
+    ],
+)
+def test_unknown_key_with_nothing_close_suggests_nothing(tmp_path, text):
+    msg = err(tmp_path, text)
+    assert "unknown" in msg and "did you mean" not in msg
+
+
+@pytest.mark.slow  # `capacity run`
+def test_cli_nested_typo_is_one_line_with_the_suggestion(tmp_path):
+    bad = write(tmp_path, "target: {url: embedded}\nload: {levels: [1], step_secs: 20}\n", "bad.yaml")
+    r = capacity("run", str(bad), timeout=60)
+    assert r.returncode == 2, r.stderr
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "Traceback" not in r.stderr, r.stderr
+    assert lines[0].endswith("bad.yaml: load.step_secs: unknown key for load kind concurrency_sweep (did you mean step_s?)")

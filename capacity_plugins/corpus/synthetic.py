@@ -15,7 +15,7 @@ from typing import Any
 
 from capacity_plugins.corpus.readers import to_jsonl
 from capacity_plugins.corpus.words import EN_ADJ, EN_CITIES, EN_NOUNS, EN_TOPICS, EN_VERBS, ZH_CHARS, pick
-from capacity_plugins.errors import UserError
+from capacity_plugins.errors import UserError, did_you_mean
 
 _EN_WORDS = sorted({w.lower() for words in (EN_NOUNS, EN_VERBS, EN_ADJ, EN_CITIES) for w in words}
                    | {w.lower() for t in EN_TOPICS for w in t.split()})
@@ -54,7 +54,8 @@ def _parse_synth_spec(src: str) -> dict[str, str]:
             raise UserError(f"{src}: expected key=value, got {part!r}")
         k, v = (x.strip() for x in part.split("=", 1))
         if k not in _SYNTH_KEYS:
-            raise UserError(f"{src}: unknown key {k!r} (known: {', '.join(_SYNTH_KEYS)})")
+            hint = did_you_mean(k, _SYNTH_KEYS) or f" (known: {', '.join(_SYNTH_KEYS)})"
+            raise UserError(f"{src}: unknown key {k!r}{hint}")
         out[k] = v
     return out
 

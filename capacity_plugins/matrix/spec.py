@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 
 import yaml
 
-from capacity_plugins.errors import UserError
+from capacity_plugins.errors import UserError, did_you_mean
 
 PORT = "{port}"  # replaced, in command / url / ready.url / teardown / env, by a free port the matrix picks
 DEFAULT_URL = f"http://127.0.0.1:{PORT}"
@@ -132,7 +132,8 @@ def _string(doc: _Doc, loc: tuple[str | int, ...], v: Any) -> str:
 def _unknown(doc: _Doc, loc: tuple[str | int, ...], d: dict[str, Any], known: tuple[str, ...]) -> None:
     for key in d:
         if key not in known:
-            raise doc.error((*loc, str(key)), f"unknown key (known: {', '.join(known)})")
+            hint = did_you_mean(key, known) or f" (known: {', '.join(known)})"
+            raise doc.error((*loc, str(key)), f"unknown key{hint}")
 
 
 def _entry(doc: _Doc, i: int, d: Any) -> Entry:

@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import os
 import re
+import types
+import typing
 from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
-from capacity_plugins.errors import UserError
+from capacity_plugins.errors import UserError, did_you_mean
 from capacity_plugins.scenario.model import Scenario, _resolve_corpus
 
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
@@ -64,15 +66,57 @@ def format_loc(loc: tuple[int | str, ...]) -> str:
     return out
 
 
-def _first_error(e: ValidationError) -> str:
-    err = e.errors(include_url=False)[0]
+def _leaves(annotation: Any) -> list[Any]:
+    """The types a field can hold: Annotated, Optional and unions unwrapped (list[X] kept)."""
+    origin = typing.get_origin(annotation)
+    if origin is typing.Annotated:
+        return _leaves(typing.get_args(annotation)[0])
+    if origin in (typing.Union, types.UnionType):
+        return [leaf for arg in typing.get_args(annotation) for leaf in _leaves(arg)]
+    return [annotation]
+
+
+def _is_model(t: Any) -> bool:
+    return isinstance(t, type) and issubclass(t, BaseModel)
+
+
+def _tag_of(model: type[BaseModel]) -> Any:
+    field = model.model_fields.get("kind")
+    return None if field is None else field.default
+
+
+def _known_keys(model: type[BaseModel], loc: tuple[int | str, ...]) -> list[str]:
+    """The keys the model allows at pydantic's error location `loc` (the unknown key's parent):
+    ('load', 'concurrency_sweep') → the concurrency sweep's keys. Empty when it cannot be told."""
+    here: list[Any] = [model]
+    for part in loc:
+        if isinstance(part, int):  # a list item: the list's element type
+            here = [leaf for t in here if typing.get_origin(t) is list for leaf in _leaves(typing.get_args(t)[0])]
+            continue
+        models = [t for t in here if _is_model(t)]
+        if len(models) > 1 and any(_tag_of(m) == part for m in models):  # a discriminated union's tag
+            here = [m for m in models if _tag_of(m) == part]
+            continue
+        fields = [m.model_fields[part] for m in models if part in m.model_fields]
+        if not fields:
+            return []
+        here = [leaf for f in fields for leaf in _leaves(f.annotation)]
+    models = [t for t in here if _is_model(t)]
+    return [name for m in models for name, f in m.model_fields.items() if not f.exclude]
+
+
+def _first_error(e: ValidationError, model: type[BaseModel] = BaseModel) -> str:
+    errors = e.errors(include_url=False)
+    # A misspelt key also leaves its field missing or its default clashing: the typo comes first.
+    err = next((x for x in errors if x["type"] == "extra_forbidden"), errors[0])
     loc = format_loc(tuple(err["loc"]))
     msg = str(err["msg"])
     if err["type"] == "extra_forbidden":
-        msg = "unknown key (check the spelling; see scenarios/*.yaml for every key)"
-        raw = err["loc"]
+        raw = tuple(err["loc"])
+        hint = did_you_mean(raw[-1], _known_keys(model, raw[:-1]))
+        msg = "unknown key" + (hint or " (check the spelling; see scenarios/*.yaml for every key)")
         if len(raw) > 2 and raw[0] == "load" and raw[1] in _LOAD_TAGS:
-            msg = f"unknown key for load kind {raw[1]}"
+            msg = f"unknown key for load kind {raw[1]}{hint}"
     elif msg.startswith("Value error, "):
         msg = msg[len("Value error, ") :]
     elif err["type"] == "union_tag_invalid":
@@ -93,7 +137,7 @@ def parse_scenario(data: Any, where: str = "scenario", source: Path | None = Non
     try:
         scenario = Scenario.model_validate({**data, "source_path": source, "expanded_env": tuple(sorted(used))})
     except ValidationError as e:
-        raise UserError(f"{where}: {_first_error(e)}") from None
+        raise UserError(f"{where}: {_first_error(e, Scenario)}") from None
     if scenario.target.simulator is not None:
         _check_simulator(scenario.target.simulator, where)
     if scenario.corpus.is_file:

@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass, fields
 from typing import Any
 
-from capacity_plugins.errors import UserError
+from capacity_plugins.errors import UserError, did_you_mean
 
 
 @dataclass(frozen=True)
@@ -68,7 +68,8 @@ class SimConfig:
         values: dict[str, Any] = {}
         for key, value in d.items():
             if key not in known:
-                raise UserError(f"{where}.{key}: unknown simulator setting (known: {', '.join(known)})")
+                hint = did_you_mean(key, known) or f" (known: {', '.join(known)})"
+                raise UserError(f"{where}.{key}: unknown simulator setting{hint}")
             values[key] = _coerce(value, known[key].type, f"{where}.{key}")
         try:
             return cls(**values)
