@@ -81,12 +81,12 @@ def test_scenario_keys_reach_the_options(tmp_path):
 @pytest.mark.parametrize(
     ("target", "says"),
     [
-        ("{url: embedded, dialect: triton-generate}", "t.yaml: target: model: dialect triton-generate needs the model"),
-        ("{url: embedded, dialect: tgi, triton: {outputs: delta}}", "t.yaml: target: triton: settings for dialect"),
+        ("{url: embedded, dialect: triton-generate}", "t.yaml: target.model: dialect triton-generate needs the model"),
+        ("{url: embedded, dialect: tgi, triton: {outputs: delta}}", "t.yaml: target.triton: settings for dialect"),
         ("{url: embedded, dialect: triton-generate, model: m, triton: {input_field: id}}",
-         "t.yaml: target.triton: input_field: 'id' is a key the generate API itself uses"),
+         "t.yaml: target.triton.input_field: 'id' is a key the generate API itself uses"),
         ("{url: embedded, dialect: triton-generate, model: m, triton: {params_in: body}}",
-         "t.yaml: target.triton: params_in: must be one of top, parameters"),
+         "t.yaml: target.triton.params_in: must be one of top, parameters"),
         ("{url: embedded, dialect: triton-generate, model: m, triton: {output: x}}",
          "t.yaml: target.triton.output: unknown key"),
     ],

@@ -10,10 +10,50 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 from typing import Final
+from urllib.parse import urlsplit, urlunsplit
 
 TRITON_GENERATE: Final = "triton-generate"
 DIALECTS: Final[tuple[str, ...]] = ("openai-chat", "openai-completions", "tgi", "ollama", "ollama-generate",
                                     TRITON_GENERATE)
+
+# The paths each dialect appends to the target URL, its request path first ("{model}": any one
+# segment). The dialects (dialects/*.py) send to exactly these; a test keeps the two in step.
+API_PATHS: Final[dict[str, tuple[str, ...]]] = {
+    "openai-chat": ("/v1/chat/completions", "/v1/models"),
+    "openai-completions": ("/v1/completions", "/v1/models"),
+    "tgi": ("/generate_stream", "/generate", "/info"),
+    "ollama": ("/api/chat", "/api/tags"),
+    "ollama-generate": ("/api/generate", "/api/tags"),
+    TRITON_GENERATE: ("/v2/models/{model}/generate_stream", "/v2/models/{model}/generate", "/v2/models/{model}",
+                      "/v2/health/ready"),
+}
+
+
+def url_path_problem(url: str, dialect: str) -> str | None:
+    """Why a target URL cannot be used with `dialect`, or None: its path ends with (the start of)
+    a path the dialect appends itself, so every request would go to /v1/v1/chat/completions.
+
+    The URL is the server's root; a prefix that is not an API path (a reverse proxy's
+    `http://gw/llm`) stays: the dialect's paths are appended to it. The answer names the URL to
+    give instead, without credentials.
+    """
+    parts = urlsplit(url)
+    segments = [seg for seg in parts.path.split("/") if seg]
+    paths = API_PATHS.get(dialect, ())
+    for i in range(len(segments)):  # the longest tail first: the root suggested is the shortest
+        tail = segments[i:]
+        for api in paths:
+            api_segments = api.strip("/").split("/")
+            if len(tail) <= len(api_segments) and all(a in ("{model}", t) for t, a in zip(tail, api_segments, strict=False)):
+                host = parts.netloc.rpartition("@")[2]
+                shown = urlunsplit((parts.scheme, host, parts.path, parts.query, ""))
+                root = urlunsplit((parts.scheme, host, "/".join(["", *segments[:i]]), "", ""))
+                if i == 0:
+                    return f"{shown} has a path ({parts.path}); give the server's root, {root} — the {dialect} dialect adds {paths[0]}"
+                return (f"{shown} ends in /{'/'.join(tail)}, the start of the {dialect} dialect's own path; "
+                        f"give {root} — the dialect adds {paths[0]}")
+    return None
+
 
 # Where the sampling settings (the output limit, temperature, top_p, stream, ...) go in a Triton
 # generate body: top-level keys or the `parameters` object. Triton itself maps both alike (each

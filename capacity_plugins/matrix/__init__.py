@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from capacity_plugins.contracts.dialects import url_path_problem
 from capacity_plugins.errors import EXIT_OK, EXIT_RUN_FAILED, CommandParser, UserError
 from capacity_plugins.matrix.spec import Matrix, load_matrix
 
@@ -56,6 +57,10 @@ def _checked(matrix: Matrix, output: str | None) -> tuple[Any, dict[str, str], A
     if scenario.repeat != 1:
         raise UserError(f"{matrix.path}: scenario: {matrix.scenario}: repeat is {scenario.repeat}; "
                         "the matrix runs the scenario once per entry (set repeat: 1)")
+    for i, entry in enumerate(matrix.entries):  # each runs as `capacity run --target-url`: same URL rule
+        found = url_path_problem(entry.url, scenario.target.dialect)
+        if found is not None:
+            raise UserError(f"{matrix.path}: entries[{i}].url: {found}")
     _writable_parent("--output" if output else f"{matrix.path}: output", Path(output or matrix.output))
     _check_corpus(scenario)
     secrets = scenario_secrets(scenario)  # a secret too short to redact is bad input, as for capacity run

@@ -135,7 +135,7 @@ def with_target_url(s: Scenario, url: str) -> Scenario:
     try:
         target = type(s.target).model_validate({**s.target.model_dump(), "url": url})
     except ValidationError as e:
-        raise UserError(f"--target-url: {e.errors()[0]['msg'].removeprefix('Value error, ')}") from None
+        raise UserError(f"--target-url: {e.errors()[0]['msg'].removeprefix('Value error, ').removeprefix('url: ')}") from None
     return s.model_copy(update={"target": target})
 
 

@@ -105,22 +105,43 @@ def _known_keys(model: type[BaseModel], loc: tuple[int | str, ...]) -> list[str]
     return [name for m in models for name, f in m.model_fields.items() if not f.exclude]
 
 
-def _first_error(e: ValidationError, model: type[BaseModel] = BaseModel) -> str:
+def _written(raw: Any, loc: tuple[int | str, ...]) -> Any:
+    """The value as the file wrote it (before `${VAR}` expansion) at pydantic's location; None if absent."""
+    for part in loc:
+        if isinstance(raw, list) and isinstance(part, int):
+            raw = raw[part] if part < len(raw) else None
+        elif isinstance(raw, dict) and part in raw:
+            raw = raw[part]
+        elif isinstance(raw, dict) and part in _LOAD_TAGS:
+            continue  # a union tag pydantic adds, not a key of the file
+        else:
+            return None
+    return raw
+
+
+def _first_error(e: ValidationError, model: type[BaseModel] = BaseModel, raw: Any = None) -> str:
     errors = e.errors(include_url=False)
     # A misspelt key also leaves its field missing or its default clashing: the typo comes first.
     err = next((x for x in errors if x["type"] == "extra_forbidden"), errors[0])
-    loc = format_loc(tuple(err["loc"]))
+    where = tuple(err["loc"])
     msg = str(err["msg"])
     if err["type"] == "extra_forbidden":
-        raw = tuple(err["loc"])
-        hint = did_you_mean(raw[-1], _known_keys(model, raw[:-1]))
+        hint = did_you_mean(where[-1], _known_keys(model, where[:-1]))
         msg = "unknown key" + (hint or " (check the spelling; see scenarios/*.yaml for every key)")
-        if len(raw) > 2 and raw[0] == "load" and raw[1] in _LOAD_TAGS:
-            msg = f"unknown key for load kind {raw[1]}{hint}"
+        if len(where) > 2 and where[0] == "load" and where[1] in _LOAD_TAGS:
+            msg = f"unknown key for load kind {where[1]}{hint}"
     elif msg.startswith("Value error, "):
         msg = msg[len("Value error, ") :]
+        # A section's own check that names one of its keys ("url: ...") is that key's error.
+        named = re.match(r"([A-Za-z_][A-Za-z0-9_]*): (.*)", msg, re.DOTALL)
+        if named and named.group(1) in _known_keys(model, where):
+            where, msg = (*where, named.group(1)), named.group(2)
     elif err["type"] == "union_tag_invalid":
         msg = f"kind must be one of {', '.join(_LOAD_TAGS)}"
+    written = _written(raw, where)
+    if isinstance(written, str) and "${" in written:
+        msg += f" (from {written})"  # the value came from the environment: name the variable
+    loc = format_loc(where)
     more = f" (and {len(e.errors()) - 1} more)" if len(e.errors()) > 1 else ""
     return f"{loc}: {msg}{more}" if loc else f"{msg}{more}"
 
@@ -130,6 +151,7 @@ def parse_scenario(data: Any, where: str = "scenario", source: Path | None = Non
     if not isinstance(data, dict):
         raise UserError(f"{where}: the scenario must be a mapping of keys (name:, target:, load:, ...)")
     used: set[str] = set()
+    written = data
     try:
         data = _expand_env(data, "", used)
     except _FieldError as e:
@@ -137,7 +159,7 @@ def parse_scenario(data: Any, where: str = "scenario", source: Path | None = Non
     try:
         scenario = Scenario.model_validate({**data, "source_path": source, "expanded_env": tuple(sorted(used))})
     except ValidationError as e:
-        raise UserError(f"{where}: {_first_error(e, Scenario)}") from None
+        raise UserError(f"{where}: {_first_error(e, Scenario, written)}") from None
     if scenario.target.simulator is not None:
         _check_simulator(scenario.target.simulator, where)
     if scenario.corpus.is_file:

@@ -11,7 +11,7 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from capacity_plugins.contracts.dialects import DIALECTS, TRITON_GENERATE, TritonFields
+from capacity_plugins.contracts.dialects import DIALECTS, TRITON_GENERATE, TritonFields, url_path_problem
 
 EMBEDDED = "embedded"
 # Corpus specs that name generated / packaged prompts instead of a file on disk.
@@ -112,6 +112,15 @@ class TargetConfig(_Strict):
     def _simulator_only_embedded(self) -> TargetConfig:
         if self.simulator is not None and self.url != EMBEDDED:
             raise ValueError("simulator settings are only used with url: embedded")
+        return self
+
+    @model_validator(mode="after")
+    def _url_is_the_servers_root(self) -> TargetConfig:
+        # The dialect appends its own path (/v1/chat/completions): a URL ending in it would be
+        # loaded at /v1/v1/chat/completions, after a preflight that finds no model there.
+        found = None if self.embedded else url_path_problem(self.url, self.dialect)
+        if found is not None:
+            raise ValueError(f"url: {found}")
         return self
 
     @model_validator(mode="after")
