@@ -114,7 +114,7 @@ def test_bad_inputs_exit_2_with_one_line(tmp_path):
     _one_line_error(cli("analyze", str(good), "--safety-factor", "0.5"), "safety_factor")
 
 
-def test_reports_open_with_the_run_facts_and_never_print_a_password(tmp_path):
+def test_reports_open_with_the_answer_then_the_run_facts_and_never_print_a_password(tmp_path):
     lost = [{"worker": 2, "client_id": "w2", "lost_unix": 1_700_000_030.0, "reason": "no heartbeat"}]
     meta = {"model": "llama-3-8b", "target": "http://svc:S3cretPassw0rd@gpu-node:8000/v1?api_key=sk-ABCDEF123456&x=1",
             "start_unix": 1_700_000_000.0, "end_unix": 1_700_000_300.0, "workers_lost": lost, "versions": {}}
@@ -125,13 +125,15 @@ def test_reports_open_with_the_run_facts_and_never_print_a_password(tmp_path):
     for text in (page, md, js, r.stdout, r.stderr):
         assert "S3cretPassw0rd" not in text and "sk-ABCDEF123456" not in text
     facts = page.split('<ul class="facts" id="facts">')[1].split("</ul>")[0]
-    assert page.index('id="facts"') < page.index('id="verdict"')  # the facts come before the verdict
+    # the plain answer first, then what could not be trusted, the verdict's reasons, and the run facts
+    assert page.index('id="answer"') < page.index('id="alerts"') < page.index('id="verdict"') < page.index('id="facts"')
     for must in ("2023-11-14 22:13:20 UTC", "5.0 min", "http://gpu-node:8000/v1?api_key=&lt;redacted&gt;&amp;x=1",
                  "real server", "llama-3-8b", "scenario: synthetic", "TTFT P95 ≤ 1500 ms (slo.ttft_p95_ms)",
                  "E2E P95 ≤ 2000 ms (slo.e2e_p95_ms)", "errors ≤ 1.0% (slo.error_rate)", "16: 93.7%",
                  "Intervals: 95% (verdict.confidence)", "Lost worker: 2"):
         assert must in facts, must
-    run_md = md.split("## Run")[1].split("## Decision")[0]
+    assert md.index("**One node serves") < md.index("## Decision") < md.index("## Run")
+    run_md = md.split("## Run")[1].split("## Load table")[0]
     assert "llama-3-8b" in run_md and "TTFT P95 ≤ 1500 ms" in run_md and "Lost worker: 2" in run_md
     assert "Invalid step" in run_md  # the lost worker's step decides nothing, and says why
     assert "(simulated)" not in page

@@ -16,11 +16,11 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from capacity_plugins.analysis.report_text import DECISION_TEXT, fmt, fmt_ci  # noqa: E402
+from capacity_plugins.analysis.report_text import DECISION_TEXT, fmt, fmt_ci, fmt_iv, fmt_level, fmt_num  # noqa: E402
 
 
 def _g(v: float | None) -> str:
-    return "–" if v is None else f"{v:.3g}"
+    return fmt_num(v)
 
 
 def set_headline(s: dict[str, Any]) -> list[str]:
@@ -49,11 +49,11 @@ LEVEL_COLS = (("rps", "ok rps", 2), ("e2e_p95_ms", "E2E P95 ms", 0), ("e2e_p99_m
 
 
 def _level_cells(e: dict[str, Any]) -> list[str]:
-    cells = [f"{e['level']:g}", f"{len(e['valid_repeats'])}/{len(e['valid_repeats']) + len(e['invalid_repeats'])}"]
-    for key, _, d in LEVEL_COLS:
+    cells = [fmt_level(e["level"]), f"{len(e['valid_repeats'])}/{len(e['valid_repeats']) + len(e['invalid_repeats'])}"]
+    for key, _, _ in LEVEL_COLS:
         st = e[key]
         cells.append("–" if st["mean"] is None else
-                     f"{fmt(st['mean'], d)} {fmt_ci(st['ci'], d)} [{fmt(st['min'], d)}…{fmt(st['max'], d)}]".strip())
+                     f"{fmt_iv(st['mean'], st['ci'])} ({fmt_num(st['min'])}…{fmt_num(st['max'])})")
     spread = e.get("rps_relative_spread")
     cells.append("–" if spread is None else f"{spread:.1%}")
     return cells
@@ -69,7 +69,7 @@ def set_markdown(s: dict[str, Any]) -> str:
                    f"{r['decision']} | {fmt(r['nodes'], 0)} | {fmt(r['decision_complete'])} |")
     conf = s["verdict_settings"]["confidence"]
     out += ["", "## Run-to-run spread per level", "",
-            f"mean ({conf:.0%} t-interval of the mean over the repeats) [min…max]", "",
+            f"mean [{conf:.0%} t-interval of the mean over the repeats] (min…max)", "",
             "| level | valid repeats | " + " | ".join(c[1] for c in LEVEL_COLS) + " | rps spread |",
             "|" + "---|" * (len(LEVEL_COLS) + 3)]
     for e in s["levels"]:
@@ -114,7 +114,7 @@ td.l,th.l{{text-align:left}} img{{max-width:100%}}</style></head><body>
 <ul>{''.join(f'<li>{e(h)}</li>' for h in head[1:])}</ul>
 <h2>Repeats</h2><table><tr><th class=l>repeat</th><th>capacity rps</th><th>interval</th><th>knee</th><th>verdict</th>
 <th>nodes</th><th>complete</th></tr>{reps}</table>
-<h2>Run-to-run spread per level</h2><p>mean (t-interval of the mean over the repeats) [min…max]</p>
+<h2>Run-to-run spread per level</h2><p>mean [t-interval of the mean over the repeats] (min…max)</p>
 <table><tr><th>level</th><th>valid repeats</th>{''.join(f'<th>{e(c[1])}</th>' for c in LEVEL_COLS)}<th>rps spread</th></tr>{rows}</table>
 <figure><img alt="throughput per repeat" src="data:image/png;base64,{base64.b64encode(png).decode()}"/></figure>
 <h2>Warnings</h2><ul>{''.join(f'<li>{e(w)}</li>' for w in s['warnings'])}</ul>

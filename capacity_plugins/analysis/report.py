@@ -24,19 +24,33 @@ from capacity_plugins.analysis.load import RunData  # noqa: E402
 from capacity_plugins.analysis.report_text import (  # noqa: E402
     DECISION_TEXT,
     TRACE_COLS,
+    TTFT_LEGEND,
     alert_lines,
     cell,
+    decision_lines,
+    detail_lines,
     facts_lines,
     fmt,
-    headline,
+    fmt_level,
+    fmt_num,
     markdown,
     search_lines,
+    short_columns,
+    steps_csv,
     table_columns,
     trace_cell,
 )
-from capacity_plugins.analysis.report_ttft import plot_ttft_breakdown, section  # noqa: E402
+from capacity_plugins.analysis.report_ttft import plot_ttft_breakdown, section, tick_rotation  # noqa: E402
 
 DECISION_COLOUR = {"scale": "#b3261e", "dont_scale_yet": "#1e6b35", "observe": "#8a6d00"}
+LATENCY_LINES = (("ttft_p95_ms", "TTFT P95", "C0"), ("e2e_p95_ms", "E2E P95", "C1"), ("tpot_p95_ms", "TPOT P95", "C2"),
+                 ("itl_p95_ms", "ITL P95", "C4"))
+
+
+def slo_label(metric: str, limit_ms: float) -> str:
+    """The legend entry of an SLO line: "TTFT P95 SLO ≤ 1.5 s"."""
+    return f"{metric} SLO ≤ " + (f"{limit_ms / 1000:g} s" if limit_ms >= 1000 else f"{limit_ms:g} ms")
+
 
 
 # ------------------------------------------------------------------------------ plots
@@ -49,6 +63,11 @@ def _log_scale(ax: Any, axis: str, base: float = 10) -> None:
     target = getattr(ax, f"{axis}axis")
     target.set_major_formatter(LogFormatter(base=base))
     target.set_minor_formatter(LogFormatter(base=base, labelOnlyBase=False, minor_thresholds=(2, 0.4)))
+
+
+def _legend_below(ax: Any) -> None:
+    """The legend under the axes, never over the data it names (the SLO lines among its entries)."""
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2, frameon=False)
 
 
 def _save(fig: Any, out: Path) -> bytes:
@@ -77,7 +96,7 @@ def plot_throughput_latency(summary: dict[str, Any], out: Path) -> bytes:
                 label="invalid or insufficient (decides nothing)")
     knee = summary["knee"]
     if knee.get("value") is not None:
-        a1.axvline(knee["value"], color="#b3261e", ls=":", label=f"knee {knee['value']:g} ({knee['confidence']})")
+        a1.axvline(knee["value"], color="#b3261e", ls=":", label=f"knee {fmt_level(knee['value'])} ({knee['confidence']})")
     cap = summary["capacity"].get("per_node_rps")
     if cap:
         k = summary["capacity"].get("replicas_behind_url", 1)
@@ -89,24 +108,25 @@ def plot_throughput_latency(summary: dict[str, Any], out: Path) -> bytes:
     a1.set_ylabel("requests / s")
     a1.set_title("Throughput vs load")
     if a1.get_legend_handles_labels()[0]:
-        a1.legend(fontsize=8)
+        _legend_below(a1)
     plotted = False
-    for key, label in (("ttft_p95_ms", "TTFT P95"), ("e2e_p95_ms", "E2E P95"), ("tpot_p95_ms", "TPOT P95")):
-        ys = [r.get(key) for r in ok]
-        if any(y is not None and y > 0 for y in ys):
-            a2.plot([r["level"] for r in ok], [np.nan if y is None else y for y in ys], "o-", label=label)
-            plotted = True
     # With workload classes the top-level limits judge no class as drawn (each has its own): none drawn.
     slo = summary["slo"] if not summary.get("workloads") else {}
-    for key, label in (("ttft_p95_ms", "TTFT SLO"), ("e2e_p95_ms", "E2E SLO"), ("tpot_p95_ms", "TPOT SLO")):
-        if slo.get(key):
-            a2.axhline(slo[key], ls="--", lw=1, color="grey")
-            a2.annotate(label, (a2.get_xlim()[0], slo[key]), fontsize=7, va="bottom")
+    for key, label, colour in LATENCY_LINES:
+        if key == "itl_p95_ms" and not slo.get(key):
+            continue  # ITL is drawn when the SLO limits it; TPOT carries the decode speed otherwise
+        ys = [r.get(key) for r in ok]
+        if any(y is not None and y > 0 for y in ys):
+            a2.plot([r["level"] for r in ok], [np.nan if y is None else y for y in ys], "o-", color=colour, label=label)
+            plotted = True
+        if slo.get(key):  # each limit in its metric's colour, named in the legend
+            a2.axhline(slo[key], ls="--", lw=1.2, color=colour, alpha=0.8, label=slo_label(label, slo[key]))
+            plotted = True
     if knee.get("value") is not None:
         a2.axvline(knee["value"], color="#b3261e", ls=":")
     if plotted:
         _log_scale(a2, "y")
-        a2.legend(fontsize=8)
+        _legend_below(a2)
     a2.set_xlabel(f"load ({unit})")
     a2.set_ylabel("ms")
     a2.set_title("Latency vs load")
@@ -129,17 +149,19 @@ def plot_distributions(run: RunData, summary: dict[str, Any], out: Path) -> byte
             if v.size > 20000:  # a box plot of 20 k points is as exact as one of 2 M
                 v = np.random.default_rng(0).choice(v, 20000, replace=False)
             data.append(v if v.size else np.array([np.nan]))
-            labels.append(f"{levels[idx]:g}" + (f"\n{arms[idx]}" if arms[idx] else ""))
+            labels.append(fmt_level(levels[idx]) + (f"\n{arms[idx]}" if arms[idx] else ""))
         if any(np.isfinite(d).any() and np.nanmax(d) > 0 for d in data):
             ax.boxplot(data, whis=(1, 99), showfliers=False)
-            ax.set_xticks(range(1, len(labels) + 1), labels)
+            ax.set_xticks(range(1, len(labels) + 1), labels, **tick_rotation(labels))
             _log_scale(ax, "y")
         ax.set_title(title + " (whiskers P1–P99)")
         ax.set_xlabel("level")
         ax.set_ylabel("ms")
-        limit = None if summary.get("workloads") else summary["slo"].get("ttft_p95_ms" if col == "ttft_ms" else "e2e_p95_ms")
+        key = "ttft_p95_ms" if col == "ttft_ms" else "e2e_p95_ms"
+        limit = None if summary.get("workloads") else summary["slo"].get(key)
         if limit:
-            ax.axhline(limit, ls="--", color="grey", lw=1)
+            ax.axhline(limit, ls="--", color="#b3261e", lw=1.2, label=slo_label(f"{title.split()[0]} P95", limit))
+            _legend_below(ax)
     return _save(fig, out)
 
 
@@ -167,7 +189,7 @@ def plot_timeline(run: RunData, out: Path, simulated: bool = False) -> bytes | N
         ax.set_ylabel(label, fontsize=8)
     for st in run.steps:
         if st.start_unix is not None:
-            axes[0, 0].annotate(f"{st.level:g}", (st.start_unix - t0, axes[0, 0].get_ylim()[1]), fontsize=7, va="top")
+            axes[0, 0].annotate(fmt_level(st.level), (st.start_unix - t0, axes[0, 0].get_ylim()[1]), fontsize=7, va="top")
     axes[-1, 0].set_xlabel("seconds since start (bands = steps, labels = level)")
     return _save(fig, out)
 
@@ -191,80 +213,105 @@ def _probe_html(probe: dict[str, Any]) -> str:
             + "".join("<tr>" + "".join(f"<td>{e(c)}</td>" for c in r) + "</tr>" for r in rows) + "</table>")
 
 
+def _table(head: list[str], rows: list[tuple[str, list[str]]], left: set[int] = frozenset(), attrs: str = "") -> str:
+    """An HTML table: head, then (row class, cells) rows; columns in `left` align left (words)."""
+    e = html.escape
+
+    def tag(name: str, i: int) -> str:
+        return f"<{name} class=l>" if i in left else f"<{name}>"
+
+    return (f"<table{attrs}><tr>" + "".join(tag("th", i) + e(h) + "</th>" for i, h in enumerate(head)) + "</tr>"
+            + "".join("<tr" + (f' class="{cls}"' if cls else "") + ">"
+                      + "".join(tag("td", i) + e(c) + "</td>" for i, c in enumerate(cells)) + "</tr>"
+                      for cls, cells in rows) + "</table>")
+
+
+def _load_tables(summary: dict[str, Any]) -> str:
+    """The short load table a planner reads, then every column folded (and in steps.csv)."""
+    def rows(cols: list[tuple[str, str, int | None, str | None]]) -> list[tuple[str, list[str]]]:
+        return [("" if r["valid"] else "invalid", [cell(r, k, d, ci) for k, _, d, ci in cols] + [r.get("conclusion", "")])
+                for r in summary["steps"]]
+
+    short, full = short_columns(summary), table_columns(summary)
+    conf = (summary.get("run") or {}).get("confidence", 0.95)
+    return (f"<p>Intervals in brackets ({conf:.0%}); ∞: too few requests to bound that percentile. Struck-through rows "
+            "are invalid or insufficient and decide nothing; the conclusion says why.</p>"
+            + _table([c[1] for c in short] + ["conclusion"], rows(short), {len(short)}, ' id="load-table"')
+            + f'<details id="full-table"><summary>Every column ({len(full) + 1}) — also in '
+              '<a href="steps.csv">steps.csv</a></summary><div class="scroll">'
+            + _table([c[1] for c in full] + ["conclusion"], rows(full), {len(full)})
+            + f"<p>{html.escape(TTFT_LEGEND)}</p></div></details>")
+
+
 def html_page(summary: dict[str, Any], figs: dict[str, bytes | None]) -> str:
+    from capacity_plugins.analysis.answer import plain_answer
+
     e = html.escape
     v = summary["verdict"]
-    head = headline(summary)
     alerts = alert_lines(summary)
-    cols = table_columns(summary)
     trace = summary.get("trace")
     trace_html = ""
     if trace:
-        trace_rows = "".join(
-            "<tr" + (' class="fail"' if w["slo_pass"] is False else "") + ">"
-            + "".join(f"<td>{e(trace_cell(w, k))}</td>" for _, k in TRACE_COLS) + "</tr>" for w in trace["windows"])
-        trace_html = (f'<h2>Trace replay</h2><p id="trace">{e(trace["line"])}</p><table>'
-                      + "".join(f"<th>{e(h)}</th>" for h, _ in TRACE_COLS) + trace_rows + "</table>")
+        trace_html = (f'<h2>Trace replay</h2><p id="trace">{e(trace["line"])}</p>'
+                      + _table([h for h, _ in TRACE_COLS], [("fail" if w["slo_pass"] is False else "",
+                                                             [trace_cell(w, k) for _, k in TRACE_COLS])
+                                                            for w in trace["windows"]]))
         if trace.get("turns"):
-            trace_html += ('<table id="turns"><tr><th>turn</th><th>requests</th><th>prompt tokens (mean)</th>'
-                           "<th>TTFT p50 ms</th><th>TTFT p95 ms</th></tr>" + "".join(
-                               f"<tr><td>{t['turn']}</td><td>{t['requests']}</td><td>{e(fmt(t['prompt_tokens_mean'], 0))}</td>"
-                               f"<td>{e(fmt(t['ttft_p50_ms'], 0))}</td><td>{e(fmt(t['ttft_p95_ms'], 0))}</td></tr>"
-                               for t in trace["turns"]) + "</table>")
-    trs = "".join(
-        "<tr" + ("" if r["valid"] else ' class="invalid"') + ">"
-        + "".join(f"<td>{e(cell(r, k, d, ci))}</td>" for k, _, d, ci in cols)
-        + f"<td class=l>{e(r.get('conclusion', ''))}</td></tr>"
-        for r in summary["steps"]
-    )
-    checklist = "".join(
-        f"<tr class='{i['status']}'><td>{e(i['id'])}</td><td class=l>{e(i['text'])}</td><td>{e(i['status'])}</td>"
-        f"<td class=l>{e(i['evidence'])}</td></tr>" for i in summary["checklist"]
-    )
+            trace_html += _table(["turn", "requests", "prompt tokens (mean)", "TTFT p50 ms", "TTFT p95 ms"], [
+                ("", [str(t["turn"]), str(t["requests"]), fmt(t["prompt_tokens_mean"], 0), fmt(t["ttft_p50_ms"], 0),
+                      fmt(t["ttft_p95_ms"], 0)]) for t in trace["turns"]], attrs=' id="turns"')
+    checklist = _table(["id", "item", "status", "evidence"],
+                       [(i["status"], [i["id"], i["text"], i["status"], i["evidence"]]) for i in summary["checklist"]],
+                       {1, 3})
     notes = summary["capacity"].get("notes", []) + summary["plan"].get("notes", []) + summary["warnings"]
-    plan = summary["plan"]
-    plan_rows = "".join(f"<tr><td class=l>{e(k)}</td><td>{e(fmt(plan.get(k), 2))}</td></tr>" for k in (
-        "peak_qps", "safety_factor", "redundancy", "current_nodes", "nodes", "nodes_interval", "gpus_per_node", "gpus",
-        "peak_concurrency", "per_gpu_concurrency", "gpus_by_concurrency", "peak_share_of_current_capacity", "refused"))
-    cost_rows = "".join(f"<tr><td class=l>{e(k)}</td><td>{e(fmt(summary['cost'].get(k), 5))}</td></tr>" for k in (
-        "gpu_hour_usd", "per_1k_requests_usd", "per_1m_output_tokens_usd", "per_effective_output_usd"))
-    facts = "".join(f"<li>{e(line)}</li>" for line in facts_lines(summary))
-    banner = ('<div class="alerts" id="alerts">' + "".join(f"<div>{e(a)}</div>" for a in alerts) + "</div>") if alerts else ""
+    settings = (summary.get("verdict") or {}).get("settings") or []
+    settings_html = ('<details id="settings"><summary>Settings that decided this</summary>'
+                     + _table(["setting", "value", "meaning"],
+                              [("", [str(x.get("key")), fmt_num(x.get("value")) if isinstance(x.get("value"), float)
+                                     else fmt(x.get("value")), str(x.get("meaning") or "")]) for x in settings], {0, 2})
+                     + "</details>") if settings else ""
+    li = "".join
+    banner = ('<div class="alerts" id="alerts">' + li(f"<div>{e(a)}</div>" for a in alerts) + "</div>") if alerts else ""
+    name = summary.get("name") or ""
     return f"""<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><title>Capacity report {e(summary.get('name') or '')}</title>
+<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
+<title>Capacity report {e(name)}</title>
 <style>
-body{{font-family:system-ui,sans-serif;margin:2em;max-width:1400px;color:#222}}
-.verdict{{padding:1em;border-radius:6px;color:#fff;background:{DECISION_COLOUR[v['decision']]}}}
+body{{font-family:system-ui,sans-serif;margin:2em auto;padding:0 2em;max-width:1200px;color:#222;overflow-wrap:anywhere}}
+h1.title{{font-size:1.1em;font-weight:600;color:#555;margin:0 0 .4em 0}}
+p.answer{{font-size:1.45em;font-weight:600;line-height:1.35;margin:0 0 .8em 0;padding:.5em .8em;
+  border-left:8px solid {DECISION_COLOUR[v['decision']]};background:#f6f6f6}}
+.verdict{{padding:.6em 1em;border-radius:6px;color:#fff;background:{DECISION_COLOUR[v['decision']]}}}
+.verdict h2{{margin:0 0 .3em 0}} .verdict ul{{margin:.2em 0}}
 .alerts{{padding:.8em 1em;border:2px solid #b3261e;border-radius:6px;background:#fde8e8;margin-bottom:1em;font-weight:600}}
-.verdict h1{{margin:0 0 .3em 0}} table{{border-collapse:collapse;font-size:13px;margin:1em 0}}
-td,th{{border:1px solid #ccc;padding:3px 6px;text-align:right}} td.l,th.l{{text-align:left}}
+table{{border-collapse:collapse;font-size:13px;margin:1em 0}}
+td,th{{border:1px solid #ccc;padding:3px 6px;text-align:right;overflow-wrap:normal}} td.l,th.l{{text-align:left;overflow-wrap:anywhere}}
+#load-table td{{white-space:nowrap}} #load-table td.l{{white-space:normal;min-width:16em}}
 tr.invalid{{color:#888;text-decoration:line-through}} tr.fail td{{background:#fde8e8}}
-tr.needs_human td{{background:#fff6d6}} tr.pass td{{background:#e8f6ec}} img{{max-width:100%}}
+tr.needs_human td{{background:#fff6d6}} tr.pass td{{background:#e8f6ec}}
+figure{{margin:0}} img{{max-width:100%;height:auto}} .scroll{{overflow-x:auto}}
+details{{margin:.6em 0}} summary{{cursor:pointer;font-weight:600}}
 </style></head><body>
+<h1 class="title">Capacity report{': ' + e(name) if name else ''}</h1>
+<p class="answer" id="answer">{e(plain_answer(summary))}</p>
 {banner}
-<h2>Run</h2><ul class="facts" id="facts">{facts}</ul>
-<div class="verdict" id="verdict" data-decision="{e(v['decision'])}"><h1>{e(DECISION_TEXT[v['decision']])}</h1>
-<div>{'<br>'.join(e(r) for r in v['reasons'])}</div>
-<div>Bottleneck: {e(v['bottleneck'])}{' — ' + e('; '.join(v['bottleneck_hints'])) if v['bottleneck_hints'] else ''}</div>
-{('<div>Measure next: ' + e('; '.join(v['measure_next'])) + '</div>') if v['measure_next'] else ''}</div>
-<ul>{''.join(f'<li>{e(h)}</li>' for h in head[1:] if h not in alerts)}</ul>
-{('<ul class="notes">' + ''.join(f'<li>{e(n)}</li>' for n in notes) + '</ul>') if notes else ''}
+<div class="verdict" id="verdict" data-decision="{e(v['decision'])}"><h2>{e(DECISION_TEXT[v['decision']])}</h2>
+<ul id="reasons">{li(f'<li>{e(r)}</li>' for r in decision_lines(summary))}</ul></div>
+{settings_html}
+<h2>Details</h2><ul id="details">{li(f'<li>{e(h)}</li>' for h in detail_lines(summary))}</ul>
+{('<ul class="notes">' + li(f'<li>{e(n)}</li>' for n in notes) + '</ul>') if notes else ''}
+<h2>Run</h2><ul class="facts" id="facts">{li(f'<li>{e(line)}</li>' for line in facts_lines(summary))}</ul>
 {trace_html}
-{('<h2>Capacity search</h2><ul id="search">' + ''.join(f'<li>{e(x)}</li>' for x in search_lines(summary)) + '</ul>') if summary.get('search') else ''}
+{('<h2>Capacity search</h2><ul id="search">' + li(f'<li>{e(x)}</li>' for x in search_lines(summary)) + '</ul>') if summary.get('search') else ''}
 {_workloads_html(summary)}
 {_probe_html(summary["cache_probe"]) if summary.get("cache_probe") else ''}
 <h2>Throughput and latency against load</h2>{_img(figs.get('throughput_latency'), 'throughput and latency vs load')}
+<h2>Load table</h2>
+{_load_tables(summary)}
 <h2>Latency distributions per step</h2>{_img(figs.get('latency_distributions'), 'TTFT and E2E per step')}
 {section(summary, _img(figs.get('ttft_breakdown'), 'where TTFT goes, per step'))}
 {('<h2>GPU and queue timeline</h2>' + _img(figs.get('timeline'), 'GPU and queue timeline')) if figs.get('timeline') else '<p>No telemetry in this run.</p>'}
-<h2>Load table</h2>
-<p>Intervals in brackets ({(summary.get('run') or {}).get('confidence', 0.95):.0%}); ∞: too few requests to bound that
-percentile. Struck-through rows are invalid or insufficient and decide nothing; the conclusion says why.</p>
-<table><tr>{''.join(f'<th>{e(c[1])}</th>' for c in cols)}<th class=l>conclusion</th></tr>{trs}</table>
-<h2>Plan</h2><table>{plan_rows}</table>
-<h2>Cost</h2><table>{cost_rows}</table>
-<h2>Checklist (seed review and preconditions)</h2>
-<table><tr><th>id</th><th class=l>item</th><th>status</th><th class=l>evidence</th></tr>{checklist}</table>
+<details id="checklist"><summary>Checklist (seed review and preconditions)</summary><div class="scroll">{checklist}</div></details>
 <h2>Stability</h2><p>{e('; '.join((summary.get('stability') or {}).get('findings', [])))}</p>
 </body></html>
 """
@@ -295,5 +342,6 @@ def write_reports(summary: dict[str, Any], run: RunData, out_dir: Path) -> None:
     }
     ttft = plot_ttft_breakdown(summary)
     figs["ttft_breakdown"] = _save(ttft, out_dir / "ttft_breakdown.png") if ttft is not None else None
+    (out_dir / "steps.csv").write_text(steps_csv(summary), encoding="utf-8")
     (out_dir / "summary.md").write_text(markdown(summary), encoding="utf-8")
     (out_dir / "report.html").write_text(html_page(summary, figs), encoding="utf-8")

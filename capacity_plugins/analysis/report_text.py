@@ -40,8 +40,70 @@ def fmt_ci(ci: list[float | None] | None, digits: int = 1) -> str:
     return f"({lo}–{hi})"
 
 
+def fmt_num(v: Any, sig: int = 3, unit: str = "") -> str:
+    """A number to `sig` significant digits, never in exponent form: 8.51, 10.9, 2,825, 0.0816.
+    Whole digits are never dropped (12 345, not 12 300): they are no false precision a reader trips on."""
+    if v is None or isinstance(v, bool) or not isinstance(v, int | float):
+        return fmt(v)
+    if not math.isfinite(v):
+        return "∞"
+    if isinstance(v, int) or float(v).is_integer():
+        return f"{int(v):,}{unit}"
+    d = max(sig - 1 - math.floor(math.log10(abs(v))), 0)
+    return f"{v:,.{d}f}{unit}"
+
+
+def fmt_level(v: Any) -> str:
+    """A load level as a reader says it: 8, 16, 0.5, 10.9 (a trace window's 10.9333 req/s), 1,250."""
+    if v is None or isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
+        return fmt(v)
+    if float(v).is_integer():
+        return f"{int(v):,}"
+    d = max(2 - math.floor(math.log10(abs(v))), 0)
+    text = f"{v:,.{d}f}"
+    return text.rstrip("0").rstrip(".") if d else text
+
+
+def interval_decimals(v: float, ci: list[float | None] | None) -> int | None:
+    """How many decimals the interval supports: two significant digits of its width (of the distance
+    to its one finite end when the other is unbounded); None when it says nothing (no or zero width)."""
+    if not ci:
+        return None
+    ends = [x for x in ci if x is not None and math.isfinite(x)]
+    width = (ends[1] - ends[0]) if len(ends) == 2 else (abs(v - ends[0]) if ends else 0.0)
+    if not width > 0:
+        return None
+    return min(max(1 - math.floor(math.log10(width)), 0), 4)
+
+
+def fmt_iv(v: Any, ci: list[float | None] | None = None, unit: str = "", sig: int = 3) -> str:
+    """A value with its interval, both rounded to the interval's precision: "8.4 [7.6–9.2]",
+    "1,176 [1,149–1,251]", "9.53 [9.47–9.61]". An end the data cannot bound is ∞ (upper) or ? (lower);
+    without an interval the value alone to `sig` significant digits."""
+    if v is None or isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
+        return fmt(v)
+    d = interval_decimals(v, ci)
+    if d is not None and v != 0:  # never more than `sig` significant digits: 9.54 [9.53–9.56], not 9.540
+        d = min(d, max(sig - 1 - math.floor(math.log10(abs(v))), 0))
+    if d is None:
+        return fmt_num(v, sig, unit) + (f" {_bracket(ci, None)}" if ci and v is not None else "")
+    return f"{v:,.{d}f}{unit} {_bracket(ci, d)}"
+
+
+def _bracket(ci: list[float | None] | None, d: int | None) -> str:
+    if not ci:
+        return ""
+
+    def end(x: float | None, missing: str) -> str:
+        if x is None or not math.isfinite(x):
+            return missing
+        return f"{x:,.{d}f}" if d is not None else fmt_num(x)
+
+    return f"[{end(ci[0], '?')}–{end(ci[1], '∞')}]"
+
+
 def _g(v: float) -> str:
-    return f"{v:.3g}"
+    return fmt_num(v)
 
 
 def alert_lines(summary: dict[str, Any]) -> list[str]:
@@ -72,10 +134,10 @@ def slo_attainment_lines(summary: dict[str, Any]) -> list[str]:
         for r in rows:
             v = r["slo"].get(m)
             if v and v["attainment"] is not None:
-                cells.append(f"{r['level']:g}: {v['attainment']:.1%} {JUDGED_MARK[v['judgement']]}")
+                cells.append(f"{fmt_level(r['level'])}: {v['attainment']:.1%} {JUDGED_MARK[v['judgement']]}")
         out.append(f"{name} {pct} ≤ {slo[key]:g} ms (slo.{key}), share of requests under it"
                    f" (needs ≥ {slo['attainment']:.0%}): " + (", ".join(cells) or "no valid step"))
-    errs = [f"{r['level']:g}: {r['error_rate']:.1%}" for r in rows if r["error_rate"] is not None]
+    errs = [f"{fmt_level(r['level'])}: {r['error_rate']:.1%}" for r in rows if r["error_rate"] is not None]
     out.append(f"errors ≤ {slo['error_rate']:.1%} (slo.error_rate): " + (", ".join(errs) or "no valid step"))
     return out
 
@@ -102,7 +164,7 @@ def facts_lines(summary: dict[str, Any]) -> list[str]:
     lines.append(f"Intervals: {run.get('confidence', 0.95):.0%} (verdict.confidence); a step needs ≥ "
                  f"{summary.get('min_requests')} measured requests (load.min_requests)")
     for s in run.get("invalid_steps") or []:
-        lines.append(f"Invalid step {s['level']:g}: " + "; ".join(s["reasons"]))
+        lines.append(f"Invalid step {fmt_level(s['level'])}: " + "; ".join(s["reasons"]))
     for w in run.get("workers_lost") or []:
         lines.append(f"Lost worker: {w.get('worker')} ({w.get('reason') or 'no heartbeat'})")
     return lines
@@ -111,39 +173,90 @@ def facts_lines(summary: dict[str, Any]) -> list[str]:
 def _capacity_line(cap: dict[str, Any]) -> str:
     if cap.get("per_node_rps") is None:
         return f"Capacity per node under the SLO: unknown ({cap.get('method')})"
-    ci = cap.get("per_node_rps_ci")
-    ci_s = f" [{_g(ci[0])}–{_g(ci[1])}]" if ci else ""
-    lim = f", limited by {cap['limiting_slo']}" if cap.get("limiting_slo") else ""
+    limit = LIMIT_NAMES.get(cap.get("limiting_slo") or "", cap.get("limiting_slo"))
+    lim = f", limited by {limit}" if limit else ""
     if cap.get("limiting_workload"):
-        lim = f", limited by class {cap['limiting_workload']}" + (f" ({cap['limiting_slo']})" if cap.get("limiting_slo") else "")
+        lim = f", limited by class {cap['limiting_workload']}" + (f" ({limit})" if limit else "")
     least = " (at least: the SLO never failed)" if cap.get("method") == "never_failed" else ""
-    return (f"Capacity per node under the SLO: {_g(cap['per_node_rps'])} rps{ci_s}{least} ({cap['method']}{lim}; "
-            f"last pass {fmt(cap.get('last_pass_level'), 0)}, first fail {fmt(cap.get('first_fail_level'), 0)})")
+    ci = cap.get("per_node_rps_ci")  # as the plain answer says it: 3 significant digits, the same figure everywhere
+    ci_s = f" [{fmt_num(ci[0])}–{fmt_num(ci[1])}]" if ci else ""
+    return (f"Capacity per node under the SLO: {fmt_num(cap['per_node_rps'])} req/s{ci_s}{least} "
+            f"({cap['method']}{lim}; last pass {fmt_level(cap.get('last_pass_level'))}, "
+            f"first fail {fmt_level(cap.get('first_fail_level'))})")
 
 
 def _knee_line(knee: dict[str, Any]) -> str:
     if knee.get("value") is None:
         return f"Knee: none — {knee['reason']}"
     iv = knee.get("interval")
-    iv_s = f", interval {iv[0]:g}–{iv[1]:g}" if iv and iv[0] != iv[1] else ""
-    return (f"Knee: {knee['value']:g} {knee['unit']} (bracket {knee['bracket'][0]:g}–{knee['bracket'][1]:g}{iv_s}, "
+    iv_s = f", interval {fmt_level(iv[0])}–{fmt_level(iv[1])}" if iv and iv[0] != iv[1] else ""
+    return (f"Knee: {fmt_level(knee['value'])} {knee['unit']} (bracket {fmt_level(knee['bracket'][0])}–"
+            f"{fmt_level(knee['bracket'][1])}{iv_s}, "
             f"{knee['method']}, confidence {knee['confidence']}): {knee['reason']}")
 
 
-def _plan_lines(plan: dict[str, Any], cap: dict[str, Any]) -> list[str]:
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" + ("" if n == 1 else "s")
+
+
+def plan_words(plan: dict[str, Any], cap: dict[str, Any]) -> list[str]:
+    """The plan as a planner says it: "20 req/s × 1.5 safety ÷ 8.51 req/s per node = 3.53 → 4 nodes,
+    + 1 spare = 5 nodes (5 GPUs); you have 1" — no setting names, whole nodes as whole numbers."""
     out = []
+    peak = plan.get("peak_qps")
+    per_node = cap.get("per_node_rps")
     if plan.get("refused"):
-        out.append(f"Plan: refused — {plan['refused']}")
+        out.append(f"refused — {plan['refused']}")
     elif plan.get("infeasible"):
-        out.append(f"Plan: none — {plan['infeasible']}")
-    elif plan.get("nodes") is not None:
-        span = plan.get("nodes_interval")
-        span_s = f" ({span[0]}–{span[1]} within the capacity interval)" if span and span[0] != span[1] else ""
-        out.append(f"Plan: {plan['nodes']} node(s){span_s} = ceil({plan['peak_qps']:g} × {plan['safety_factor']:g} / "
-                   f"{_g(cap['per_node_rps'])}) + {plan['redundancy']}; {plan['gpus']} GPU(s)")
+        out.append(f"none — {plan['infeasible']}")
+    elif plan.get("nodes") is not None and peak is not None and per_node:
+        sf, spare, nodes = plan.get("safety_factor") or 1, plan.get("redundancy") or 0, plan["nodes"]
+        need = peak * sf / per_node
+        text = (f"{fmt_num(peak)} req/s" + (f" × {sf:g} safety" if sf != 1 else "")
+                + f" ÷ {fmt_num(per_node)} req/s per node = {fmt_num(need)} → {_plural(nodes - spare, 'node')}")
+        if spare:
+            text += f", + {spare} spare = {_plural(nodes, 'node')}"
+        gpn = plan.get("gpus_per_node") or 1
+        if plan.get("gpus") is not None:
+            text += f" ({_plural(plan['gpus'], 'GPU')}" + (f", {gpn} per node" if gpn != 1 else "") + ")"
+        if plan.get("current_nodes") is not None:
+            text += f"; you have {plan['current_nodes']}"
+        out.append(text)
+        span, ci = plan.get("nodes_interval"), cap.get("per_node_rps_ci")
+        if span and span[0] != span[1] and ci:
+            out.append(f"anywhere in the capacity's interval ({fmt_num(ci[0])}–{fmt_num(ci[1])} req/s per node): "
+                       f"{span[0]}–{span[1]} nodes")
+    elif peak is None:
+        out.append("no forecast peak given: pass --peak-qps to size the fleet")
     if plan.get("gpus_by_concurrency") is not None:
-        out.append(f"By concurrency: {plan['peak_concurrency']:g} / {_g(plan['per_gpu_concurrency'])} per GPU "
-                   f"→ {plan['gpus_by_concurrency']} GPU(s)")
+        out.append(f"by concurrency: a peak of {fmt_num(plan['peak_concurrency'])} requests in flight ÷ "
+                   f"{fmt_num(plan['per_gpu_concurrency'])} per GPU → {_plural(plan['gpus_by_concurrency'], 'GPU')}")
+    return out
+
+
+def _plan_lines(plan: dict[str, Any], cap: dict[str, Any]) -> list[str]:
+    words = plan_words(plan, cap)
+    if words and plan.get("peak_qps") is None and not plan.get("refused") and not plan.get("infeasible"):
+        words = words[1:]  # no peak: the console says nothing of a plan (the notes say how to get one)
+    return [f"Plan: {w}" if i == 0 and not w.startswith("by concurrency") else w[0].upper() + w[1:]
+            for i, w in enumerate(words)]
+
+
+COST_WORDS = (("gpu_hour_usd", "GPU-hour price"), ("per_1k_requests_usd", "per 1 000 requests at capacity"),
+              ("per_1m_output_tokens_usd", "per 1 M output tokens"),
+              ("per_effective_output_usd", "per output that met the SLO"))
+
+
+def cost_lines(cost: dict[str, Any]) -> list[str]:
+    """The cost in words, each figure to 3 significant digits; empty without a GPU-hour price."""
+    if cost.get("gpu_hour_usd") is None:
+        return []
+    out = []
+    for key, label in COST_WORDS:
+        if cost.get(key) is None:
+            continue
+        ci = cost.get("per_1k_requests_ci_usd") if key == "per_1k_requests_usd" else None
+        out.append(f"{label}: {fmt_iv(cost[key], ci)} USD")
     return out
 
 
@@ -159,11 +272,7 @@ def headline(summary: dict[str, Any]) -> list[str]:
     lines += _plan_lines(plan, cap)
     c = summary["cost"]
     if c.get("per_1k_requests_usd") is not None:
-        ci = c.get("per_1k_requests_ci_usd")
-        lines.append(f"Cost: {c['per_1k_requests_usd']:.4g} USD / 1k requests"
-                     + (f" [{ci[0]:.4g}–{ci[1]:.4g}]" if ci else "") + ", "
-                     f"{fmt(c.get('per_1m_output_tokens_usd'), 3)} USD / 1M output tokens, "
-                     f"{fmt(c.get('per_effective_output_usd'), 5)} USD per effective output")
+        lines.append(f"Cost at {fmt_num(c['gpu_hour_usd'])} USD per GPU-hour: " + "; ".join(cost_lines(c)[1:]))
     return lines
 
 
@@ -175,15 +284,15 @@ def search_lines(summary: dict[str, Any]) -> list[str]:
     unit = s.get("unit", "")
     lo, hi = s.get("highest_pass"), s.get("lowest_fail")
     if lo is not None and hi is not None:
-        found = f"the SLO held at {lo:g} {unit} and not (or not surely) at {hi:g} {unit}"
+        found = f"the SLO held at {fmt_level(lo)} {unit} and not (or not surely) at {fmt_level(hi)} {unit}"
     elif lo is not None:
-        found = f"the SLO held at {lo:g} {unit}, the highest level tried: capacity is at least that"
+        found = f"the SLO held at {fmt_level(lo)} {unit}, the highest level tried: capacity is at least that"
     elif hi is not None:
-        found = f"no level was shown to meet the SLO (the lowest tried: {hi:g} {unit})"
+        found = f"no level was shown to meet the SLO (the lowest tried: {fmt_level(hi)} {unit})"
     else:
         found = "no step was judged"
     state = "converged" if s.get("converged") else "not converged"
-    path = ", ".join(f"{st['level']:g} {st['judgement']}" for st in s.get("steps", []))
+    path = ", ".join(f"{fmt_level(st['level'])} {st['judgement']}" for st in s.get("steps", []))
     return [f"Capacity search ({state}): {found}; stopped: {s.get('stopped')}",
             f"Steps measured, in order: {path or 'none'}"]
 
@@ -230,17 +339,89 @@ def table_columns(summary: dict[str, Any]) -> list[tuple[str, str, int | None, s
 
 
 def cell(r: dict[str, Any], key: str, digits: int | None, ci_key: str | None = None) -> str:
+    """One cell of the load table: a value with its interval to the interval's precision, else to 3
+    significant digits; a level as a reader says it (10.9, not 10.9333)."""
     v = r.get(key)
+    if key == "level":
+        return fmt_level(v)
     if key == "error_rate":
-        return "–" if v is None else f"{v * 100:.2f}"
+        return "–" if v is None else "0" if v == 0 else fmt_num(v * 100, 2)
     if key == "ttft_queue_share":
         return "–" if v is None else f"{v:.0%}"
     if key == "slo_judgement":
         return {"pass": "pass", "fail": "fail"}.get(v or "", "pass?" if r.get("slo_pass") else "fail?")
-    text = fmt(v, digits if digits is not None else 2)
-    if ci_key and r.get(ci_key) and v is not None:
-        text += " " + fmt_ci(r[ci_key], digits if digits is not None else 2)
-    return text
+    if isinstance(v, float) and digits != 0 or ci_key:
+        return fmt_iv(v, r.get(ci_key) if ci_key else None)
+    return fmt(v, 0) if isinstance(v, int | float) and not isinstance(v, bool) else fmt(v)
+
+
+# The load table a planner reads (summary.md, the top of report.html's table): what decides, nothing
+# else; every column is in steps.csv and in the folded full table. key, header, interval key.
+SHORT_COLS: list[tuple[str, str, str | None]] = [
+    ("level", "level", None), ("arm", "arm", None), ("valid", "valid", None),
+    ("rps", "throughput req/s", "rps_ci"), ("ttft_p95_ms", "TTFT P95 ms", "ttft_p95_ci_ms"),
+    ("tpot_p95_ms", "TPOT P95 ms", "tpot_p95_ci_ms"), ("itl_p95_ms", "ITL P95 ms", "itl_p95_ci_ms"),
+    ("e2e_p95_ms", "E2E P95 ms", "e2e_p95_ci_ms"), ("error_rate", "errors %", None), ("gpu_util_pct", "GPU %", None),
+    ("slo_judgement", "SLO", None),
+]
+
+
+def short_columns(summary: dict[str, Any]) -> list[tuple[str, str, int | None, str | None]]:
+    """The columns of the short load table, as (key, header, digits, interval key) like table_columns:
+    level, valid, throughput, TTFT / TPOT / E2E P95 (ITL P95 when the SLO limits it, or in place of a
+    missing TPOT), errors, GPU, SLO — the arm only for a cache probe. The conclusion follows them."""
+    slo = summary.get("slo") or {}
+    rows = summary["steps"]
+    has = {k for k, _, _ in SHORT_COLS if any(r.get(k) is not None for r in rows)}
+    sim = (summary.get("run") or {}).get("simulated")
+    digits = {k: d for k, _, d, _ in TABLE_COLS}
+    out = []
+    for key, head, ci in SHORT_COLS:
+        if key not in has and key not in ("level", "valid", "slo_judgement"):
+            continue
+        if key == "itl_p95_ms" and not slo.get("itl_p95_ms") and "tpot_p95_ms" in has:
+            continue
+        if key in TELEMETRY_COLS and sim:
+            head += " (simulated)"
+        out.append((key, head, digits.get(key), ci))
+    return out
+
+
+def _csv_flat(prefix: str, v: Any, out: dict[str, Any]) -> None:
+    if isinstance(v, dict):
+        for k, x in v.items():
+            _csv_flat(f"{prefix}_{k}", x, out)
+    elif isinstance(v, list | tuple) and len(v) == 2 and all(x is None or isinstance(x, int | float) for x in v) \
+            and ("ci" in prefix or "interval" in prefix or "window" in prefix):
+        out[f"{prefix}_lo"], out[f"{prefix}_hi"] = v
+    elif isinstance(v, list | tuple):
+        out[prefix] = "; ".join(str(x) for x in v)
+    else:
+        out[prefix] = v
+
+
+def steps_csv(summary: dict[str, Any]) -> str:
+    """Every column of every step (summary.json's steps, flattened: an interval is two columns _lo and
+    _hi, a nested key joins its parts with _), one row per step, numbers as measured — the full load
+    table for a spreadsheet."""
+    import csv
+    import io
+
+    flat = []
+    for r in summary["steps"]:
+        row: dict[str, Any] = {}
+        for k, v in r.items():
+            _csv_flat(k, v, row)
+        flat.append(row)
+    cols: dict[str, None] = {}
+    for row in flat:
+        cols.update(dict.fromkeys(row))
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(list(cols))
+    for row in flat:
+        w.writerow(["" if row.get(c) is None else row[c] for c in cols])
+    return buf.getvalue()
 
 
 TRACE_COLS = [("window", "window"), ("trace s", "span"), ("offered req/s", "offered_rps"),
@@ -253,25 +434,67 @@ def trace_cell(w: dict[str, Any], key: str) -> str:
     if key == "window":
         return str(w["window"] + 1)
     if key == "span":
-        return f"{w['trace_start_s']:g}–{w['trace_end_s']:g}"
+        return f"{fmt_level(w['trace_start_s'])}–{fmt_level(w['trace_end_s'])}"
     if key == "slo":
         verdict = {True: "held", False: "BROKE", None: "—"}[w["slo_pass"]]
         return verdict + ("" if w["valid"] or w["slo_pass"] is None else " (flagged)")
-    return fmt(w.get(key), 2 if key.endswith("rps") else 0)
+    return fmt_num(w.get(key)) if key.endswith("rps") else fmt(w.get(key), 0)
+
+
+def settings_lines(summary: dict[str, Any]) -> list[str]:
+    """The scenario settings that decided the verdict ("key = value: meaning"), when the verdict lists them."""
+    out = []
+    for item in (summary.get("verdict") or {}).get("settings") or []:
+        value = item.get("value")
+        shown = fmt_num(value) if isinstance(value, float) else fmt(value)
+        out.append(f"{item.get('key')} = {shown}" + (f": {item['meaning']}" if item.get("meaning") else ""))
+    return out
+
+
+def decision_lines(summary: dict[str, Any]) -> list[str]:
+    """Below the plain answer: the verdict's reasons, then what limits the server and what to measure next."""
+    v = summary["verdict"]
+    out = list(v["reasons"])
+    if v.get("bottleneck"):
+        out.append(f"Bottleneck: {v['bottleneck']}" + (" — " + "; ".join(v["bottleneck_hints"])
+                                                       if v.get("bottleneck_hints") else ""))
+    if v.get("measure_next"):
+        out.append("Measure next: " + "; ".join(v["measure_next"]))
+    return out
+
+
+def detail_lines(summary: dict[str, Any]) -> list[str]:
+    """The numbers behind the answer (capacity, knee, plan, cost): the headline without its verdict line
+    and alerts, which the page says above."""
+    alerts = alert_lines(summary)
+    return [h for h in headline(summary)[1:] if h not in alerts]
+
+
+def _md_table(head: list[str], rows: list[list[str]]) -> list[str]:
+    return (["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+            + ["| " + " | ".join(c.replace("|", "/") for c in r) + " |" for r in rows])
+
+
+TTFT_COLS = ("client_ttft_mean_ms", "server_queue_mean_ms", "server_prefill_mean_ms", "server_ttft_mean_ms",
+             "client_remainder_ms", "ttft_queue_share")
 
 
 def markdown(summary: dict[str, Any]) -> str:
-    out = [f"# Capacity analysis{': ' + summary['name'] if summary.get('name') else ''}", ""]
+    from capacity_plugins.analysis.answer import plain_answer
+
+    v = summary["verdict"]
+    out = [f"# Capacity analysis{': ' + summary['name'] if summary.get('name') else ''}", "",
+           f"**{plain_answer(summary)}**", ""]
     out += [f"- {line}" for line in alert_lines(summary)]
-    out += ["", "## Run", ""] + [f"- {line}" for line in facts_lines(summary)]
-    out += ["", "## Decision", ""]
-    out += [f"- {line}" for line in headline(summary) if line not in alert_lines(summary)]
+    out += ["", f"## Decision: {DECISION_TEXT[v['decision']]}", ""] + [f"- {line}" for line in decision_lines(summary)]
+    if settings_lines(summary):
+        out += ["", "### Settings that decided this", ""] + [f"- {line}" for line in settings_lines(summary)]
+    out += ["", "## Details", ""] + [f"- {line}" for line in detail_lines(summary)]
     for n in summary["capacity"].get("notes", []) + summary["plan"].get("notes", []):
         out.append(f"- note: {n}")
-    if summary["verdict"]["bottleneck_hints"]:
-        out.append(f"- bottleneck: {summary['verdict']['bottleneck']} — " + "; ".join(summary["verdict"]["bottleneck_hints"]))
     for w in summary["warnings"]:
         out.append(f"- warning: {w}")
+    out += ["", "## Run", ""] + [f"- {line}" for line in facts_lines(summary)]
     if summary.get("search"):
         out += ["", "## Capacity search", ""] + [f"- {line}" for line in search_lines(summary)]
     if summary.get("workloads"):
@@ -282,21 +505,26 @@ def markdown(summary: dict[str, Any]) -> str:
         out += ["", "## Prefix-cache probe", ""] + probe_markdown(summary["cache_probe"])
     if summary.get("trace"):
         out += ["", "## Trace replay", "", f"- {summary['trace']['line']}", ""]
-        out += ["| " + " | ".join(h for h, _ in TRACE_COLS) + " |", "|" + "---|" * len(TRACE_COLS)]
-        out += ["| " + " | ".join(trace_cell(w, k) for _, k in TRACE_COLS) + " |" for w in summary["trace"]["windows"]]
+        out += _md_table([h for h, _ in TRACE_COLS],
+                         [[trace_cell(w, k) for _, k in TRACE_COLS] for w in summary["trace"]["windows"]])
         if summary["trace"].get("turns"):
-            out += ["", "| turn | requests | prompt tokens (mean) | TTFT p50 ms | TTFT p95 ms |", "|---|---|---|---|---|"]
-            out += [f"| {t['turn']} | {t['requests']} | {fmt(t['prompt_tokens_mean'], 0)} | {fmt(t['ttft_p50_ms'], 0)} "
-                    f"| {fmt(t['ttft_p95_ms'], 0)} |" for t in summary["trace"]["turns"]]
+            out += [""] + _md_table(["turn", "requests", "prompt tokens (mean)", "TTFT p50 ms", "TTFT p95 ms"], [
+                [str(t["turn"]), str(t["requests"]), fmt(t["prompt_tokens_mean"], 0), fmt(t["ttft_p50_ms"], 0),
+                 fmt(t["ttft_p95_ms"], 0)] for t in summary["trace"]["turns"]])
     out += ["", "## Load table", "",
             f"Intervals in brackets: {(summary.get('run') or {}).get('confidence', 0.95):.0%}; ∞ = the step has too few "
-            "requests to bound that percentile.", ""]
-    cols = table_columns(summary)
-    out.append("| " + " | ".join(c[1] for c in cols) + " | conclusion |")
-    out.append("|" + "---|" * (len(cols) + 1))
-    for r in summary["steps"]:
-        out.append("| " + " | ".join(cell(r, k, d, ci) for k, _, d, ci in cols) + f" | {r.get('conclusion', '')} |")
-    out += ["", TTFT_LEGEND] + [f"- {n}" for n in (summary.get("ttft_breakdown") or {}).get("notes", [])]
+            "requests to bound that percentile. Every column of every step: [steps.csv](steps.csv) (an interval "
+            "is two columns, _lo and _hi).", ""]
+    cols = short_columns(summary)
+    out += _md_table([c[1] for c in cols] + ["conclusion"],
+                     [[cell(r, k, d, ci) for k, _, d, ci in cols] + [r.get("conclusion", "")] for r in summary["steps"]])
+    ttft = [c for c in table_columns(summary) if c[0] in TTFT_COLS]
+    if ttft:
+        lead = [c for c in table_columns(summary) if c[0] in ("level", "arm")]
+        out += ["", "## Where TTFT goes", "", TTFT_LEGEND, ""]
+        out += _md_table([c[1] for c in lead + ttft], [[cell(r, k, d, ci) for k, _, d, ci in lead + ttft]
+                                                       for r in summary["steps"]])
+        out += [f"- {n}" for n in (summary.get("ttft_breakdown") or {}).get("notes", [])]
     out += ["", "## Checklist", ""]
     for item in summary["checklist"]:
         mark = {"pass": "x", "fail": " ", "needs_human": "?"}[item["status"]]

@@ -16,10 +16,18 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from capacity_plugins.analysis.report_text import fmt_level, fmt_num  # noqa: E402
+
 SEGMENTS = (("queue", "server queue", "#b3261e"), ("prefill", "prefill", "#1f5fa8"),
             ("server_rest", "rest of the server's TTFT", "#7ea6d8"),
             ("client_rest", "client remainder (network + client)", "#f2a900"),
             ("unattributed", "not attributed (the server exports no TTFT)", "#c8c8c8"))
+
+
+def tick_rotation(labels: list[str], room: int = 48) -> dict[str, Any]:
+    """Rotate a category axis's labels when side by side they would not fit (about `room` characters)."""
+    longest = max((len(line) for lab in labels for line in lab.split("\n")), default=0)
+    return {"rotation": 45, "ha": "right"} if len(labels) * (longest + 1) > room else {}
 
 
 def segments(row: dict[str, Any]) -> dict[str, float] | None:
@@ -45,9 +53,9 @@ def plot_ttft_breakdown(summary: dict[str, Any]) -> Any | None:
     rows = [(r, s) for r in summary["steps"] if (s := segments(r)) is not None]
     if not rows:
         return None
-    fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4))
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4.4))
     # A bar per step: a cache probe measures each level twice, and equal labels would share one bar.
-    labels = [f"{r['level']:g}" + (f"\n{r['arm']}" if r.get("arm") else "") for r, _ in rows]
+    labels = [fmt_level(r["level"]) + (f"\n{r['arm']}" if r.get("arm") else "") for r, _ in rows]
     totals = [sum(s.values()) or 1.0 for _, s in rows]
     bottom_share, bottom_ms = [0.0] * len(rows), [0.0] * len(rows)
     for key, label, colour in SEGMENTS:
@@ -60,22 +68,31 @@ def plot_ttft_breakdown(summary: dict[str, Any]) -> Any | None:
         a2.bar(labels, ms, bottom=bottom_ms, color=colour, hatch=hatch)
         bottom_share = [b + h for b, h in zip(bottom_share, share, strict=True)]
         bottom_ms = [b + h for b, h in zip(bottom_ms, ms, strict=True)]
+    # Each bar's total once, over the ms bar it measures; upright when the bars leave room, else turned
+    # on its side (one label per bar never overlaps its neighbours). The client remainder is its own
+    # segment and a load-table column, not a second line of text over every bar.
+    upright = len(rows) <= 8 and not any(r.get("arm") for r, _ in rows)
     for i, (r, _) in enumerate(rows):
-        total = r["client_ttft_mean_ms"]
-        words = [f"{total:,.0f} ms" if total >= 100 else f"{total:.1f} ms"]
-        if r.get("client_remainder_ms") is not None:
-            words.append(f"client {r['client_remainder_ms']:+.1f} ms")
-        a1.annotate("\n".join(words), (i, 100.0), ha="center", va="bottom", fontsize=7)
+        a2.annotate(fmt_num(r["client_ttft_mean_ms"], unit=" ms" if upright else ""), (i, bottom_ms[i]),
+                    xytext=(0, 2), textcoords="offset points", ha="center", va="bottom", fontsize=7,
+                    rotation=0 if upright else 90)
+    a2.set_ylim(0, max(bottom_ms) * (1.12 if upright else 1.3) or 1.0)
     sim = " (server parts simulated)" if (summary.get("run") or {}).get("simulated") else ""
     a1.set_title(f"Where TTFT goes: share of each step's TTFT{sim}", fontsize=10)
     a1.set_ylabel("% of the client TTFT mean")
-    a1.set_ylim(0, 118)
-    fig.legend(*a1.get_legend_handles_labels(), fontsize=8, loc="lower center", ncol=5, frameon=False)
-    fig.subplots_adjust(bottom=0.24)
-    a2.set_title("the same, ms (bar = client TTFT mean)", fontsize=10)
+    a1.set_ylim(0, 100)
+    a2.set_title("the same, ms (bar = client TTFT mean" + (")" if upright else ", ms over each bar)"), fontsize=10)
     a2.set_ylabel("ms")
+    rot = tick_rotation(labels, room=40)
     for ax in (a1, a2):
         ax.set_xlabel("level")
+        if rot:
+            ax.tick_params(axis="x", labelrotation=rot["rotation"])
+            for t in ax.get_xticklabels():
+                t.set_ha(rot["ha"])
+    handles, names = a1.get_legend_handles_labels()
+    fig.tight_layout(rect=(0, 0.1, 1, 1))
+    fig.legend(handles, names, fontsize=8, loc="lower center", ncol=min(len(names), 3), frameon=False)
     return fig
 
 

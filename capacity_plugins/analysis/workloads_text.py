@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from capacity_plugins.analysis.report_text import JUDGED_MARK, fmt, fmt_ci
+from capacity_plugins.analysis.report_text import JUDGED_MARK, fmt_iv, fmt_level, fmt_num
 from capacity_plugins.analysis.runfacts import LIMITS
 
 
 def _g(v: float) -> str:
-    return f"{v:.3g}"
+    return fmt_num(v)
 
 
 def class_slo_text(slo: dict[str, Any]) -> str:
@@ -73,7 +73,7 @@ def attainment_lines(summary: dict[str, Any]) -> list[str]:
                 c = r["workloads"][name]
                 v = c["slo"].get(metric)
                 if c["valid"] and v and v["attainment"] is not None:
-                    cells.append(f"{r['level']:g}: {v['attainment']:.1%} {JUDGED_MARK[v['judgement']]}")
+                    cells.append(f"{fmt_level(r['level'])}: {v['attainment']:.1%} {JUDGED_MARK[v['judgement']]}")
             out.append(f"{name}: {metric[:-3].upper()} ≤ {limit['limit_ms']:g} ms, share of requests under it "
                        f"(needs ≥ {k['slo']['attainment']:.0%}): " + (", ".join(cells) or "no valid step"))
     return out
@@ -93,16 +93,13 @@ def table_rows(summary: dict[str, Any]) -> list[tuple[bool, list[str]]]:
     out = []
     for r in summary["steps"]:
         for name, c in (r.get("workloads") or {}).items():
-            cells = [fmt(r["level"], 0), name]
-            for _, key, digits, ci_key in COLS:
+            cells = [fmt_level(r["level"]), name]
+            for _, key, _, ci_key in COLS:
                 v = c.get(key)
                 if key == "error_rate":
                     cells.append("–" if v is None else f"{v * 100:.2f}")
                     continue
-                text = fmt(v, digits)
-                if ci_key and c.get(ci_key) and v is not None:
-                    text += " " + fmt_ci(c[ci_key], digits)
-                cells.append(text)
+                cells.append(fmt_iv(v, c.get(ci_key) if ci_key else None))
             judged = c["slo_judgement"] if c["valid"] else "insufficient" if c["insufficient"] else "invalid"
             cells.append({"pass": "pass", "fail": "fail", "uncertain": "pass?" if c["slo_pass"] else "fail?"}
                          .get(judged, judged))
