@@ -185,11 +185,16 @@ def test_reasons_name_their_threshold_and_level():
               "client_remainder_ms": 0.5}
     low = {**loaded, "level": 2, "ttft_queue_share": 0.1, "client_remainder_ms": 2 * vc.client_remainder_max_ms,
            "client_ttft_mean_ms": 60.0, "server_ttft_mean_ms": 60.0 - 2 * vc.client_remainder_max_ms}
-    reasons = ttft_reasons([low, loaded], loaded, vc)
-    assert reasons[0].startswith(f"TTFT is {loaded['ttft_queue_share'] * 100:.0f} % queue at level 16") and "verdict.queue_dominant_share" in reasons[0]
+    used: dict[str, float] = {}
+    reasons = ttft_reasons([low, loaded], loaded, vc, used.__setitem__)
+    assert reasons[0].startswith(f"TTFT is {loaded['ttft_queue_share'] * 100:.0f} % queue at 16 users")
     assert "add replicas or batch slots, not faster GPUs" in reasons[0]
-    assert f"adds {2 * vc.client_remainder_max_ms:.1f} ms" in reasons[1] and "level 2" in reasons[1]
-    assert "verdict.client_remainder_max_ms" in reasons[1] and "check the network / client" in reasons[1]
+    assert f"adds {2 * vc.client_remainder_max_ms:.1f} ms" in reasons[1] and "at 2 users" in reasons[1]
+    assert "check the network / client" in reasons[1]
+    # the thresholds that decided them are handed back apart, never inside the sentences
+    assert used == {"verdict.queue_dominant_share": vc.queue_dominant_share,
+                    "verdict.client_remainder_max_ms": vc.client_remainder_max_ms}
+    assert not any("verdict." in r for r in reasons)
     # at the thresholds' other side: nothing to say
     calm = VerdictConfig(queue_dominant_share=0.81, client_remainder_max_ms=3 * vc.client_remainder_max_ms)
     assert ttft_reasons([low, loaded], loaded, calm) == []

@@ -181,7 +181,11 @@ def test_a_wide_capacity_interval_refuses_the_plan_and_the_flag_can_narrow_the_r
     s = summarise(load_run(p, overrides={"max_capacity_interval": 0.01, "confidence": 0.99}))
     rel = s["capacity"]["relative_interval"]
     assert rel > 0.01 and s["plan"]["nodes"] is None
-    assert "verdict.max_capacity_interval" in s["plan"]["refused"]
+    # the refusal says it in words; the setting that decided it is listed apart
+    assert "wider than the 1% a plan is sized from" in s["plan"]["refused"]
+    assert {"key": "verdict.max_capacity_interval", "value": 0.01,
+            "meaning": "widest capacity interval, as a share of the capacity, a plan is sized from"} in s["plan"]["settings"]
+    assert "verdict.max_capacity_interval" in [x["key"] for x in s["verdict"]["settings"]]
     assert s["verdict"]["decision"] == "observe" and "no fleet size" in s["verdict"]["reasons"][0]
 
 
@@ -203,7 +207,8 @@ def test_a_bracket_wider_than_a_doubling_is_the_interval(tmp_path):
     assert lo <= cap["last_pass_rps"] + 1e-9 and hi >= cap["first_fail_rps"] - 1e-9
     assert any("wider than a doubling" in n for n in cap["notes"])
     s = summarise(load_run(p))
-    assert s["plan"]["nodes"] is None and "max_capacity_interval" in s["plan"]["refused"]
+    assert s["plan"]["nodes"] is None and "a plan is sized from" in s["plan"]["refused"]
+    assert "verdict.max_capacity_interval" in [x["key"] for x in s["plan"]["settings"]]
     # The same curve measured on a doubling grid keeps the measured interval.
     p = make_results(tmp_path / "fine", levels=[1, 2, 4], rps=[2, 4, 8], e2e_p50_ms=[800, 900, 3000],
                      e2e_p99_ms=[1000, 1100, 4000], slo=SLO, capacity={"peak_qps": 30})

@@ -70,7 +70,7 @@ def test_each_step_is_judged_as_the_mix_and_per_class(tmp_path):
     assert rag["goodput_rps"] == 0 and r2["workloads"]["chat"]["goodput_rps"] == pytest.approx(10, abs=0.1)
     # the step's goodput counts requests that met their own class's SLO: chat's and batch's here
     assert r2["goodput_rps"] == pytest.approx(15, abs=0.1)
-    assert s["verdict"]["evidence_levels"] == {"highest_passing": 2, "first_failing": 4}
+    assert s["verdict"]["evidence_levels"] == {"highest_passing": 2, "first_failing": 4, "decided_at": 4}
 
 
 def test_the_verdict_names_the_class_and_limit_that_missed(tmp_path):
@@ -78,7 +78,8 @@ def test_the_verdict_names_the_class_and_limit_that_missed(tmp_path):
     s = summarise(load_run(mix_folder(tmp_path, gpu_util=[10] * 4, waiting=[0] * 4)))
     assert s["verdict"]["decision"] == "dont_scale_yet"
     reason = s["verdict"]["reasons"][0]
-    assert "fails at level 4 (rag: TTFT P95 4 s > 3 s (slo.ttft_p95_ms))" in reason
+    assert "at 4 users the SLO fails (rag: TTFT p95 is 4 s against a 3 s limit)" in reason
+    assert {"key": "slo.ttft_p95_ms", "value": 3000.0, "meaning": "TTFT limit (ms)"} in s["verdict"]["settings"]
     assert "chat:" not in reason  # chat still met its own SLO at 4 users
 
 

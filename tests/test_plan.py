@@ -77,7 +77,9 @@ def test_verdict_dont_scale_yet_when_gpu_idles_while_latency_misses_slo(tmp_path
 def test_verdict_observe_between_70_and_100_pct(tmp_path):
     # capacity 9 rps/node × 2 nodes = 18; peak 15 = 83 %
     v = _verdict(tmp_path, gpu_util=[35, 72, 89, 91], capacity={"peak_qps": 15, "current_nodes": 2}, **SEED_001)
-    assert v["decision"] == "observe" and "70%, verdict.trigger_share" in v["reasons"][0]
+    assert v["decision"] == "observe" and "above the 70% at which planning starts" in v["reasons"][0]
+    assert {"key": "verdict.trigger_share", "value": 0.7,
+            "meaning": "share of the current capacity at which planning starts"} in v["settings"]
 
 
 def test_verdict_observe_without_telemetry(tmp_path):
@@ -119,7 +121,8 @@ def test_verdict_speaks_the_users_slo_not_a_constant(tmp_path):
                  waiting=[0, 1, 3, 8], capacity={"peak_qps": 30, "current_nodes": 2})
     assert v["decision"] == "scale"
     text = " ".join(v["reasons"])
-    assert "TTFT P95" in text and "> 1.5 s (slo.ttft_p95_ms)" in text and "forecast peak" in text
+    assert "TTFT p95" in text and "against a 1.5 s limit" in text and "forecast peak" in text
+    assert {"key": "slo.ttft_p95_ms", "value": 1500.0, "meaning": "TTFT limit (ms)"} in v["settings"]
     assert "2 s" not in text and "E2E" not in text
 
 
@@ -127,9 +130,11 @@ def test_verdict_thresholds_come_from_the_scenario_verdict_section(tmp_path):
     base = dict(gpu_util=[35, 72, 89, 91], waiting=[0, 1, 3, 8], capacity={"peak_qps": 30, "current_nodes": 2}, **SEED_001)
     assert _verdict(tmp_path / "default", **base)["decision"] == "scale"
     v = _verdict(tmp_path / "busy", scenario_extra={"verdict": {"gpu_busy_pct": 95}}, **base)
-    assert v["decision"] == "observe" and "GPU util 91 % ≤ 95 % (verdict.gpu_busy_pct)" in v["reasons"][0]
+    assert v["decision"] == "observe" and "GPU is busy 91 % at 16 users, not above the 95 % counted busy" in v["reasons"][0]
+    assert {"key": "verdict.gpu_busy_pct", "value": 95.0, "meaning": "GPU counted busy above this (%)"} in v["settings"]
     v = _verdict(tmp_path / "p99", scenario_extra={"verdict": {"peak_e2e_p99_ms": 3000}}, **base)
-    assert v["decision"] == "observe" and "≤ 3 s (verdict.peak_e2e_p99_ms)" in v["reasons"][0]
+    assert v["decision"] == "observe" and any("within the 3 s limit at the forecast peak" in r for r in v["reasons"])
+    assert "verdict.peak_e2e_p99_ms" in [x["key"] for x in v["settings"]]
     # the flag wins over the scenario
     p = make_results(tmp_path / "flag", scenario_extra={"verdict": {"gpu_busy_pct": 95}}, **base)
     assert summarise(load_run(p, overrides={"gpu_busy_pct": 80}))["verdict"]["decision"] == "scale"
@@ -152,7 +157,7 @@ def test_trigger_share_is_the_scenarios(tmp_path):
 def test_simulated_gpu_readings_are_called_simulated(tmp_path):
     v = _verdict(tmp_path, gpu_util=[35, 72, 89, 91], waiting=[0, 1, 3, 8], capacity={"peak_qps": 30, "current_nodes": 2},
                  scenario_extra={"target": {"url": "embedded", "simulator": {"max_num_seqs": 8}}}, **SEED_001)
-    assert v["decision"] == "scale" and "simulated GPU util" in v["reasons"][0]
+    assert v["decision"] == "scale" and "simulated GPU busy" in v["reasons"][0]
     assert any("simulated, not measured" in h for h in v["bottleneck_hints"])
 
 

@@ -18,6 +18,17 @@ true capacity lies between the two: a conservative envelope. The error-rate limi
 judgement at both ends: errors come in bursts from one cause (a full queue, a timeout), not as
 independent coin flips, and a binomial bound could never show a 1 % limit met below ~370 requests
 per step; the table still shows each step's error-rate interval and `slo_judgement`.
+
+Unknown is not zero. When the lowest *valid* level already fails the SLO, the capacity lies
+somewhere below it, where nothing was measured: levels below may have been excluded (client
+limited, too few requests, a lost worker) or never tested. Then `per_node_rps` is null
+(`method: not_measured_below`), its interval too, and `unknown_reason` says what was not measured,
+`measure_next` what run would measure it (lower levels, or the excluded ones again with what
+they lacked). The one place the data itself shows that no load meets the SLO is a closed-loop
+step at one user: a single request alone, nothing queued or batched beside it, already misses a
+limit — more nodes cannot make one request faster. Only that is `fails_at_lowest_load` with
+capacity 0 (the plan's `infeasible`). An open-loop or trace step at its lowest rate is not that:
+requests may still overlap, and a lower rate was not measured.
 """
 
 from __future__ import annotations
@@ -84,10 +95,14 @@ def _view(row: dict[str, Any], side: Side, slo: SLOConfig) -> dict[str, Any]:
 def capacity_under_slo(rows: list[dict[str, Any]], slo: SLOConfig, cap: CapacityConfig, sweep_kind: str) -> dict[str, Any]:
     valid = sorted((r for r in rows if r["valid"]), key=lambda r: r["level"])
     out = _capacity(valid, slo, cap, sweep_kind)
+    out["unknown_reason"] = out["measure_next"] = None
+    if out["per_node_rps"] is None:
+        out["unknown_reason"], out["measure_next"] = _not_measured(rows, out)
+        out["notes"].insert(0, f"{out['unknown_reason']} — {out['measure_next']}")
     out["excluded_steps"] = [r["step"] for r in rows if not r["valid"]]
     if out["excluded_steps"]:
         why = "; ".join(f"{r['level']:g}: {r['invalid_reasons'][0]}" for r in rows if not r["valid"] and r["invalid_reasons"])
-        out["notes"].insert(0, f"steps {out['excluded_steps']} excluded ({why})")
+        out["notes"].insert(1 if out["unknown_reason"] else 0, f"steps {out['excluded_steps']} excluded ({why})")
     point = out["per_node_rps"]
     out["per_node_rps_ci"] = out["per_node_concurrency_ci"] = out["relative_interval"] = None
     if point is None:
@@ -128,7 +143,6 @@ def _capacity(valid: list[dict[str, Any]], slo: SLOConfig, cap: CapacityConfig, 
     }
     if not valid:
         out["method"] = "no_valid_steps"
-        out["notes"].append("no valid step: capacity unknown")
         return out
 
     no_limits = slo.ttft_p95_ms is None and slo.tpot_p95_ms is None and slo.e2e_p95_ms is None and slo.itl_p95_ms is None
@@ -146,9 +160,13 @@ def _capacity(valid: list[dict[str, Any]], slo: SLOConfig, cap: CapacityConfig, 
     first_fail = next((i for i, r in enumerate(valid) if not r["slo_pass"]), None)
     if first_fail == 0:
         fail = valid[0]
-        out.update(method="fails_at_lowest_load", first_fail_level=fail["level"], per_node_rps=0.0,
-                   limiting_slo=_limiting(fail, slo)[0])
-        out["notes"].append(f"the SLO fails already at the lowest level {fail['level']:g}: capacity 0 under this SLO")
+        out.update(first_fail_level=fail["level"], limiting_slo=_limiting(fail, slo)[0])
+        if single_request(fail):
+            out.update(method="fails_at_lowest_load", per_node_rps=0.0)
+            out["notes"].append("the SLO fails already with one request at a time (1 user): no number of nodes "
+                                "meets it — capacity 0 under this SLO")
+        else:  # below the first failing level nothing was measured (module doc): unknown, not 0
+            out["method"] = "not_measured_below"
         return out
     if first_fail is None:
         # The best passing step, not simply the last: past saturation throughput can dip.
@@ -198,3 +216,80 @@ def _capacity(valid: list[dict[str, Any]], slo: SLOConfig, cap: CapacityConfig, 
             f"bracket {passed['level']:g}–{fail['level']:g} is {width:.0%} wide: add levels in between to refine"
         )
     return out
+
+
+def single_request(row: dict[str, Any]) -> bool:
+    """A closed-loop step at one user: each request ran alone (the only load below which nothing is)."""
+    return not row.get("open_loop") and row.get("kind") != "trace" and row["level"] <= 1
+
+
+def level_words(row: dict[str, Any], level: float | None = None) -> str:
+    """'16 users' (closed loop) or '4.5 req/s' (open loop, trace)."""
+    v = row["level"] if level is None else level
+    if row.get("open_loop") or row.get("kind") in ("rate", "trace"):
+        return f"{v:.3g} req/s"
+    return f"{v:g} user" + ("" if v == 1 else "s")
+
+
+# The first word of a step's invalid reason (analysis/validity.py) → what a rerun of it needs.
+RERUN_WITH = {
+    "client limited": "more load-generator processes (--processes N)",
+    "insufficient": "longer steps (each needs its minimum of measured requests)",
+    "swarm changed": "a swarm that stays whole (no worker lost or joining)",
+    "interrupted": "the run left to finish",
+    "no measured requests": "longer steps",
+    "no successful request": "the errors there fixed first",
+}
+
+
+def _lower_levels(row: dict[str, Any]) -> str:
+    """A few levels below a failing one, for the advice: 1, 2, 4, 8 users below 16; halvings of a rate."""
+    top = row["level"]
+    if row.get("open_loop") or row.get("kind") in ("rate", "trace"):
+        vals = [top / 8, top / 4, top / 2]
+        return ", ".join(f"{v:.3g}" for v in vals) + " req/s"
+    vals, v = [], 1.0
+    while v < top:
+        vals.append(v)
+        v *= 2
+    vals = vals[-4:] if vals else [max(top / 2, 1)]
+    return ", ".join(f"{x:g}" for x in vals) + " users"
+
+
+def _not_measured(rows: list[dict[str, Any]], out: dict[str, Any]) -> tuple[str, str]:
+    """(what was not measured, what run would measure it) for a capacity that is unknown."""
+    fail_level = out.get("first_fail_level")
+    failed = next((r for r in rows if r["valid"] and r["level"] == fail_level), None)
+    ref = failed or (rows[0] if rows else None)
+
+    def excluded(r: dict[str, Any]) -> bool:
+        reasons = r.get("invalid_reasons") or []
+        # a cache probe's cache arm is compared apart, never part of the capacity sweep
+        return not r["valid"] and not any(x.startswith("cache arm") for x in reasons)
+
+    skipped = [r for r in rows if excluded(r) and (fail_level is None or r["level"] < fail_level)]
+    kinds: list[str] = []
+    for r in skipped:
+        first = (r.get("invalid_reasons") or ["excluded"])[0].split(":", 1)[0].strip()
+        if first not in kinds:
+            kinds.append(first)
+    if skipped:
+        levels = sorted({r["level"] for r in skipped})
+        lv = (level_words(skipped[0], levels[0]) if len(levels) == 1
+              else f"{levels[0]:g}–{level_words(skipped[0], levels[-1])}")
+        excl = f"level{'s' if len(levels) > 1 else ''} {lv} {'were' if len(levels) > 1 else 'was'} excluded: " \
+               + ", ".join(kinds)
+        needs = [RERUN_WITH[k] for k in kinds if k in RERUN_WITH]
+        with_ = f" with {' and '.join(needs)}" if needs else ""
+    if failed is None:  # no valid step at all
+        reason = f"no valid step ({excl}): the capacity was not measured" if skipped else \
+            "no valid step: the capacity was not measured"
+        todo = f"rerun the sweep{with_}" if skipped else "rerun the sweep"
+        return reason, todo
+    at = level_words(failed)
+    if skipped:
+        reason = (f"the SLO already fails at {at}, the lowest valid level ({excl}): capacity below {at} was not "
+                  "measured")
+        return reason, f"rerun the levels below {at}{with_}"
+    reason = f"the SLO already fails at {at}, the lowest level tested: capacity below {at} was not measured"
+    return reason, f"add lower levels (e.g. {_lower_levels(failed)})"

@@ -7,11 +7,16 @@ SLO-measured capacity (double headroom): the 70 % figure here is only the trigge
 70 % of current capacity" (`verdict.trigger_share`, docs/capacity.md).
 
 The plan refuses (`refused`: the reason; no node count) when the data cannot carry a decision:
-no valid step, a capacity interval that reaches 0 (not even the lowest level surely meets the
-SLO), or one wider than `verdict.max_capacity_interval` of the capacity. An SLO that surely fails
-already at the lowest load is no refusal but an answer (`infeasible`): no number of nodes meets
-it. Otherwise the plan gives the node count at the capacity's point and the range its interval
-allows (`nodes_interval`).
+an unknown capacity (no valid step, or the SLO already failing at the lowest valid level, below
+which nothing was measured: the reason says what was not measured and what to run next), a
+capacity interval that reaches 0 (not even the lowest level surely meets the SLO), or one wider
+than `verdict.max_capacity_interval` of the capacity. An SLO that surely fails with one request at
+a time (capacity.py `fails_at_lowest_load`) is no refusal but an answer (`infeasible`): no number
+of nodes meets it. Otherwise the plan gives the node count at the capacity's point and the range
+its interval allows (`nodes_interval`).
+
+Notes and refusals are plain words; the settings that decided them are listed apart in
+`settings` ({key, value, meaning}, the verdict's shape), never inside a sentence.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ def _nodes(peak_qps: float, cap: CapacityConfig, per_node: float) -> int:
     return math.ceil(round(peak_qps * cap.safety_factor / per_node, 9)) + cap.redundancy
 
 
-INFEASIBLE = "the SLO fails already at the lowest load: no number of nodes meets it"
+INFEASIBLE = "the SLO fails already with one request at a time: no number of nodes meets it"
 
 
 def infeasible(capacity: dict[str, Any]) -> bool:
@@ -39,7 +44,9 @@ def refusal(capacity: dict[str, Any], vc: VerdictConfig) -> str | None:
     """Why the data cannot size a fleet (None: it can, or it showed that no fleet meets the SLO)."""
     per_node = capacity.get("per_node_rps")
     if per_node is None:
-        return f"capacity under the SLO unknown ({capacity.get('method')}): no valid step to size a fleet from"
+        why = capacity.get("unknown_reason") or f"capacity under the SLO unknown ({capacity.get('method')})"
+        todo = capacity.get("measure_next")
+        return f"{why}" + (f" — {todo}" if todo else "")
     ci = capacity.get("per_node_rps_ci")
     if infeasible(capacity):
         return None
@@ -52,8 +59,8 @@ def refusal(capacity: dict[str, Any], vc: VerdictConfig) -> str | None:
                 "one node meets the SLO at any load")
     rel = capacity.get("relative_interval")
     if ci and rel is not None and rel > vc.max_capacity_interval:
-        return (f"the capacity interval {ci[0]:.3g}–{ci[1]:.3g} rps is {rel:.0%} of the capacity "
-                f"({per_node:.3g} rps), wider than {vc.max_capacity_interval:.0%} (verdict.max_capacity_interval): "
+        return (f"the capacity interval {ci[0]:.3g}–{ci[1]:.3g} req/s is {rel:.0%} of the capacity "
+                f"({per_node:.3g} req/s), wider than the {vc.max_capacity_interval:.0%} a plan is sized from: "
                 "measure longer steps (more requests per step) or repeat the run")
     return None
 
@@ -66,9 +73,18 @@ def make_plan(capacity: dict[str, Any], cap: CapacityConfig, vc: VerdictConfig |
         "redundancy": cap.redundancy, "current_nodes": cap.current_nodes, "gpus_per_node": cap.gpus_per_node,
         "nodes": None, "nodes_interval": None, "gpus": None, "gpus_by_concurrency": None, "per_gpu_concurrency": None,
         "peak_share_of_current_capacity": None, "trigger_share": vc.trigger_share, "trigger_reached": None,
-        "refused": None, "infeasible": None, "notes": [],
+        "refused": None, "infeasible": None, "notes": [], "settings": [],
     }
+
+    def used(key: str, value: Any, meaning: str) -> None:
+        if all(x["key"] != key for x in plan["settings"]):
+            plan["settings"].append({"key": key, "value": value, "meaning": meaning})
+
     why_not = refusal(capacity, vc)
+    rel = capacity.get("relative_interval")
+    if why_not is not None and rel is not None and rel > vc.max_capacity_interval and capacity.get("per_node_rps"):
+        used("verdict.max_capacity_interval", vc.max_capacity_interval,
+             "widest capacity interval, as a share of the capacity, a plan is sized from")
     if cap.peak_qps is None:
         plan["notes"].append("no forecast peak: pass --peak-qps (or capacity.peak_qps) to size the fleet")
     elif infeasible(capacity):
@@ -81,6 +97,8 @@ def make_plan(capacity: dict[str, Any], cap: CapacityConfig, vc: VerdictConfig |
     else:
         assert per_node is not None  # refusal() said why not otherwise
         plan["nodes"] = _nodes(cap.peak_qps, cap, per_node)
+        used("capacity.safety_factor", cap.safety_factor, "the forecast peak is multiplied by this before sizing")
+        used("capacity.redundancy", cap.redundancy, "spare nodes added on top (N+k)")
         plan["gpus"] = plan["nodes"] * cap.gpus_per_node
         ci = capacity.get("per_node_rps_ci")
         if ci:
@@ -95,10 +113,12 @@ def make_plan(capacity: dict[str, Any], cap: CapacityConfig, vc: VerdictConfig |
         share = cap.peak_qps / fleet
         plan["peak_share_of_current_capacity"] = share
         plan["trigger_reached"] = share >= vc.trigger_share
-        who = f"{cap.current_nodes} current node(s)" if cap.current_nodes else "one node (current_nodes unknown)"
-        plan["notes"].append(f"forecast peak = {share:.0%} of the capacity of {who}"
-                             + (f" — above the {vc.trigger_share:.0%} trigger (verdict.trigger_share)"
+        who = ((f"{cap.current_nodes} current nodes carry" if cap.current_nodes != 1 else "the 1 current node carries") if cap.current_nodes
+               else "one node carries (the current node count is not given)")
+        plan["notes"].append(f"the forecast peak of {cap.peak_qps:g} req/s is {share:.0%} of what {who}"
+                             + (f" — above the {vc.trigger_share:.0%} at which planning starts"
                                 if share >= vc.trigger_share else ""))
+        used("verdict.trigger_share", vc.trigger_share, "share of the current capacity at which planning starts")
     return plan
 
 

@@ -21,6 +21,7 @@ or ÷ the client TTFT mean when the server exports no TTFT (`ttft_queue_share_ba
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -168,27 +169,37 @@ def breakdown_notes(series: set[str], meta: dict[str, Any]) -> dict[str, Any]:
     return {"server_parts": parts, "server_kinds": kinds, "notes": notes}
 
 
-def ttft_reasons(rows: list[dict[str, Any]], loaded: dict[str, Any] | None, vc: Any) -> list[str]:
-    """Verdict reasons from the breakdown: queueing dominating TTFT at the loaded step, and a large
-    measuring-path remainder at any valid step (the worst one)."""
+def ttft_reasons(rows: list[dict[str, Any]], loaded: dict[str, Any] | None, vc: Any,
+                 used: Callable[[str, Any], None] | None = None) -> list[str]:
+    """Verdict reasons from the breakdown, in plain words: queueing dominating TTFT at the loaded
+    step, and a large measuring-path remainder at any valid step (the worst one). The settings
+    that decided them go to `used(key, value)` (the verdict lists them apart)."""
+    use = used or (lambda _k, _v: None)
     out: list[str] = []
     share = (loaded or {}).get("ttft_queue_share")
     if loaded is not None and share is not None and share >= vc.queue_dominant_share:
         of = "the server's TTFT" if loaded.get("ttft_queue_share_basis") == "server_ttft" else "TTFT"
-        out.append(f"TTFT is {share * 100:.0f} % queue at level {loaded['level']:g} (server queue "
-                   f"{loaded['server_queue_mean_ms']:.0f} ms of {of} {_of_ms(loaded):.0f} ms; ≥ "
-                   f"{vc.queue_dominant_share * 100:g} %, verdict.queue_dominant_share): add replicas or batch slots, "
-                   "not faster GPUs")
+        out.append(f"TTFT is {share * 100:.0f} % queue at {_level(loaded)} (the server queue takes "
+                   f"{loaded['server_queue_mean_ms']:.0f} ms of {of} {_of_ms(loaded):.0f} ms on average): add replicas "
+                   "or batch slots, not faster GPUs.")
+        use("verdict.queue_dominant_share", vc.queue_dominant_share)
     valid = [r for r in rows if r.get("valid") and r.get("client_remainder_ms") is not None]
     if valid:
         worst = max(valid, key=lambda r: r["client_remainder_ms"])
         rem = worst["client_remainder_ms"]
         if rem > vc.client_remainder_max_ms:
-            out.append(f"the measurement path adds {rem:.1f} ms to TTFT at level {worst['level']:g} (client TTFT mean "
-                       f"{worst['client_ttft_mean_ms']:.1f} ms − the server's {worst['server_ttft_mean_ms']:.1f} ms; > "
-                       f"{vc.client_remainder_max_ms:g} ms, verdict.client_remainder_max_ms): check the network / "
-                       "client")
+            out.append(f"The measurement path adds {rem:.1f} ms to TTFT at {_level(worst)} (client TTFT mean "
+                       f"{worst['client_ttft_mean_ms']:.1f} ms − the server's {worst['server_ttft_mean_ms']:.1f} ms): "
+                       "check the network / client.")
+            use("verdict.client_remainder_max_ms", vc.client_remainder_max_ms)
     return out
+
+
+def _level(row: dict[str, Any]) -> str:
+    """'16 users' or '4.5 req/s' (analysis/capacity.py's words for a level)."""
+    from capacity_plugins.analysis.capacity import level_words
+
+    return level_words(row)
 
 
 def _of_ms(row: dict[str, Any]) -> float:

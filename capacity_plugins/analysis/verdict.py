@@ -1,11 +1,12 @@
 """Verdict (scale / dont_scale_yet / observe), bottleneck hints and the checklists of docs/capacity.md.
 
 Rules (docs/capacity.md, "Verdict"), in order; every threshold comes from the scenario's `slo`
-and `verdict` sections (or flags) and each reason names the key it used:
+and `verdict` sections (or flags):
 - fewer than `verdict.min_valid_steps` valid steps → observe (the curve is not measured);
 - latency over the SLO while GPU util < `verdict.gpu_idle_pct` and the server queue <
   `verdict.queue_idle_max` → dont_scale_yet: the bottleneck is not the GPU;
-- no capacity, no forecast, or a plan that refused → observe;
+- no capacity (unknown: what was not measured and what to run next; or 0: the SLO fails with one
+  request at a time), no forecast, or a plan that refused → observe;
 - nodes needed <= current_nodes → dont_scale_yet (the fleet carries the peak);
 - forecast peak between `verdict.trigger_share` and 100 % of current capacity → observe;
 - no GPU telemetry → observe;
@@ -17,16 +18,73 @@ When the target was the embedded simulator, GPU readings are called simulated.
 Whatever the decision, two reasons from where TTFT goes follow it (analysis/ttft_breakdown.py):
 the server queue taking at least `verdict.queue_dominant_share` of TTFT at the loaded step, and a
 client remainder over `verdict.client_remainder_max_ms` at any valid step.
+
+Reasons, bottleneck hints and `measure_next` are plain words a planner reads: no configuration
+key inside a sentence. The settings that decided them are listed apart in `settings`, each
+`{"key": "verdict.gpu_busy_pct", "value": 85.0, "meaning": "GPU counted busy above this (%)"}`,
+once, in the order the reasons first used them (the plan's own settings included). The decision
+rests on one step (`evidence_levels.decided_at`: the first failing valid step, else the highest
+passing one; the busy step a scale rests on): the reasons and the hints quote that step's GPU
+figure, so the same step has the same figure everywhere. The forecast peak (a traffic rate) and
+the tested levels (users, or offered req/s) are named apart.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
+from capacity_plugins.analysis.capacity import level_words
 from capacity_plugins.analysis.ttft_breakdown import ttft_reasons
 from capacity_plugins.contracts.planning import SLOConfig, VerdictConfig
 
 LIMIT_NAMES = {"ttft_ms": "TTFT", "tpot_ms": "TPOT", "e2e_ms": "E2E", "itl_ms": "ITL"}
+
+# What each setting a reason can rest on means, for `verdict["settings"]`.
+SETTING_MEANINGS = {
+    "verdict.min_valid_steps": "valid steps the verdict needs",
+    "verdict.gpu_busy_pct": "GPU counted busy above this (%)",
+    "verdict.gpu_idle_pct": "GPU counted idle below this while the SLO fails (%)",
+    "verdict.gpu_low_pct": "GPU counted not saturated below this (%)",
+    "verdict.gpu_hot_c": "GPU likely throttles above this temperature (°C)",
+    "verdict.queue_idle_max": "server queue (requests waiting) below which nothing waits for the GPU",
+    "verdict.kv_cache_full": "KV cache counted full at this share (0–1)",
+    "verdict.peak_e2e_p99_ms": "E2E p99 limit at the forecast peak (ms)",
+    "verdict.trigger_share": "share of the current capacity at which planning starts",
+    "verdict.max_capacity_interval": "widest capacity interval, as a share of the capacity, a plan is sized from",
+    "verdict.queue_dominant_share": "share of TTFT spent in the server queue at which queueing dominates",
+    "verdict.client_remainder_max_ms": "client TTFT mean minus the server's called out above this (ms)",
+    "slo.ttft_p95_ms": "TTFT limit (ms)",
+    "slo.tpot_p95_ms": "TPOT limit (ms)",
+    "slo.e2e_p95_ms": "E2E limit (ms)",
+    "slo.itl_p95_ms": "ITL limit (ms)",
+    "slo.attainment": "share of requests that must meet each latency limit",
+    "slo.error_rate": "highest error rate a passing step may have",
+    "load.max_client_cpu_pct": "load-generator CPU counted busy at this (%)",
+    "load.min_requests": "measured requests a step needs to decide anything",
+}
+
+Used = Callable[[str, Any], None]
+
+
+def _ignore(_key: str, _value: Any) -> None:
+    return None
+
+
+class Settings:
+    """The settings the reasons used, once each, in order: `verdict["settings"]`."""
+
+    def __init__(self) -> None:
+        self.items: list[dict[str, Any]] = []
+
+    def __call__(self, key: str, value: Any) -> None:
+        if all(x["key"] != key for x in self.items):
+            self.items.append({"key": key, "value": value, "meaning": SETTING_MEANINGS.get(key, "")})
+
+    def extend(self, items: list[dict[str, Any]]) -> None:
+        for x in items:
+            if all(y["key"] != x["key"] for y in self.items):
+                self.items.append(dict(x))
 
 
 def _fmt(v: float | None, unit: str = "", digits: int = 0) -> str:
@@ -42,48 +100,66 @@ def fmt_ms(v: float | None) -> str:
     return f"{v / 1000:.3g} s" if v >= 1000 else f"{v:.3g} ms"
 
 
-def missed_limits(row: dict[str, Any], slo: SLOConfig) -> list[str]:
-    """The SLO limits a step missed, each with the key that set it (with workload classes: each
-    class's own misses, named by the class)."""
+def _rate(v: float | None) -> str:
+    return "unknown" if v is None else f"{v:.3g}"
+
+
+def missed_limits(row: dict[str, Any], slo: SLOConfig, used: Used = _ignore) -> list[str]:
+    """The SLO limits a step missed, in words ("TTFT p95 3.06 s against a 1.5 s limit"); the
+    settings that set them go to `used` (with workload classes: each class's own misses, named
+    by the class)."""
     if row.get("workloads"):
         return [f"{name}: {miss}" for name, c in row["workloads"].items() if c["requests"] and not c["slo_pass"]
                 for miss in missed_limits(c, slo.model_copy(update={"attainment": c["attainment_target"],
-                                                                    "error_rate": c["error_rate_limit"]}))]
+                                                                    "error_rate": c["error_rate_limit"]}), used)]
     out = []
-    pct = f"P{slo.attainment * 100:g}"
+    pct = f"p{slo.attainment * 100:g}"
     for m, v in row.get("slo", {}).items():
         if not v["pass"]:
-            out.append(f"{LIMIT_NAMES.get(m, m)} {pct} {fmt_ms(v['quantile_ms'])} > {fmt_ms(v['limit_ms'])} "
-                       f"(slo.{m[:-3]}_p95_ms)")
+            out.append(f"{LIMIT_NAMES.get(m, m)} {pct} is {fmt_ms(v['quantile_ms'])} against a {fmt_ms(v['limit_ms'])} "
+                       "limit")
+            used(f"slo.{m[:-3]}_p95_ms", v["limit_ms"])
     err = row.get("error_rate")
     if err is not None and err > slo.error_rate:
-        out.append(f"errors {err:.1%} > {slo.error_rate:.1%} (slo.error_rate)")
+        out.append(f"errors are {err:.1%} against a {slo.error_rate:.1%} limit")
+        used("slo.error_rate", slo.error_rate)
     if not row.get("ok_requests"):
         out.append("no successful request")
     return out
 
 
-def _at_peak(rows: list[dict[str, Any]], plan: dict[str, Any], capacity: dict[str, Any]) -> dict[str, Any] | None:
-    """The measured step closest above the per-node forecast peak (else the highest valid one)."""
+def _and(parts: list[str]) -> str:
+    return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1] if parts else ""
+
+
+def _at_peak(rows: list[dict[str, Any]], plan: dict[str, Any], capacity: dict[str, Any]) -> tuple[dict[str, Any] | None, float | None, bool]:
+    """(the measured step closest above the per-node forecast peak, else the highest valid one;
+    the forecast peak per node in req/s; whether that step reaches it)."""
     valid = sorted((r for r in rows if r["valid"]), key=lambda r: r["level"])
     if not valid:
-        return None
+        return None, None, False
     peak = plan.get("peak_qps")
     if peak:
         per_node_peak = peak / max(plan.get("current_nodes") or 1, 1) * capacity.get("replicas_behind_url", 1)
         for r in valid:
             if (r["rps"] or 0) >= per_node_peak:
-                return r
-    return valid[-1]
+                return r, per_node_peak, True
+        return valid[-1], per_node_peak, False
+    return valid[-1], None, False
 
 
 def bottleneck(row: dict[str, Any] | None, vc: VerdictConfig | None = None, client_cpu_max_pct: float = 90.0,
                simulated: bool = False) -> dict[str, Any]:
-    """Which resource the telemetry of a loaded step points at (the bottleneck hints in docs/capacity.md)."""
+    """Which resource the telemetry of a loaded step points at (the bottleneck hints in docs/capacity.md).
+
+    Returns {kind, hints, at_level, settings}: hints in plain words, each GPU figure the row's own.
+    """
     vc = vc or VerdictConfig()
+    used = Settings()
     if row is None:
-        return {"kind": "unknown", "hints": ["no valid step"]}
+        return {"kind": "unknown", "hints": ["no valid step"], "settings": []}
     gpu = "simulated GPU" if simulated else "GPU"
+    at = level_words(row)
     gu, kv, temp = row.get("gpu_util_pct"), row.get("kv_cache_usage_max"), row.get("gpu_temp_max_c")
     cpu, wait = row.get("client_cpu_max_pct"), row.get("server_waiting")
     hints: list[str] = []
@@ -91,33 +167,45 @@ def bottleneck(row: dict[str, Any] | None, vc: VerdictConfig | None = None, clie
     low = vc.gpu_low_pct
     if kv is not None and kv >= vc.kv_cache_full and (gu is None or gu < low):
         kind = "memory"
-        hints.append(f"KV cache {kv:.0%} full (≥ {vc.kv_cache_full:.0%}, verdict.kv_cache_full) with {gpu} util "
-                     f"{_fmt(gu, ' %')}: memory-bound (raw VRAM is no signal on vLLM)")
+        hints.append(f"KV cache {kv:.0%} full at {at} while the {gpu} is busy only {_fmt(gu, ' %')}: memory-bound "
+                     "(raw VRAM is no signal on vLLM)")
+        used("verdict.kv_cache_full", vc.kv_cache_full)
+        used("verdict.gpu_low_pct", low)
     if temp is not None and temp > vc.gpu_hot_c:
-        hints.append(f"{gpu} at {temp:.0f} °C (> {vc.gpu_hot_c:g} °C, verdict.gpu_hot_c): thermal throttling likely")
+        hints.append(f"{gpu} at {temp:.0f} °C at {at}: thermal throttling likely")
+        used("verdict.gpu_hot_c", vc.gpu_hot_c)
         kind = "thermal" if kind == "unknown" else kind
     if cpu is not None and cpu >= client_cpu_max_pct and (gu is None or gu < low):
-        hints.append(f"client CPU {cpu:.0f} % (≥ {client_cpu_max_pct:g} %, load.max_client_cpu_pct) with the {gpu} idle: "
-                     "preprocessing / tokenizer / load generator")
+        hints.append(f"load-generator CPU {cpu:.0f} % at {at} with the {gpu} idle: preprocessing, tokenizer or the "
+                     "load generator is the limit")
+        used("load.max_client_cpu_pct", client_cpu_max_pct)
+        used("verdict.gpu_low_pct", low)
         kind = "cpu" if kind == "unknown" else kind
     if gu is not None and gu < low and kind == "unknown":
         kind = "feeding"
-        hints.append(f"{gpu} util {gu:.0f} % < {low:g} % (verdict.gpu_low_pct): feeding bottleneck "
-                     "(batching, preprocessing, network), not GPU compute")
+        hints.append(f"{gpu} busy only {gu:.0f} % at {at}: a feeding bottleneck (batching, preprocessing, network), "
+                     "not GPU compute")
+        used("verdict.gpu_low_pct", low)
     if gu is not None and gu >= vc.gpu_busy_pct:
         kind = "gpu" if kind == "unknown" else kind
-        hints.append(f"{gpu} util {gu:.0f} % ≥ {vc.gpu_busy_pct:g} % (verdict.gpu_busy_pct): GPU compute saturated")
+        hints.append(f"{gpu} busy {gu:.0f} % at {at}: GPU compute saturated")
+        used("verdict.gpu_busy_pct", vc.gpu_busy_pct)
     if kv is not None and kv >= vc.kv_cache_full and gu is not None and gu >= low:
-        hints.append(f"KV cache {kv:.0%} full: preemption / queueing on cache")
+        hints.append(f"KV cache {kv:.0%} full at {at}: preemption / queueing on cache")
+        used("verdict.kv_cache_full", vc.kv_cache_full)
         kind = "kv_cache" if kind == "unknown" else kind
     if wait is not None and wait >= vc.queue_idle_max:
-        hints.append(f"server queue {wait:.1f} on average (≥ {vc.queue_idle_max:g}, verdict.queue_idle_max): "
-                     "requests wait for a batch slot")
+        hints.append(f"{wait:.1f} requests wait in the server queue on average at {at}: they wait for a batch slot")
+        used("verdict.queue_idle_max", vc.queue_idle_max)
     if gu is None:
         hints.append("no GPU telemetry: run with the GPU agent or a DCGM scrape to tell GPU from other limits")
     if simulated and gu is not None:
         hints.append("the target was the embedded simulator: its GPU readings are simulated, not measured")
-    return {"kind": kind, "hints": hints, "at_level": row["level"]}
+    return {"kind": kind, "hints": hints, "at_level": row["level"], "settings": used.items}
+
+
+def _busy(row: dict[str, Any], vc: VerdictConfig) -> bool:
+    return (row.get("gpu_util_pct") or 0) > vc.gpu_busy_pct or (row.get("kv_cache_usage_max") or 0) > vc.kv_cache_full
 
 
 def decide(rows, knee, capacity, plan, telemetry_present: bool, slo: SLOConfig, vc: VerdictConfig | None = None,
@@ -130,108 +218,188 @@ def decide(rows, knee, capacity, plan, telemetry_present: bool, slo: SLOConfig, 
     ff = next((r for r in valid if not r["slo_pass"]), None)
     reasons: list[str] = []
     next_steps: list[str] = []
-    loaded = ff or hp
-    bn = bottleneck(loaded, vc, client_cpu_max_pct, simulated)
+    used = Settings()
+    # The step the decision rests on: reasons and hints quote its figures (one GPU figure per step).
+    focus = {"row": ff or hp}
 
     def result(decision: str) -> dict[str, Any]:
+        row = focus["row"]
+        bn = bottleneck(row, vc, client_cpu_max_pct, simulated)
         # Where TTFT goes holds whatever the decision: queueing dominating it, a long measuring path.
-        reasons.extend(ttft_reasons(rows, loaded, vc))
+        reasons.extend(ttft_reasons(rows, row, vc, used))
+        used.extend(bn.pop("settings"))
+        used.extend(plan.get("settings") or [])
         return {"decision": decision, "reasons": reasons, "bottleneck": bn["kind"], "bottleneck_hints": bn["hints"],
-                "measure_next": next_steps,
+                "measure_next": next_steps, "settings": used.items,
                 "evidence_levels": {"highest_passing": hp["level"] if hp else None,
-                                    "first_failing": ff["level"] if ff else None}}
+                                    "first_failing": ff["level"] if ff else None,
+                                    "decided_at": row["level"] if row else None}}
 
+    unknown = capacity.get("per_node_rps") is None
     if len(valid) < vc.min_valid_steps:
         invalid = len(rows) - len(valid)
-        reasons.append(f"only {len(valid)} valid step(s) (need ≥ {vc.min_valid_steps}, verdict.min_valid_steps)"
-                       + (f"; {invalid} step(s) decide nothing (see the load table)" if invalid else "")
-                       + " — the curve is not measured")
-        next_steps.append("re-run with more load levels (e.g. 1, 2, 4, 8, 16, 32), steps long enough for "
-                          "load.min_requests, and a load generator that is not the limit")
+        used("verdict.min_valid_steps", vc.min_valid_steps)
+        reasons.append(f"Only {len(valid)} valid step{'s' if len(valid) != 1 else ''}, and the verdict needs "
+                       f"{vc.min_valid_steps}" + (f"; {invalid} step(s) decide nothing (see the load table)" if invalid else "")
+                       + ": the curve is not measured.")
+        if unknown and capacity.get("unknown_reason"):
+            reasons.append(f"Capacity unknown: {capacity['unknown_reason']}.")
+            next_steps.append(capacity["measure_next"])
+        min_req = next((r.get("min_requests") for r in rows if r.get("min_requests")), None)
+        enough = f" (at least {min_req} measured requests each)" if min_req else ""
+        next_steps.append(f"rerun with more load levels (e.g. 1, 2, 4, 8, 16, 32), steps long enough{enough}, "
+                          "and a load generator that is not the limit")
         return result("observe")
 
     # Latency over the SLO while the GPU idles: more GPUs would idle too (docs/capacity.md, "Verdict").
     if ff is not None and ff.get("gpu_util_pct") is not None and ff["gpu_util_pct"] < vc.gpu_idle_pct \
             and (ff.get("server_waiting") or 0) < vc.queue_idle_max:
-        missed = missed_limits(ff, slo)
-        reasons.append(f"the SLO fails at level {ff['level']:g} ({'; '.join(missed) or 'missed'}) while {gpu} util is "
-                       f"{ff['gpu_util_pct']:.0f} % (< {vc.gpu_idle_pct:g} %, verdict.gpu_idle_pct) and the server queue "
-                       f"{_fmt(ff.get('server_waiting'), '', 1)} (< {vc.queue_idle_max:g}, verdict.queue_idle_max): "
-                       "the GPU is not the bottleneck")
+        missed = missed_limits(ff, slo, used)
+        used("verdict.gpu_idle_pct", vc.gpu_idle_pct)
+        used("verdict.queue_idle_max", vc.queue_idle_max)
+        focus["row"] = ff
+        reasons.append(f"The GPU is not the bottleneck: at {level_words(ff)} the SLO fails ({_and(missed) or 'missed'}) "
+                       f"while the {gpu} is busy only {ff['gpu_util_pct']:.0f} % and "
+                       f"{_fmt(ff.get('server_waiting'), '', 1)} requests wait in the server queue.")
+        if unknown and capacity.get("unknown_reason"):
+            reasons.append(f"Capacity unknown: {capacity['unknown_reason']}.")
         next_steps.append("check batching, caching, tokenizer/preprocessing, client and network before adding GPUs")
+        if unknown and capacity.get("measure_next"):
+            next_steps.append(capacity["measure_next"])
         return result("dont_scale_yet")
 
     nodes, cur = plan.get("nodes"), plan.get("current_nodes")
     share = plan.get("peak_share_of_current_capacity")
-    if capacity.get("per_node_rps") in (None, 0.0):
+    per_node = capacity.get("per_node_rps")
+    if per_node is None or per_node == 0.0:
         ci = capacity.get("per_node_rps_ci")
-        if capacity.get("per_node_rps") is None:
-            reasons.append("capacity under the SLO unknown")
+        if per_node is None:
+            why = capacity.get("unknown_reason") or "the capacity under the SLO was not measured"
+            reasons.append(f"Capacity unknown: {why}.")
+            next_steps.append(capacity.get("measure_next") or "rerun the sweep")
         elif ci and ci[1]:
-            reasons.append(f"the SLO fails at the lowest load as measured, but within the noise it may hold "
-                           f"(capacity up to {ci[1]:.3g} rps): not enough data to say")
+            reasons.append(f"The SLO fails with one request at a time as measured, but within the noise it may hold "
+                           f"(capacity up to {ci[1]:.3g} req/s): not enough data to say.")
+            next_steps.append("measure longer steps at 1 user")
         else:
-            reasons.append("no capacity under the SLO (it fails already at the lowest load)")
-        next_steps.append("fix single-request latency (model size, max_tokens, quantisation) or relax the SLO, then re-measure")
+            low = valid[0]
+            focus["row"] = low
+            missed = missed_limits(low, slo, used)
+            reasons.append(f"No capacity under the SLO: it fails already with one request at a time "
+                           f"({_and(missed) or 'missed'} at {level_words(low)}), so no number of nodes meets it.")
+            next_steps.append("fix single-request latency (model size, max_tokens, quantisation) or relax the SLO, "
+                              "then re-measure")
         return result("observe")
     if plan.get("peak_qps") is None:
-        reasons.append("no forecast peak given: the capacity is measured but there is nothing to size against")
+        reasons.append("No forecast peak given: the capacity is measured, but there is nothing to size it against.")
         next_steps.append("give --peak-qps (the p99 of per-minute traffic, or peak-hour mean × peak factor)")
         return result("observe")
     if plan.get("refused"):
-        reasons.append(f"no fleet size: {plan['refused']}")
+        reasons.append(f"The plan gives no fleet size: {plan['refused']}.")
         next_steps.append("repeat the run or lengthen its steps until the capacity interval is narrow enough")
         return result("observe")
+    peak = plan["peak_qps"]
     span = plan.get("nodes_interval")
     span_note = f" ({span[0]}–{span[1]} within the capacity interval)" if span and span[0] != span[1] else ""
+    spare = f", + {plan['redundancy']} spare" if plan.get("redundancy") else ""
+    needs = (f"the forecast peak of {peak:g} req/s (× {plan['safety_factor']:g} safety{spare}) needs "
+             f"{nodes} node{'s' if nodes != 1 else ''}{span_note}")
     if nodes is not None and cur is not None and nodes <= cur:
-        reasons.append(f"{nodes} node(s){span_note} needed for peak {plan['peak_qps']:g} qps × SF {plan['safety_factor']:g}"
-                       f" (+{plan['redundancy']} redundancy) ≤ {cur} current: the fleet carries the peak")
+        reasons.append(f"The fleet carries the peak: {needs}, and you have {cur}.")
         return result("dont_scale_yet")
     if share is not None and cur is not None and vc.trigger_share <= share <= 1.0:
-        reasons.append(f"forecast peak is {share:.0%} of current capacity (between {vc.trigger_share:.0%}, "
-                       "verdict.trigger_share, and 100 %): no margin, but not over")
+        used("verdict.trigger_share", vc.trigger_share)
+        reasons.append(f"The forecast peak of {peak:g} req/s is {share:.0%} of what the {cur} current "
+                       f"node{'s' if cur != 1 else ''} carry: above the {vc.trigger_share:.0%} at which planning "
+                       "starts, but not over — no margin.")
         next_steps.append(f"watch real traffic for a week; rerun when it stays above {vc.trigger_share:.0%} of capacity")
         return result("observe")
-    plan_words = f"plan says {nodes} node(s){span_note}" + (f" vs {cur} current" if cur is not None else "")
+    have = f"; you have {cur}" if cur is not None else ""
+    plan_words = needs[0].upper() + needs[1:] + have
+    loaded = focus["row"]
     if not telemetry_present or (loaded is not None and loaded.get("gpu_util_pct") is None):
-        reasons.append(plan_words + ", but there is no GPU telemetry to show the GPU is the limit")
+        reasons.append(plan_words + ", but there is no GPU telemetry to show the GPU is the limit.")
         next_steps.append("re-run with GPU telemetry (gpu-agent / DCGM) and server metrics (queue, KV cache)")
         return result("observe")
-    gpu_busy = [r for r in (hp, ff) if r is not None and ((r.get("gpu_util_pct") or 0) > vc.gpu_busy_pct
-                                                          or (r.get("kv_cache_usage_max") or 0) > vc.kv_cache_full)]
-    at_peak = _at_peak(rows, plan, capacity)
-    over, latency_words = _latency_at_peak(at_peak, slo, vc)
+    busy = [r for r in (ff, hp) if r is not None and _busy(r, vc)]
+    at_peak, peak_per_node, reached = _at_peak(rows, plan, capacity)
+    over, latency_words = _latency_at_peak(at_peak, slo, vc, used)
     need_more = cur is None or (nodes is not None and nodes > cur)
-    if gpu_busy and over and need_more:
-        g = gpu_busy[0]
-        kv = g.get("kv_cache_usage_max")
-        reasons.append(f"{gpu} util {_fmt(g.get('gpu_util_pct'), ' %')} (> {vc.gpu_busy_pct:g} %, verdict.gpu_busy_pct) / "
-                       f"KV cache {_fmt(kv * 100 if kv is not None else None, ' %')} at level {g['level']:g}, "
-                       + latency_words)
-        reasons.append(plan_words)
+    carries = _carries(per_node, cur, share, peak)
+    if busy and over and need_more:
+        g = focus["row"] = busy[0]
+        used("verdict.gpu_busy_pct", vc.gpu_busy_pct)
+        what, figures = _busy_words(g, vc, gpu, used)
+        miss = missed_limits(g, slo, used) if not g["slo_pass"] else []
+        where = f", where {_and(miss)}" if miss else ", where the SLO still holds"
+        reasons.append(f"{what}: {figures} at {level_words(g)}{where}.")
+        reasons.append(carries)
+        reasons.append(_peak_words(at_peak, g, peak_per_node, reached, latency_words))
+        reasons.append(plan_words + ".")
         return result("scale")
-    hot = max((r for r in (hp, ff) if r is not None), key=lambda r: r.get("gpu_util_pct") or 0)
-    busy_words = (f"{gpu} util {_fmt(hot.get('gpu_util_pct'), ' %')} {'>' if gpu_busy else '≤'} {vc.gpu_busy_pct:g} % "
-                  f"(verdict.gpu_busy_pct)")
-    reasons.append(plan_words + f", but the scale rule is not met ({busy_words}; {latency_words})")
+    g = focus["row"]
+    gu = g.get("gpu_util_pct") if g else None
+    used("verdict.gpu_busy_pct", vc.gpu_busy_pct)
+    busy_words = (f"the {gpu} is busy {_fmt(gu, ' %')} at {level_words(g)}, "
+                  + ("above" if g is not None and _busy(g, vc) else "not above") + f" the {vc.gpu_busy_pct:g} % counted busy")
+    peak_words = _peak_words(at_peak, None, peak_per_node, reached, latency_words)
+    reasons.append(f"{plan_words}, but the scale rule is not met: {busy_words}.")
+    reasons.append(peak_words)
     next_steps.append("find what limits throughput before buying GPUs (see bottleneck hints)")
     return result("observe")
 
 
-def _latency_at_peak(at_peak: dict[str, Any] | None, slo: SLOConfig, vc: VerdictConfig) -> tuple[bool, str]:
-    """Is latency over the limit at the forecast peak, and the words that say so."""
+def _busy_words(g: dict[str, Any], vc: VerdictConfig, gpu: str, used: Used) -> tuple[str, str]:
+    """('The GPU is the limit', 'simulated GPU busy 96 %') for the busy step a scale rests on."""
+    gu, kv = g.get("gpu_util_pct"), g.get("kv_cache_usage_max")
+    parts = []
+    if gu is not None and gu > vc.gpu_busy_pct:
+        parts.append(f"{gpu} busy {gu:.0f} %")
+    if kv is not None and kv > vc.kv_cache_full:
+        parts.append(f"KV cache {kv:.0%} full")
+        used("verdict.kv_cache_full", vc.kv_cache_full)
+    what = "The GPU is the limit" if gu is not None and gu > vc.gpu_busy_pct else "GPU memory (the KV cache) is the limit"
+    return what, " and ".join(parts)
+
+
+def _carries(per_node: float, cur: int | None, share: float | None, peak: float) -> str:
+    """'One node carries 8.5 req/s; the forecast peak of 20 req/s is 2.4× that.'"""
+    n = cur if cur else 1
+    who = "One node carries" if n == 1 else f"{n} nodes carry"
+    times = share if share is not None else peak / (per_node * n)
+    return f"{who} {per_node * n:.3g} req/s; the forecast peak of {peak:g} req/s is {times:.2g}× that."
+
+
+def _peak_words(at_peak: dict[str, Any] | None, said: dict[str, Any] | None, peak_per_node: float | None,
+                reached: bool, latency: str) -> str:
+    """The tested level that stands for the forecast peak, named apart from the peak itself."""
     if at_peak is None:
-        return False, "no step at the forecast peak"
-    where = f"at the forecast peak (level {at_peak['level']:g}, {_fmt(at_peak.get('rps'), ' rps', 1)})"
+        return "No valid step stands for the forecast peak."
+    at = level_words(at_peak)
+    pn = f"{peak_per_node:.3g} req/s per node" if peak_per_node is not None else "the forecast peak"
+    if reached:
+        where = f"{at} ({_rate(at_peak.get('rps'))} req/s) is the first tested level that carries the forecast peak ({pn})"
+    else:
+        where = (f"No tested level carries the forecast peak ({pn}); the highest, {at}, carried "
+                 f"{_rate(at_peak.get('rps'))} req/s")
+    if said is not None and said is at_peak and not latency.startswith("E2E"):
+        return where + "."
+    return f"{where}: {latency}."
+
+
+def _latency_at_peak(at_peak: dict[str, Any] | None, slo: SLOConfig, vc: VerdictConfig, used: Used) -> tuple[bool, str]:
+    """Is latency over the limit at the step that stands for the forecast peak, and the words that say so."""
+    if at_peak is None:
+        return False, "no step stands for the forecast peak"
     if vc.peak_e2e_p99_ms is not None:
+        used("verdict.peak_e2e_p99_ms", vc.peak_e2e_p99_ms)
         e2e = at_peak.get("e2e_p99_ms")
         over = e2e is not None and e2e > vc.peak_e2e_p99_ms
-        sign = ">" if over else "≤"
-        return over, f"E2E P99 {fmt_ms(e2e)} {sign} {fmt_ms(vc.peak_e2e_p99_ms)} (verdict.peak_e2e_p99_ms) {where}"
+        return over, (f"E2E p99 {fmt_ms(e2e)} is {'over' if over else 'within'} the {fmt_ms(vc.peak_e2e_p99_ms)} "
+                      "limit at the forecast peak")
     if at_peak["slo_pass"]:
-        return False, f"the SLO holds {where}"
-    return True, f"the SLO fails {where}: " + "; ".join(missed_limits(at_peak, slo))
+        return False, "the SLO holds there"
+    return True, _and(missed_limits(at_peak, slo, used))
 
 
 def checklists(summary: dict[str, Any], run_meta: dict[str, Any], telemetry_series: set[str], slo,

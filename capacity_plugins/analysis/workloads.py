@@ -155,7 +155,10 @@ def _lowest(classes: list[dict[str, Any]]) -> dict[str, Any]:
         # A class with no valid step cannot be shown to meet its SLO anywhere: neither can the mix.
         first = next(k for k in classes if k["name"] == unknown[0])
         out = dict(first["capacity"])
-        out.update(limiting_workload=unknown[0], notes=[f"class {', '.join(unknown)}: no valid step, so the mix's "
+        why = out.get("unknown_reason") or "no valid step"
+        if out.get("unknown_reason"):
+            out["unknown_reason"] = f"class {unknown[0]}: {why}"
+        out.update(limiting_workload=unknown[0], notes=[f"class {', '.join(unknown)}: {why}, so the mix's "
                                                         "capacity is unknown"] + list(out["notes"]))
         return out
     low = min(classes, key=lambda k: k["capacity"]["per_node_rps"])
