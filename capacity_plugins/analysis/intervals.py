@@ -4,7 +4,8 @@
 |---|---|---|
 | a percentile of n values | order statistics [X(r), X(s)], r and s from Binomial(n, q) | exact for any continuous latency distribution (no normal or log-normal assumption); costs one partition at two more ranks, so a million values take milliseconds (no bootstrap). With too few values an end does not exist: the P99 of 18 requests has no upper bound (None) |
 | a share (SLO attainment, error rate) | Clopper-Pearson | the exact binomial interval; honest at 0 % and 100 % where the normal approximation collapses |
-| a step's throughput (rps) | batch means: the window cut into 10 sub-windows, successful sends counted in each, Student t with 9 df on their rates; below 50 requests, counting noise (Garwood's Poisson interval) | completions are not Poisson: a closed loop at saturation completes far more regularly (a fixed-length batch finishes every cycle), a bursty server far less. Batch means measures the variation the step really had (bursts, drift, a slow minute) instead of assuming one; t with 9 df pays for estimating it from ten numbers |
+| a closed-loop step's throughput (rps) | Little's law: users ÷ mean cycle time (E2E of every measured attempt; the closed loop has no think time), its interval from batch means of the E2E (10 sub-windows by send time, Student t with 9 df); used when the counted rate agrees with it | with N users always either waiting for an answer or sending the next request, throughput is exactly N / mean cycle. A mean of ~200 E2E values is known to a few percent, while counting ~200 completions in ten sub-windows is ±11 %: counting alone needs ~1 500 requests per step to tell a 10 % rise from flat. Batch means, not the values' own spread: requests in flight together share the queue, so their E2E values are not independent |
+| a step's throughput (rps), counted (open loop; closed loop's cross-check) | batch means: the window cut into 10 sub-windows, successful sends counted in each, Student t with 9 df on their rates; below 50 requests, counting noise (Garwood's Poisson interval) | completions are not Poisson: a closed loop at saturation completes far more regularly (a fixed-length batch finishes every cycle), a bursty server far less. Batch means measures the variation the step really had (bursts, drift, a slow minute) instead of assuming one; t with 9 df pays for estimating it from ten numbers |
 | clustered values (ITL gaps) | the percentile ranks computed for the number of *requests*, then mapped to gap ranks | the gaps of one request share its batch and its prompt: they are not independent draws |
 | a mean over repeats | Student t on the repeats' values | run-to-run spread, the variation a comparison of runs must beat |
 
@@ -126,6 +127,55 @@ def rate_ci(times_unix: np.ndarray, begin_unix: float | None, window_s: float | 
     rates = counts / (window_s / BATCHES)
     half = t_quantile(1 - (1 - confidence) / 2, BATCHES - 1) * float(np.std(rates, ddof=1)) / math.sqrt(BATCHES)
     return max(point - half, 0.0), point + half, "batch_means"
+
+
+def littles_rate(users: float, e2e_ms: np.ndarray, service_ms: np.ndarray, sent_unix: np.ndarray,
+                 begin_unix: float | None, window_s: float | None, ok_share: float, confidence: float,
+                 ) -> tuple[float, float, float] | None:
+    """(point, low, high) of a closed loop's successful requests per second by Little's law.
+
+    `users` closed-loop users with no think time are each always inside one request, so attempts
+    complete at users / mean E2E per second, and `ok_share` of them succeed. The mean E2E's
+    interval is the wider of two views of its noise:
+    - the users' side: batch means (the window cut into BATCHES sub-windows by send time, Student
+      t on the sub-windows' mean E2E) — concurrent requests share a queue, so their own spread
+      would understate it;
+    - the server's side: once the server is the bottleneck, how many requests it finishes in the
+      window is set by its service times (`service_ms`: E2E − TTFT, the generation each request
+      held a slot for): n completions vary by CV(service) / √n (the renewal count's central limit).
+      Every request of one cycle then waits behind the same batch, so their E2E rise and fall
+      together across sub-windows and batch means alone would miss this (the calibration study in
+      docs/benchmarks.md: 79 % coverage at 32 users on 8 slots with batch means only, 98 % with both).
+    None below BATCH_MIN_REQUESTS attempts, with no window, without service times (no streaming:
+    no TTFT to split E2E at), or with fewer than half the sub-windows holding a request: the count
+    decides then.
+    """
+    keep = np.isfinite(e2e_ms) & np.isfinite(sent_unix)
+    e2e, sent = e2e_ms[keep], sent_unix[keep]
+    service = service_ms[keep]
+    service = service[np.isfinite(service)]
+    if users <= 0 or not window_s or begin_unix is None or e2e.size < BATCH_MIN_REQUESTS or service.size < 2:
+        return None
+    mean_s = float(e2e.mean()) / 1000.0
+    if mean_s <= 0:
+        return None
+    slot = np.clip(((sent - begin_unix) / (window_s / BATCHES)).astype(int), 0, BATCHES - 1)
+    counts = np.bincount(slot, minlength=BATCHES)
+    sums = np.bincount(slot, weights=e2e, minlength=BATCHES)
+    full = counts > 0
+    k = int(full.sum())
+    if k < BATCHES // 2:
+        return None
+    t = t_quantile(1 - (1 - confidence) / 2, k - 1)
+    users_side = float(np.std(sums[full] / counts[full] / 1000.0, ddof=1)) / math.sqrt(k)
+    service_mean = float(service.mean())
+    service_cv = float(service.std(ddof=1)) / service_mean if service_mean > 0 else 0.0
+    server_side = mean_s * service_cv / math.sqrt(e2e.size)
+    half = t * max(users_side, server_side)
+    point = users / mean_s * ok_share
+    lo = users / (mean_s + half) * ok_share
+    hi = users / (mean_s - half) * ok_share if half < mean_s else math.inf
+    return point, lo, hi
 
 
 def gain_class(x: float, x_half: float, base: float, base_half: float, gain: float) -> Gain:

@@ -99,6 +99,29 @@ def marginal_gain_knee(levels: list[float], xs: list[float], latency: list[float
     return _no_knee("users", "marginal_gain", f"no knee within the tested range: {why}", gains=gains, gain_classes=cls)
 
 
+def requests_to_decide(rows: list[dict[str, Any]], gain: float = GAIN_MIN) -> dict[str, Any] | None:
+    """How many requests per step would tell a `gain` rise from flat at the noise these steps had.
+
+    Two levels' throughputs with relative half-widths r each separate a flat pair from a `gain`
+    rise once r·√(1 + (1+gain)²) < gain (gain_class's rule); a half-width shrinks with √n, so the
+    noisiest step needs n × (r / r*)² requests. None when every step is already that sharp.
+    """
+    target = gain / math.hypot(1.0, 1.0 + gain)
+    worst = max(((rps_half_width(r) / r["rps"], r) for r in rows if r.get("rps") and r.get("requests")),
+                key=lambda p: p[0], default=None)
+    if worst is None or not math.isfinite(worst[0]) or worst[0] <= target:
+        return None
+    rel, row = worst
+    need = math.ceil(row["requests"] * (rel / target) ** 2)
+    slowest = min(r["rps"] for r in rows if r.get("rps"))
+    step_s = math.ceil(need / slowest)
+    repeats = math.ceil(need / row["requests"])
+    return {"requests_per_step": need, "step_s": step_s, "repeats": repeats,
+            "text": f"a {gain:.0%} difference at this noise (±{rel:.0%} at level {row['level']:g}) needs ≈ {need:,} "
+                    f"requests per step: measured windows of ≥ {step_s} s at the slowest level "
+                    f"({slowest:.3g} req/s), or --repeat {repeats}"}
+
+
 def boundary_noise(offered_rps: float | None, e2e_mean_ms: float | None, window_s: float | None) -> float:
     """Relative shortfall of achieved vs offered that counting alone explains (3 sigma).
 
@@ -249,6 +272,11 @@ def find_knee(rows: list[dict[str, Any]], sweep_kind: str) -> dict[str, Any]:
         if kn is not None:
             checks["kneedle"] = kn
         knee["cross_checks"] = checks
+        undecided = knee["value"] is None and "unclear" in knee.get("gain_classes", [])
+        decide = requests_to_decide(valid) if undecided or (knee["value"] is not None and knee["confidence"] != "high") else None
+        if decide is not None:
+            knee["to_decide"] = decide
+            knee["reason"] += f"; to decide: {decide['text']}"
         if knee["value"] is not None and knee["confidence"] == "high":
             disagree = []
             if usl and usl["trusted"] and usl["n_star"] and not (knee["bracket"][0] / 2 <= usl["n_star"] <= knee["bracket"][1] * 2):

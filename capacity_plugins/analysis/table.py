@@ -20,7 +20,7 @@ import pandas as pd
 
 from capacity_plugins.analysis.gaps import EMPTY as EMPTY_GAPS
 from capacity_plugins.analysis.gaps import Gaps
-from capacity_plugins.analysis.intervals import gain_class, half_width, quantiles_ci, rate_ci, share_ci
+from capacity_plugins.analysis.intervals import gain_class, half_width, littles_rate, quantiles_ci, rate_ci, share_ci
 from capacity_plugins.analysis.load import RunData, Step
 from capacity_plugins.analysis.step_telemetry import telemetry_for
 from capacity_plugins.analysis.ttft_breakdown import TTFTBreakdown
@@ -132,9 +132,7 @@ def step_rows(run: RunData, slo: SLOConfig) -> list[dict[str, Any]]:
             "error_rate_ci": list(share_ci(n - n_ok, n, conf)) if n else None,
             "rps": n_ok / window if window else None,
         }
-        lo, hi, how = rate_ci(col("sent_unix"), st.warmup_end_unix or st.start_unix, window, n_ok, conf)
-        row["rps_ci"] = None if how is None else [lo, hi]
-        row["rps_ci_method"] = how
+        row.update(_throughput(st, row, col, mine, window, conf))
         failed = mine[~column("ok")[mine]]
         errs = req["error_kind"].iloc[failed].fillna("unknown").value_counts()
         row["error_kinds"] = {str(k): int(v) for k, v in errs.items()}
@@ -231,6 +229,38 @@ def _itl_pcts(run: RunData, ok_at: dict[int, np.ndarray], confidence: float) -> 
         return {i: one(i) for i in indexes}
     with ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1)) as pool:
         return dict(zip(indexes, pool.map(one, indexes), strict=True))
+
+
+def _throughput(st: Step, row: dict[str, Any], col: Callable[..., np.ndarray], mine: np.ndarray,
+                window: float | None, conf: float) -> dict[str, Any]:
+    """A step's `rps` and its interval: Little's law for a closed loop, the count otherwise.
+
+    The count (successful requests / window, batch-means interval) is always computed; in a
+    closed loop it is the cross-check of Little's law (intervals.py says why that is the sharper
+    estimator). When the two disagree beyond both intervals the loop was not closed as assumed
+    (users idle between requests, a client that could not keep up): the count is used and the
+    row says so.
+    """
+    n, n_ok = int(mine.size), row["ok_requests"]
+    begin = st.warmup_end_unix or st.start_unix
+    lo, hi, how = rate_ci(col("sent_unix"), begin, window, n_ok, conf)
+    counted = {"rps": row["rps"], "rps_ci": None if how is None else [lo, hi], "rps_ci_method": how,
+               "rps_method": "counting", "rps_counted": row["rps"],
+               "rps_counted_ci": None if how is None else [lo, hi], "rps_methods_agree": None}
+    if st.kind != "concurrency" or not n or row["rps"] is None:
+        return counted
+    e2e = col("e2e_ms", mine)
+    little = littles_rate(float(st.level), e2e, e2e - col("ttft_ms", mine), col("sent_unix", mine), begin, window,
+                          n_ok / n, conf)
+    if little is None:
+        return counted
+    point, l_lo, l_hi = little
+    c_half = half_width(row["rps"], lo, hi) if how is not None else 0.0
+    agree = abs(point - row["rps"]) <= math.hypot(half_width(point, l_lo, l_hi), c_half)
+    if not agree:
+        return {**counted, "rps_methods_agree": False, "rps_littles_law": point}
+    return {**counted, "rps": point, "rps_ci": [l_lo, l_hi], "rps_ci_method": "littles_law",
+            "rps_method": "littles_law", "rps_methods_agree": True}
 
 
 def rps_half_width(row: dict[str, Any]) -> float:
