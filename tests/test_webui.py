@@ -253,3 +253,36 @@ def test_step_and_telemetry_reach_the_tab_json_and_metrics(tmp_path):
     text = client.get("/metrics").get_data(as_text=True)
     assert "capacity_step_index 2.0" in text and "capacity_step_level 8.0" in text
     assert 'capacity_telemetry_gpu_util_pct{device="0",host="gpu-host"} 87.5' in text
+
+
+def test_after_the_test_the_tab_and_json_say_the_analysis_plain_answer(tmp_path):
+    # The analysis runs in a child process when a UI test stops and writes summary.json into the
+    # results folder; the tab's first row, /llm/stats and /llm/answer then say its `answer`.
+    import json
+
+    env, ctx, live, client = make_env(tmp_path)
+    record(ctx.llm_stats, 10.0)
+    folder = ctx.results_dir
+    assert client.get("/llm/answer").get_json() == {"answer": None, "pending": False}
+    assert client.get("/llm/stats").get_json()["answer"] is None
+
+    # the test ended (steps.json written), the analysis not yet: the tab says to wait
+    (folder / "steps.json").write_text("[]")
+    env.runner.state = "stopped"
+    tab = next(e for e in client.get("/stats/requests").get_json()["extended_stats"] if e["key"] == "llm")["data"]
+    assert tab[0]["name"].startswith("ANSWER: the test ended and is being analysed")
+    assert client.get("/llm/answer").get_json()["pending"] is True
+
+    sentence = ("One node serves 8.51 req/s [7.87–9.17] within TTFT p95 ≤ 1.5 s. A peak of 20 req/s × 1.5 safety "
+                "needs 4 nodes + 1 spare = 5; you have 1 → SCALE.")
+    (folder / "summary.json").write_text(json.dumps({"answer": sentence, "verdict": {"decision": "scale"}}))
+    (folder / "report.html").write_text("<html>report</html>")
+    doc = client.get("/llm/answer").get_json()
+    assert doc["answer"] == sentence and doc["decision"] == "scale" and doc["pending"] is False
+    assert doc["report"] == "./llm/report.html" and client.get(doc["report"].lstrip(".")).status_code == 200
+    assert client.get("/llm/stats").get_json()["answer"]["answer"] == sentence
+    clear_stats_cache(env)
+    tab = next(e for e in client.get("/stats/requests").get_json()["extended_stats"] if e["key"] == "llm")["data"]
+    assert tab[0]["name"] == f"ANSWER: {sentence} — report: Download Data → Analysis report (./llm/report.html)"
+    # the React table sorts rows by name: the answer's row stays above the request rows
+    assert sorted(r["name"] for r in tab)[0] == tab[0]["name"]

@@ -1,9 +1,26 @@
 """The plain answer: one sentence a planner can repeat, stated once for every place a person looks.
 
 The report's first line, summary.md's, the last lines of `capacity run` and `capacity analyze`,
-and the LLM tab after the test all print `plain_answer(summary)`; nothing else words the decision
-twice. It is built from the summary alone (capacity, plan, verdict), so it never disagrees with
-the numbers below it. Settings and method stay out of it: they are the report's details.
+and the LLM tab after the test all print `plain_answer(summary)` (stored as summary.json
+`answer`); nothing else words the decision twice. It is built from the summary alone (capacity,
+plan, verdict), so it never disagrees with the numbers below it. Settings and method stay out of
+it: they are the report's details (`verdict.settings`).
+
+What it says, case by case:
+
+- capacity measured: "One node serves 8.51 req/s [7.87–9.17] within TTFT p95 ≤ 1.5 s"; "at least"
+  when the SLO held at every level (`never_failed`: a lower bound); with workload classes, within
+  each class's own SLO and which class limits the mix;
+- capacity unknown (no valid step, or the SLO already failing at the lowest valid level, below
+  which nothing was measured): what was not measured and what to run next — never a 0;
+- the SLO failing with one request at a time (`fails_at_lowest_load`): no number of nodes meets it;
+- the plan: the nodes a forecast peak needs (× safety, + spares), against the nodes you have,
+  ending with the decision in capitals; no peak, a refused plan: why no fleet size;
+- a trace replay leads with where in the traffic the SLO broke; a prefix-cache probe ends with
+  its own answer.
+
+`answer_lines(summary)` is what a terminal prints: the answer, then `reasons_in_words(summary)`
+(the verdict's reasons, then what to measure next).
 """
 
 from __future__ import annotations
@@ -15,7 +32,8 @@ DECISION_WORDS = {"scale": "SCALE", "dont_scale_yet": "DON'T SCALE YET", "observ
 
 
 def _rps(v: float) -> str:
-    return f"{v:.3g}" if v < 100 else f"{v:,.0f}"
+    """Three significant digits, as the report prints them (8.20, 12.5, 1,234)."""
+    return f"{v:#.3g}".rstrip(".") if v < 100 else f"{v:,.0f}"
 
 
 def _ms(v: float) -> str:
@@ -24,6 +42,10 @@ def _ms(v: float) -> str:
 
 def _within(summary: dict[str, Any]) -> str:
     """'within TTFT p95 ≤ 1.5 s and TPOT p95 ≤ 100 ms' from the SLO the run was judged by."""
+    workloads = summary.get("workloads")
+    if workloads:
+        limiting = workloads.get("limiting")
+        return "within each workload class's own SLO" + (f" (class {limiting} limits the mix)" if limiting else "")
     slo = summary.get("slo") or {}
     pct = f"p{float(slo.get('attainment', 0.95)) * 100:g}"
     parts = [f"{LIMIT_WORDS[m]} {pct} ≤ {_ms(float(slo[f'{m[:-3]}_p95_ms']))}"
@@ -31,28 +53,56 @@ def _within(summary: dict[str, Any]) -> str:
     return "within " + " and ".join(parts) if parts else "at 70 % of its best throughput (no SLO limit set)"
 
 
+def _slo_words(summary: dict[str, Any]) -> str:
+    """'TTFT p95 ≤ 1.5 s' — the SLO, without 'within'."""
+    return _within(summary).removeprefix("within ")
+
+
+def _unknown(cap: dict[str, Any]) -> bool:
+    return cap.get("per_node_rps") is None
+
+
+def _infeasible(summary: dict[str, Any]) -> bool:
+    cap = summary.get("capacity") or {}
+    return cap.get("per_node_rps") == 0 and bool((summary.get("plan") or {}).get("infeasible")
+                                                 or cap.get("method") == "fails_at_lowest_load")
+
+
 def capacity_sentence(summary: dict[str, Any]) -> str:
     """What one node carries, with its interval, or why that is not known."""
     cap = summary.get("capacity") or {}
     per_node = cap.get("per_node_rps")
     if per_node is None:
-        reason = (cap.get("notes") or ["capacity under the SLO unknown"])[0]
-        return f"Capacity of one node not measured: {reason}."
+        why = cap.get("unknown_reason") or next(iter(cap.get("notes") or []), None) or "it was not measured"
+        todo = f" — {cap['measure_next']}" if cap.get("measure_next") else ""
+        return f"One node's capacity is unknown: {why}{todo}."
     ci = cap.get("per_node_rps_ci")
+    if per_node == 0:
+        if ci and ci[1]:
+            return (f"One node's capacity is 0 req/s as measured, and up to {_rps(ci[1])} req/s within the noise, "
+                    f"{_within(summary)}: one request at a time already misses it as measured.")
+        return f"One request at a time already misses {_slo_words(summary)}, so no number of nodes meets it."
     span = f" [{_rps(ci[0])}–{_rps(ci[1])}]" if ci else ""
-    at_least = "at least " if cap.get("method") == "never_failed" else ""
-    return f"One node serves {at_least}{_rps(per_node)} req/s{span} {_within(summary)}."
+    if cap.get("method") == "never_failed":
+        return (f"One node serves at least {_rps(per_node)} req/s{span} {_within(summary)} "
+                "(the SLO held at every level tested).")
+    return f"One node serves {_rps(per_node)} req/s{span} {_within(summary)}."
 
 
 def plan_sentence(summary: dict[str, Any]) -> str:
     """The fleet the forecast peak needs, in words, ending with the decision."""
     plan = summary.get("plan") or {}
+    cap = summary.get("capacity") or {}
     decision = DECISION_WORDS.get((summary.get("verdict") or {}).get("decision", ""), "OBSERVE")
     peak = plan.get("peak_qps")
+    if _infeasible(summary):
+        return f"Relax the SLO or make a single request faster → {decision}."
     if peak is None:
-        return f"No forecast peak given (--peak-qps) → {decision}."
+        return f"No forecast peak given (--peak-qps), so no fleet size → {decision}."
     if plan.get("nodes") is None:
-        why = plan.get("infeasible") or plan.get("refused") or "the capacity is not known"
+        if _unknown(cap):
+            return f"A peak of {peak:g} req/s cannot be sized without it → {decision}."
+        why = plan.get("refused") or plan.get("infeasible") or "the capacity is not known"
         return f"A peak of {peak:g} req/s cannot be sized: {why} → {decision}."
     base = plan["nodes"] - (plan.get("redundancy") or 0)
     spare = f" + {plan['redundancy']} spare = {plan['nodes']}" if plan.get("redundancy") else ""
@@ -60,9 +110,79 @@ def plan_sentence(summary: dict[str, Any]) -> str:
     have = f"; you have {cur}" if cur is not None else ""
     sf = plan.get("safety_factor") or 1
     safety = f" × {sf:g} safety" if sf != 1 else ""
-    return f"A peak of {peak:g} req/s{safety} needs {base} node{'s' if base != 1 else ''}{spare}{have} → {decision}."
+    return (f"A peak of {peak:g} req/s{safety} needs {base} node{'s' if base != 1 else ''}{spare}{have} → "
+            f"{decision}{_why_not_the_plan(summary)}.")
+
+
+# The verdict rules (verdict.py `rule`) that decide otherwise than the node count alone suggests.
+RULE_WORDS = {
+    "gpu_not_the_bottleneck": "the GPU is not the bottleneck",
+    "no_gpu_telemetry": "no GPU telemetry shows the GPU is the limit",
+    "scale_rule_not_met": "the GPU is not shown to be the limit",
+    "no_margin": "the peak fits today's capacity, without margin",
+    "too_few_valid_steps": "too few valid steps to decide",
+}
+
+
+def _why_not_the_plan(summary: dict[str, Any]) -> str:
+    """': the GPU is not the bottleneck' when the decision is not what the plan's node count says."""
+    plan = summary.get("plan") or {}
+    verdict = summary.get("verdict") or {}
+    nodes, cur = plan.get("nodes"), plan.get("current_nodes")
+    if verdict.get("decision") == "scale" or nodes is None or (cur is not None and nodes <= cur):
+        return ""
+    words = RULE_WORDS.get(verdict.get("rule") or "")
+    return f": {words}" if words else ""
+
+
+def _trace_sentence(summary: dict[str, Any]) -> str:
+    trace = summary.get("trace")
+    if not trace:
+        return ""
+    speed = f"{trace.get('speedup', 1):g}×"
+    first = trace.get("first_broken_window")
+    if first is None:
+        return f"Replaying the trace at {speed}, the SLO held in every window. "
+    return (f"Replaying the trace at {speed}, the SLO first broke in window {first + 1} of "
+            f"{len(trace.get('windows') or [])}. ")
+
+
+def _cache_sentence(summary: dict[str, Any]) -> str:
+    probe = summary.get("cache_probe") or {}
+    answer = (probe.get("answer") or "").strip()
+    if not answer:
+        return ""
+    return " Prefix cache: " + (answer if answer.endswith(".") else answer + ".")
+
+
+def _not_completed(summary: dict[str, Any]) -> str:
+    """'Decision not completed: the run is incomplete (…). ' — a refused plan says so itself."""
+    reasons = [r for r in (summary.get("outcome") or {}).get("reasons") or [] if not r.startswith("plan refused")]
+    return f"Decision not completed: {reasons[0]}. " if reasons else ""
 
 
 def plain_answer(summary: dict[str, Any]) -> str:
     """The one sentence (two short ones) that opens every view of a run."""
-    return f"{capacity_sentence(summary)} {plan_sentence(summary)}"
+    return (f"{_not_completed(summary)}{_trace_sentence(summary)}{capacity_sentence(summary)} "
+            f"{plan_sentence(summary)}{_cache_sentence(summary)}")
+
+
+def _said(reason: str, answer: str) -> bool:
+    """A reason the answer already states word for word (an unknown capacity's own reason)."""
+    core = reason.removeprefix("Capacity unknown: ").rstrip(".")
+    return len(core) > 20 and core in answer
+
+
+def reasons_in_words(summary: dict[str, Any]) -> list[str]:
+    """The verdict's reasons, then what to measure next: plain lines, for under the answer."""
+    verdict = summary.get("verdict") or {}
+    answer = summary.get("answer") or plain_answer(summary)
+    out = [f"- {r}" for r in verdict.get("reasons") or [] if not _said(r, answer)]
+    nxt = [m for m in verdict.get("measure_next") or [] if m and m not in answer]
+    out += [f"Measure next: {m}" for m in nxt]
+    return out
+
+
+def answer_lines(summary: dict[str, Any]) -> list[str]:
+    """The answer and its reasons in words: what a terminal prints."""
+    return [summary.get("answer") or plain_answer(summary), *(f"  {x}" for x in reasons_in_words(summary))]

@@ -84,7 +84,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="write summary.json and the report here instead of into RESULTS_DIR (a what-if analysis "
                         "with other SLO or capacity figures then leaves the run's own files as they were)")
     _add_overrides(p)
-    p.add_argument("--format", choices=("text", "json", "md"), default="text", help="what to print (files are always written)")
+    p.add_argument("--format", choices=("text", "json", "md", "answer"), default="text",
+                   help="what to print (files are always written): text starts with the plain answer and its "
+                        "reasons; answer prints only those and the report's path")
     p.add_argument("--no-report", action="store_true", help="write summary.json only (no HTML / PNG / Markdown)")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     p.add_argument("--progress", action="store_true", help="progress lines from the start (default: after 1 s)")
@@ -152,12 +154,19 @@ def check_out_dir(out: Path) -> None:
 def _print_summary(args: argparse.Namespace, summary: dict[str, Any], is_set: bool) -> None:
     from capacity_plugins.analysis.load import dumps_json
 
+    from capacity_plugins.analysis.answer import answer_lines
+
+    if args.format in ("text", "answer"):
+        # The plain answer first, everywhere (analysis/answer.py), then its reasons in words.
+        print("\n".join(answer_lines(summary)))
     if args.format == "json":
         print(dumps_json(summary))
+    elif args.format == "answer":
+        pass
     elif is_set:
         from capacity_plugins.analysis.repeats_report import set_headline, set_markdown
 
-        print(set_markdown(summary) if args.format == "md" else "\n".join(set_headline(summary)))
+        print(set_markdown(summary) if args.format == "md" else "\n" + "\n".join(set_headline(summary)))
     elif args.format == "md":
         from capacity_plugins.analysis.report_text import markdown
 
@@ -166,11 +175,12 @@ def _print_summary(args: argparse.Namespace, summary: dict[str, Any], is_set: bo
         from capacity_plugins.analysis.report_text import headline
 
         lines = headline(summary)
-        print("\n".join(lines))
+        # the verdict line repeats the reasons the answer block just gave
+        print("\n" + "\n".join(ln for ln in lines if not ln.startswith("Verdict: ")))
         for w in summary["warnings"]:
             if f"Warning: {w}" not in lines:  # the headline already led with it
                 print(f"warning: {w}")
-    if args.format == "text":
+    if args.format in ("text", "answer"):
         dest = args.out if args.out is not None else args.results_dir
         print(f"report: {dest / 'report.html'}" if not args.no_report else f"summary: {dest / 'summary.json'}")
     sys.stdout.flush()

@@ -16,7 +16,11 @@ def gate(summary: dict[str, Any], fail_on_slo: bool, fail_on_verdict: str | None
     failed: list[str] = []
     if fail_on_slo:
         cap, plan = summary["capacity"], summary["plan"]
-        if plan.get("peak_qps") is not None:
+        if plan.get("peak_qps") is not None and cap.get("per_node_rps") is None:
+            # unknown is not zero: the SLO cannot be shown to hold, and no capacity is claimed
+            failed.append(f"SLO gate: capacity under the SLO unknown ({cap.get('unknown_reason') or cap.get('method')}): "
+                          f"the fleet cannot be shown to carry the peak {plan['peak_qps']:g} qps")
+        elif plan.get("peak_qps") is not None:
             fleet = (cap.get("per_node_rps") or 0.0) * (plan.get("current_nodes") or 1)
             if fleet < plan["peak_qps"]:
                 failed.append(f"SLO gate: capacity {fleet:.3g} rps under the SLO < peak {plan['peak_qps']:g} qps")

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from capacity_plugins.analysis.answer import plain_answer
 from capacity_plugins.analysis.cache_probe import cache_probe
 from capacity_plugins.analysis.capacity import capacity_under_slo
 from capacity_plugins.analysis.knee import find_knee
@@ -106,6 +107,7 @@ def summarise(run: RunData, progress: Callable[[str], None] | None = None) -> di
     if not series:
         summary["warnings"].append("no telemetry_series.csv: GPU / queue columns are empty")
     summary["outcome"] = outcome(summary, len(run.requests), run.meta)
+    summary["answer"] = plain_answer(summary)  # the one sentence every view opens with (analysis/answer.py)
     return summary
 
 

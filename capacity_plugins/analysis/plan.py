@@ -86,7 +86,7 @@ def make_plan(capacity: dict[str, Any], cap: CapacityConfig, vc: VerdictConfig |
         used("verdict.max_capacity_interval", vc.max_capacity_interval,
              "widest capacity interval, as a share of the capacity, a plan is sized from")
     if cap.peak_qps is None:
-        plan["notes"].append("no forecast peak: pass --peak-qps (or capacity.peak_qps) to size the fleet")
+        plan["notes"].append("no forecast peak: give one (--peak-qps, or the scenario's capacity section) to size the fleet")
     elif infeasible(capacity):
         plan["infeasible"] = INFEASIBLE
         plan["notes"].append(INFEASIBLE)

@@ -26,7 +26,10 @@ once, in the order the reasons first used them (the plan's own settings included
 rests on one step (`evidence_levels.decided_at`: the first failing valid step, else the highest
 passing one; the busy step a scale rests on): the reasons and the hints quote that step's GPU
 figure, so the same step has the same figure everywhere. The forecast peak (a traffic rate) and
-the tested levels (users, or offered req/s) are named apart.
+the tested levels (users, or offered req/s) are named apart. `rule` names the rule above that
+decided (too_few_valid_steps, gpu_not_the_bottleneck, capacity_unknown, capacity_zero_within_noise,
+infeasible, no_peak, plan_refused, fleet_carries_the_peak, no_margin, no_gpu_telemetry, scale,
+scale_rule_not_met), for the plain answer (analysis/answer.py).
 """
 
 from __future__ import annotations
@@ -222,14 +225,14 @@ def decide(rows, knee, capacity, plan, telemetry_present: bool, slo: SLOConfig, 
     # The step the decision rests on: reasons and hints quote its figures (one GPU figure per step).
     focus = {"row": ff or hp}
 
-    def result(decision: str) -> dict[str, Any]:
+    def result(decision: str, rule: str) -> dict[str, Any]:
         row = focus["row"]
         bn = bottleneck(row, vc, client_cpu_max_pct, simulated)
         # Where TTFT goes holds whatever the decision: queueing dominating it, a long measuring path.
         reasons.extend(ttft_reasons(rows, row, vc, used))
         used.extend(bn.pop("settings"))
         used.extend(plan.get("settings") or [])
-        return {"decision": decision, "reasons": reasons, "bottleneck": bn["kind"], "bottleneck_hints": bn["hints"],
+        return {"decision": decision, "rule": rule, "reasons": reasons, "bottleneck": bn["kind"], "bottleneck_hints": bn["hints"],
                 "measure_next": next_steps, "settings": used.items,
                 "evidence_levels": {"highest_passing": hp["level"] if hp else None,
                                     "first_failing": ff["level"] if ff else None,
@@ -249,7 +252,7 @@ def decide(rows, knee, capacity, plan, telemetry_present: bool, slo: SLOConfig, 
         enough = f" (at least {min_req} measured requests each)" if min_req else ""
         next_steps.append(f"rerun with more load levels (e.g. 1, 2, 4, 8, 16, 32), steps long enough{enough}, "
                           "and a load generator that is not the limit")
-        return result("observe")
+        return result("observe", "too_few_valid_steps")
 
     # Latency over the SLO while the GPU idles: more GPUs would idle too (docs/capacity.md, "Verdict").
     if ff is not None and ff.get("gpu_util_pct") is not None and ff["gpu_util_pct"] < vc.gpu_idle_pct \
@@ -266,13 +269,15 @@ def decide(rows, knee, capacity, plan, telemetry_present: bool, slo: SLOConfig, 
         next_steps.append("check batching, caching, tokenizer/preprocessing, client and network before adding GPUs")
         if unknown and capacity.get("measure_next"):
             next_steps.append(capacity["measure_next"])
-        return result("dont_scale_yet")
+        return result("dont_scale_yet", "gpu_not_the_bottleneck")
 
     nodes, cur = plan.get("nodes"), plan.get("current_nodes")
     share = plan.get("peak_share_of_current_capacity")
     per_node = capacity.get("per_node_rps")
     if per_node is None or per_node == 0.0:
         ci = capacity.get("per_node_rps_ci")
+        capacity_rule = "capacity_unknown" if per_node is None else "capacity_zero_within_noise" if ci and ci[1] \
+            else "infeasible"
         if per_node is None:
             why = capacity.get("unknown_reason") or "the capacity under the SLO was not measured"
             reasons.append(f"Capacity unknown: {why}.")
@@ -289,15 +294,15 @@ def decide(rows, knee, capacity, plan, telemetry_present: bool, slo: SLOConfig, 
                            f"({_and(missed) or 'missed'} at {level_words(low)}), so no number of nodes meets it.")
             next_steps.append("fix single-request latency (model size, max_tokens, quantisation) or relax the SLO, "
                               "then re-measure")
-        return result("observe")
+        return result("observe", capacity_rule)
     if plan.get("peak_qps") is None:
         reasons.append("No forecast peak given: the capacity is measured, but there is nothing to size it against.")
         next_steps.append("give --peak-qps (the p99 of per-minute traffic, or peak-hour mean × peak factor)")
-        return result("observe")
+        return result("observe", "no_peak")
     if plan.get("refused"):
         reasons.append(f"The plan gives no fleet size: {plan['refused']}.")
         next_steps.append("repeat the run or lengthen its steps until the capacity interval is narrow enough")
-        return result("observe")
+        return result("observe", "plan_refused")
     peak = plan["peak_qps"]
     span = plan.get("nodes_interval")
     span_note = f" ({span[0]}–{span[1]} within the capacity interval)" if span and span[0] != span[1] else ""
@@ -306,21 +311,21 @@ def decide(rows, knee, capacity, plan, telemetry_present: bool, slo: SLOConfig, 
              f"{nodes} node{'s' if nodes != 1 else ''}{span_note}")
     if nodes is not None and cur is not None and nodes <= cur:
         reasons.append(f"The fleet carries the peak: {needs}, and you have {cur}.")
-        return result("dont_scale_yet")
+        return result("dont_scale_yet", "fleet_carries_the_peak")
     if share is not None and cur is not None and vc.trigger_share <= share <= 1.0:
         used("verdict.trigger_share", vc.trigger_share)
         reasons.append(f"The forecast peak of {peak:g} req/s is {share:.0%} of what the {cur} current "
                        f"node{'s' if cur != 1 else ''} carry: above the {vc.trigger_share:.0%} at which planning "
                        "starts, but not over — no margin.")
         next_steps.append(f"watch real traffic for a week; rerun when it stays above {vc.trigger_share:.0%} of capacity")
-        return result("observe")
+        return result("observe", "no_margin")
     have = f"; you have {cur}" if cur is not None else ""
     plan_words = needs[0].upper() + needs[1:] + have
     loaded = focus["row"]
     if not telemetry_present or (loaded is not None and loaded.get("gpu_util_pct") is None):
         reasons.append(plan_words + ", but there is no GPU telemetry to show the GPU is the limit.")
         next_steps.append("re-run with GPU telemetry (gpu-agent / DCGM) and server metrics (queue, KV cache)")
-        return result("observe")
+        return result("observe", "no_gpu_telemetry")
     busy = [r for r in (ff, hp) if r is not None and _busy(r, vc)]
     at_peak, peak_per_node, reached = _at_peak(rows, plan, capacity)
     over, latency_words = _latency_at_peak(at_peak, slo, vc, used)
@@ -336,7 +341,7 @@ def decide(rows, knee, capacity, plan, telemetry_present: bool, slo: SLOConfig, 
         reasons.append(carries)
         reasons.append(_peak_words(at_peak, g, peak_per_node, reached, latency_words))
         reasons.append(plan_words + ".")
-        return result("scale")
+        return result("scale", "scale")
     g = focus["row"]
     gu = g.get("gpu_util_pct") if g else None
     used("verdict.gpu_busy_pct", vc.gpu_busy_pct)
@@ -346,7 +351,7 @@ def decide(rows, knee, capacity, plan, telemetry_present: bool, slo: SLOConfig, 
     reasons.append(f"{plan_words}, but the scale rule is not met: {busy_words}.")
     reasons.append(peak_words)
     next_steps.append("find what limits throughput before buying GPUs (see bottleneck hints)")
-    return result("observe")
+    return result("observe", "scale_rule_not_met")
 
 
 def _busy_words(g: dict[str, Any], vc: VerdictConfig, gpu: str, used: Used) -> tuple[str, str]:

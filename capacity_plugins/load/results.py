@@ -99,16 +99,23 @@ class ResultsFolder:
 
 
 def analyse_in_background(folder: Path) -> None:
-    """`capacity analyze FOLDER` in a child process: pandas/matplotlib stay out of the Locust hub."""
+    """`capacity analyze FOLDER` in a child process: pandas/matplotlib stay out of the Locust hub.
+
+    Then the terminal gets what `capacity run` ends with headless: the plain answer, its reasons in
+    words and the report (`--format answer` prints exactly those; the wording is the analysis's)."""
     try:
-        r = subprocess.run([sys.executable, "-m", "capacity_plugins", "analyze", str(folder)],
+        r = subprocess.run([sys.executable, "-m", "capacity_plugins", "analyze", str(folder), "--format", "answer"],
                            capture_output=True, text=True, timeout=ANALYSIS_TIMEOUT_S)
-        if r.returncode == 0:
-            print(f"[capacity] analysed: {folder / 'report.html'}", flush=True)
-        elif r.returncode == 1:  # analysed, but the data could not support a decision (the report says why)
-            lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
-            why = lines[-1].removeprefix("capacity analyze: ").strip() if lines else "see the report"
-            print(f"[capacity] analysed, no decision: {folder / 'report.html'} ({why})", flush=True)
+        if r.returncode in (0, 1):
+            if r.returncode == 0:
+                print(f"[capacity] analysed: {folder / 'report.html'}", flush=True)
+            else:  # analysed, but the data could not support a decision (the report says why)
+                lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+                why = lines[-1].removeprefix("capacity analyze: ").strip() if lines else "see the report"
+                print(f"[capacity] analysed, no decision: {folder / 'report.html'} ({why})", flush=True)
+            out = [ln for ln in r.stdout.splitlines() if ln.strip()]
+            for i, line in enumerate(out):
+                print(f"[capacity] {'answer: ' if i == 0 else ''}{line}", flush=True)
         else:
             print(f"[capacity] analysis of {folder} failed: {r.stderr.strip()[-300:]}", flush=True)
     except Exception as e:  # never let the analysis take the UI down

@@ -267,8 +267,9 @@ def _incomplete_reason(outcome: _Outcome) -> str | None:
     return None
 
 
-def _analyse(args: argparse.Namespace, folder: Path) -> int:
-    """Analyse a run (or a repeat set); EXIT_OK, or the code the analysis or a gate gives."""
+def _analyse(args: argparse.Namespace, folder: Path, answered: list[str] | None = None) -> int:
+    """Analyse a run (or a repeat set); EXIT_OK, or the code the analysis or a gate gives. The plain
+    answer, its reasons in words and the report's path go to `answered`: the run's last lines."""
     from capacity_plugins.cli import ANALYSIS_INSTALL, missing_analysis_libs
 
     if missing_analysis_libs():
@@ -289,19 +290,25 @@ def _analyse(args: argparse.Namespace, folder: Path) -> int:
     except UserError as e:
         print(f"[capacity] analysis failed: {e}", file=sys.stderr, flush=True)
         return EXIT_RUN_FAILED
-    verdict = (summary.get("verdict") or {}).get("decision")
-    if verdict:
-        print(f"[capacity] verdict: {verdict}", flush=True)
-    if summary.get("cache_probe"):
-        print(f"[capacity] prefix-cache probe: {summary['cache_probe']['answer']}", flush=True)
-    if (folder / "report.html").exists():
-        print(f"[capacity] report: {folder / 'report.html'}", flush=True)
+    if answered is not None:
+        answered.extend(answer_block(summary, folder))
     failed = gate(summary, args.fail_on_slo, args.fail_on_verdict)
     for line in failed:
         print(f"[capacity] {line}", file=sys.stderr, flush=True)
     for reason in summary["outcome"]["reasons"]:
         print(f"[capacity] no decision: {reason}", file=sys.stderr, flush=True)
     return exit_code(summary, failed)
+
+
+def answer_block(summary: dict, folder: Path) -> list[str]:
+    """The run's last lines: the plain answer, its reasons in words, the report (analysis/answer.py)."""
+    from capacity_plugins.analysis.answer import answer_lines
+
+    lines = answer_lines(summary)
+    out = [f"[capacity] answer: {lines[0]}", *(f"[capacity] {x}" for x in lines[1:])]
+    if (folder / "report.html").exists():
+        out.append(f"[capacity] report: {folder / 'report.html'}")
+    return out
 
 
 def _write_repeat_set(folder: Path, runs: list[Path], scenario: Scenario) -> None:
@@ -350,12 +357,15 @@ def main(argv: list[str]) -> int:
                            f"results (if any) in {run_folder}")
 
     code = EXIT_OK
+    answered: list[str] = []
     if not args.no_analyze and any((o.folder / "steps.json").exists() for o in outcomes):
-        code = _analyse(args, folder)
+        code = _analyse(args, folder, answered)
     stopped_by = outcomes[-1].stopped_by
     reasons = [r for r in (_incomplete_reason(o) for o in outcomes) if r]
     suffix = " (incomplete: interrupted)" if stopped_by is not None else (" (incomplete)" if reasons else "")
     print(f"[capacity] results: {folder}{suffix}", flush=True)
+    for line in answered:  # the answer ends the run: the last thing a person reads
+        print(line, flush=True)
     if stopped_by is not None:
         # 130 Ctrl-C, 143 SIGTERM. An interrupted run is incomplete, so its analysis never
         # completes a decision (1) nor judges a gate: the interruption is the news.

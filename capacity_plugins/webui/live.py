@@ -9,14 +9,21 @@ rehearsal's collector when one runs. Besides reading, it keeps two small things 
   that died stays visible as lost in the UI, /llm/stats and meta.json (`workers_lost`).
 - `History`: TTFT/E2E per time bucket from every finished record, for the charts page (the
   cumulative LLMStats percentiles cannot show how latency moved during the run).
+
+After a test, the plain answer: the analysis runs in a child process when the test stops
+(load/results.py) and writes summary.json into the results folder; `answer()` reads its `answer`
+from there (once per new file), so the tab's first row and `/llm/stats` / `/llm/answer` say the same
+sentence as the report and the terminal.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from capacity_plugins.load.membership import SwarmMembership
@@ -88,6 +95,7 @@ class LiveView:
         if ctx.role == "master":
             self.workers = ctx.membership or SwarmMembership(environment.runner)
             self.workers.on_change = self._on_lost
+        self._answer_cache: tuple[Any, dict[str, Any] | None] = (None, None)
 
     def attach(self) -> None:
         self.ctx.record_listeners.append(self.history.add)
@@ -191,7 +199,39 @@ class LiveView:
             "telemetry": telemetry_summary(latest),
             "telemetry_latest": latest,
             "records_written": getattr(sink, "written", None),
+            "answer": self.answer(),
         }
+
+    def answer(self) -> dict[str, Any] | None:
+        """The analysed test's plain answer, from summary.json in the results folder (None before
+        the test ended). {answer, decision, report, results_dir, pending}: `pending` while the test
+        has ended but its analysis has not written summary.json yet."""
+        folder = Path(self.ctx.results_dir)
+        path = folder / "summary.json"
+        try:
+            st = path.stat()
+        except OSError:
+            st = None
+        steps = folder / "steps.json"
+        stopped = getattr(self.env.runner, "state", None) == "stopped"
+        if st is None or (steps.exists() and steps.stat().st_mtime > st.st_mtime + 1.0):
+            if stopped and steps.exists():  # the test ended; its analysis runs in a child process
+                return {"answer": None, "decision": None, "report": None, "results_dir": str(folder), "pending": True}
+            return None
+        key = (str(path), st.st_mtime_ns, st.st_size)
+        if self._answer_cache[0] != key:
+            try:
+                doc = json.loads(path.read_text(encoding="utf-8"))
+            except (OSError, ValueError):  # mid-write: the next refresh reads it whole
+                return None
+            answer = doc.get("answer") if isinstance(doc, dict) else None
+            if not answer:
+                return None
+            self._answer_cache = (key, {
+                "answer": answer, "decision": (doc.get("verdict") or {}).get("decision"),
+                "report": "./llm/report.html" if (folder / "report.html").exists() else None,
+                "results_dir": str(folder), "pending": False})
+        return self._answer_cache[1]
 
     # -- the tab ------------------------------------------------------------------------------------
 
@@ -237,6 +277,15 @@ class LiveView:
         if lost:
             names = ", ".join(str(w["worker"]) for w in lost)
             rows.append({"name": f"LOST workers: {names}", "requests": "", "failures": ""})
+        answer = self.answer()
+        if answer is not None:
+            # First (the tab sorts by name: "ANSWER" before "Aggregated"): the analysed test's plain answer.
+            if answer["pending"]:
+                text = "ANSWER: the test ended and is being analysed — reload this page in a few seconds"
+            else:
+                report = " — report: Download Data → Analysis report (./llm/report.html)" if answer["report"] else ""
+                text = f"ANSWER: {answer['answer']}{report}"
+            rows.insert(0, {"name": text, "requests": "", "failures": ""})
         return rows
 
 

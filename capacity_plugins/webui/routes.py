@@ -9,7 +9,8 @@
   `/llm/stats` (JSON: the same numbers unrounded, step, workers and lost workers — for scripts,
   and the fallback if the tab breaks: upstream bug #3240 is about extended tabs),
   `/llm/stats.csv` (written on request), `/llm/requests.jsonl`, `/llm/report.html` (after the
-  run has been analysed), `/llm/history` + `/llm/charts` (TTFT over time).
+  run has been analysed), `/llm/answer` (the analysed test's plain answer, also the tab's first
+  row and `/llm/stats` `answer`), `/llm/history` + `/llm/charts` (TTFT over time).
 - `/metrics` for Prometheus, deliberately *not* behind `--web-login` (a scraper cannot log in):
   bind the UI to a private address when the numbers must not be public.
 """
@@ -77,6 +78,12 @@ def mount(web_ui: Any, live: LiveView, registry: Any, prefix: str = "") -> None:
     @auth
     def llm_stats() -> Any:
         return jsonify(live.snapshot())
+
+    @bp.route("/llm/answer")
+    @auth
+    def llm_answer() -> Any:
+        # After a test: its plain answer (the analysis's summary.json `answer`) and the report's link.
+        return jsonify(live.answer() or {"answer": None, "pending": False})
 
     @bp.route("/llm/history")
     @auth
