@@ -149,13 +149,18 @@ def scenario_secrets(s: Scenario) -> Secrets:
     return run_secrets(key, s.target.headers, s.target.url, api_key_what=f"target.api_key_env {s.target.api_key_env}")
 
 
-def _mark_incomplete(folder: Path, reason: str) -> None:
-    """meta.json says the run is incomplete, even when Locust died before writing it."""
+def _mark_incomplete(folder: Path, reason: str, unless_finished: bool = False) -> None:
+    """meta.json says the run is incomplete, even when Locust died before writing it.
+
+    `unless_finished`: leave a test the Locust child recorded as finished (`complete: true`, written
+    only once its last step ended) as it is — a signal after the end interrupted nothing."""
     path = folder / "meta.json"
     try:
         meta = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
     except ValueError:
         meta = {}
+    if unless_finished and meta.get("complete") is True:
+        return
     meta["complete"] = False
     meta.setdefault("incomplete_reason", reason)
     tmp = path.with_name("meta.json.tmp")
@@ -242,7 +247,8 @@ def _run_once(args: argparse.Namespace, scenario: Scenario, folder: Path, env: d
     if rc == 2 and stopped_by is None:
         raise UserError("Locust rejected the options (see the message above)")
     if stopped_by is not None:
-        _mark_incomplete(folder, "interrupted (Ctrl-C / SIGTERM)")
+        # A test that finished is final: with --web, Ctrl-C is how the session ends, after it.
+        _mark_incomplete(folder, "interrupted (Ctrl-C / SIGTERM)", unless_finished=True)
     elif rc != 0:
         _mark_incomplete(folder, f"locust exited with code {rc}")
     return _Outcome(folder, rc, stopped_by)
