@@ -30,7 +30,7 @@ def analysed(tmp_path_factory):
 def test_outputs_written_and_html_self_contained(analysed):
     p, r = analysed
     assert r.returncode == 0, r.stderr
-    assert "Verdict: SCALE" in r.stdout
+    assert "→ SCALE" in r.stdout.splitlines()[0]  # the plain answer, first
     page = (p / "report.html").read_text()
     assert 'data-decision="scale"' in page and "SCALE" in page
     imgs = re.findall(r'src="data:image/png;base64,([A-Za-z0-9+/=]+)"', page)
@@ -188,3 +188,118 @@ def test_what_if_with_out_leaves_the_run_alone(tmp_path):
 def test_help_names_the_positional_argument():
     r = cli("analyze", "--help")
     assert r.returncode == 0 and "RESULTS_DIR" in r.stdout and "a folder written by capacity run" in r.stdout
+
+
+# ------------------------------------------------------------------ a report that reads at 1 280 px
+
+
+def test_a_value_prints_to_the_precision_of_its_interval():
+    from capacity_plugins.analysis.report_text import fmt_iv, fmt_level, fmt_num
+
+    assert fmt_iv(8.3712, [7.566, 9.171]) == "8.4 [7.6–9.2]"  # width 1.6: one decimal
+    assert fmt_iv(1176.2, [1149.0, 1251.3]) == "1,176 [1,149–1,251]"  # never rounded to tens
+    assert fmt_iv(9.5402, [9.5301, 9.5563]) == "9.54 [9.53–9.56]"  # at most 3 significant digits
+    assert fmt_iv(167.6, [128.4, None]) == "168 [128–∞]"  # an unbounded end: the finite one sets it
+    assert fmt_iv(2.16, None) == "2.16" and fmt_iv(None, [1, 2]) == "–"
+    assert fmt_level(10.9333) == "10.9" and fmt_level(16.0) == "16" and fmt_level(0.5) == "0.5"
+    assert fmt_level(1250.4) == "1,250"
+    assert fmt_num(5.0) == "5" and fmt_num(8.50678) == "8.51" and fmt_num(2824.7) == "2,825"
+
+
+def test_the_load_table_shows_the_columns_a_planner_reads_and_the_rest_in_csv(analysed):
+    import csv
+
+    p, _ = analysed
+    page, md = (p / "report.html").read_text(), (p / "summary.md").read_text()
+    short = page.split('<table id="load-table">')[1].split("</tr>")[0]
+    heads = re.findall(r"<th[^>]*>([^<]*)</th>", short)
+    assert 8 <= len(heads) <= 10, heads
+    for must in ("level", "throughput req/s", "TTFT P95 ms", "E2E P95 ms", "errors %", "SLO", "conclusion"):
+        assert must in heads, (must, heads)
+    md_head = next(line for line in md.splitlines() if line.startswith("| level |"))
+    assert md_head.count("|") - 1 == len(heads)  # summary.md: the same short table ...
+    assert "[steps.csv](steps.csv)" in md and 'href="steps.csv"' in page  # ... and a pointer to every column
+    rows = list(csv.DictReader((p / "steps.csv").open()))
+    summary = json.loads((p / "summary.json").read_text())
+    assert [float(r["level"]) for r in rows] == [s["level"] for s in summary["steps"]]
+    assert len(rows[0]) > 30 and {"rps_ci_lo", "rps_ci_hi", "ttft_p99_ms", "conclusion"} <= set(rows[0])
+    assert float(rows[2]["rps"]) == summary["steps"][2]["rps"]  # as measured, not rounded
+
+
+def test_the_plan_is_said_in_words(analysed):
+    p, _ = analysed
+    page, md = (p / "report.html").read_text(), (p / "summary.md").read_text()
+    summary = json.loads((p / "summary.json").read_text())
+    per_node = summary["capacity"]["per_node_rps"]
+    from capacity_plugins.analysis.report_text import fmt_num
+
+    line = (f"Plan: 30 req/s × 1.5 safety ÷ {fmt_num(per_node)} req/s per node = {fmt_num(30 * 1.5 / per_node)} "
+            "→ 5 nodes (5 GPUs); you have 2")
+    assert line in md and line in page
+    for raw in ("peak_qps", "nodes_interval", "safety_factor", "per_1k_requests_usd", "5.00"):
+        assert raw not in page.split('id="details"')[1].split("</ul>")[0], raw
+
+
+def test_levels_print_as_a_reader_says_them(tmp_path):
+    p = make_results(tmp_path, kind="rate", levels=[2.7333, 5.4667, 10.9333], rps=[2.7, 5.4, 10.8])
+    assert cli("analyze", str(p), "--quiet").returncode in (0, 1)
+    md, page = (p / "summary.md").read_text(), (p / "report.html").read_text()
+    assert "| 10.9 |" in md and "10.9: " in md
+    for text in (md, page):
+        assert "10.9333" not in text and "5.4667" not in text
+
+
+def test_every_slo_line_is_named_in_a_legend(tmp_path):
+    import matplotlib.pyplot as plt
+
+    from capacity_plugins.analysis.load import load_run
+    from capacity_plugins.analysis.report import distributions_figure, throughput_latency_figure
+
+    p = make_results(tmp_path, slo={"ttft_p95_ms": 1500, "tpot_p95_ms": 100, "e2e_p95_ms": 2000}, **SEED)
+    assert cli("analyze", str(p), "--quiet").returncode == 0
+    summary = json.loads((p / "summary.json").read_text())
+    for fig, want in ((throughput_latency_figure(summary), ["TTFT P95 SLO ≤ 1.5 s", "E2E P95 SLO ≤ 2 s",
+                                                             "TPOT P95 SLO ≤ 100 ms"]),
+                      (distributions_figure(load_run(p), summary), ["TTFT P95 SLO ≤ 1.5 s", "E2E P95 SLO ≤ 2 s"])):
+        try:
+            named = [t.get_text() for ax in fig.axes if ax.get_legend() for t in ax.get_legend().get_texts()]
+            dashed = [ln for ax in fig.axes if ax.get_ylabel() == "ms" for ln in ax.get_lines()
+                      if ln.get_linestyle() == "--" and len(set(ln.get_ydata())) == 1]  # horizontal in ms: an SLO
+            assert len(dashed) == len(want) and all(ln.get_label() in named for ln in dashed), (named, want)
+            assert sorted(named_slo for named_slo in named if "SLO ≤" in named_slo) == sorted(want)
+        finally:
+            plt.close(fig)
+
+
+def _overlaps(fig) -> list[tuple[str, str]]:
+    """Pairs of visible texts (tick labels, annotations, titles) whose boxes overlap, per axes."""
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    out = []
+    for ax in fig.axes:
+        texts = [t for t in [*ax.get_xticklabels(), *ax.texts, ax.title] if t.get_visible() and t.get_text()]
+        boxes = [(t.get_text(), t.get_window_extent(renderer)) for t in texts]
+        out += [(a, b) for i, (a, ba) in enumerate(boxes) for b, bb in boxes[i + 1:] if ba.overlaps(bb)]
+    return out
+
+
+@pytest.mark.parametrize("levels,arms", [([1, 2, 4, 8, 16, 32], False), ([1, 2, 4, 6, 8, 12, 16, 24, 32, 48, 64], False),
+                                         ([1, 4, 8, 16], True)])
+def test_where_ttft_goes_has_no_overlapping_labels(levels, arms):
+    import matplotlib.pyplot as plt
+
+    from capacity_plugins.analysis.report_ttft import plot_ttft_breakdown
+
+    def row(lv: float, arm: str | None, client: float) -> dict:
+        return {"level": lv, "arm": arm, "client_ttft_mean_ms": client, "server_queue_mean_ms": client * 0.6,
+                "server_prefill_mean_ms": client * 0.3, "server_ttft_mean_ms": client - 0.6,
+                "client_remainder_ms": 0.6}
+
+    rows = [row(lv, arm, 30.0 * i + 2825.0 * (lv >= 16)) for i, lv in enumerate(levels)
+            for arm in (("distinct", "shared_prefix") if arms else (None,))]
+    fig = plot_ttft_breakdown({"steps": rows, "run": {"simulated": True}})
+    try:
+        assert _overlaps(fig) == []
+        assert len(fig.axes[1].texts) == len(rows)  # each bar's total, once
+    finally:
+        plt.close(fig)

@@ -80,6 +80,12 @@ def _save(fig: Any, out: Path) -> bytes:
 
 
 def plot_throughput_latency(summary: dict[str, Any], out: Path) -> bytes:
+    return _save(throughput_latency_figure(summary), out)
+
+
+def throughput_latency_figure(summary: dict[str, Any]) -> Any:
+    """Throughput (with its interval, the knee, the capacity) and the P95 latencies against load, each
+    SLO limit a dashed line in its metric's colour, named in the legend."""
     rows = sorted(summary["steps"], key=lambda r: r["level"])
     unit = "users" if summary["sweep_kind"] == "concurrency" else "rps offered"
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4))
@@ -133,10 +139,15 @@ def plot_throughput_latency(summary: dict[str, Any], out: Path) -> bytes:
     for ax in (a1, a2):
         if rows and min(r["level"] for r in rows) > 0 and max(r["level"] for r in rows) / max(min(r["level"] for r in rows), 1e-9) >= 8:
             _log_scale(ax, "x", base=2)
-    return _save(fig, out)
+    return fig
 
 
 def plot_distributions(run: RunData, summary: dict[str, Any], out: Path) -> bytes:
+    return _save(distributions_figure(run, summary), out)
+
+
+def distributions_figure(run: RunData, summary: dict[str, Any]) -> Any:
+    """TTFT and E2E per step as box plots, the SLO limit a dashed line named in the legend."""
     req = run.requests
     m = req.loc[req["ok"] & ~req["warmup"] & (req["step"] >= 0), ["step", "ttft_ms", "e2e_ms"]]
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
@@ -162,7 +173,7 @@ def plot_distributions(run: RunData, summary: dict[str, Any], out: Path) -> byte
         if limit:
             ax.axhline(limit, ls="--", color="#b3261e", lw=1.2, label=slo_label(f"{title.split()[0]} P95", limit))
             _legend_below(ax)
-    return _save(fig, out)
+    return fig
 
 
 def plot_timeline(run: RunData, out: Path, simulated: bool = False) -> bytes | None:
@@ -285,8 +296,9 @@ p.answer{{font-size:1.45em;font-weight:600;line-height:1.35;margin:0 0 .8em 0;pa
 .verdict h2{{margin:0 0 .3em 0}} .verdict ul{{margin:.2em 0}}
 .alerts{{padding:.8em 1em;border:2px solid #b3261e;border-radius:6px;background:#fde8e8;margin-bottom:1em;font-weight:600}}
 table{{border-collapse:collapse;font-size:13px;margin:1em 0}}
-td,th{{border:1px solid #ccc;padding:3px 6px;text-align:right;overflow-wrap:normal}} td.l,th.l{{text-align:left;overflow-wrap:anywhere}}
-#load-table td{{white-space:nowrap}} #load-table td.l{{white-space:normal;min-width:16em}}
+table{{overflow-wrap:break-word}} td,th{{border:1px solid #ccc;padding:3px 6px;text-align:right}} td.l,th.l{{text-align:left}}
+#load-table td,#full-table td{{white-space:nowrap}} #load-table td.l{{white-space:normal;min-width:16em}}
+#full-table td.l{{white-space:normal;min-width:28em}}
 tr.invalid{{color:#888;text-decoration:line-through}} tr.fail td{{background:#fde8e8}}
 tr.needs_human td{{background:#fff6d6}} tr.pass td{{background:#e8f6ec}}
 figure{{margin:0}} img{{max-width:100%;height:auto}} .scroll{{overflow-x:auto}}

@@ -25,9 +25,10 @@ SEGMENTS = (("queue", "server queue", "#b3261e"), ("prefill", "prefill", "#1f5fa
 
 
 def tick_rotation(labels: list[str], room: int = 48) -> dict[str, Any]:
-    """Rotate a category axis's labels when side by side they would not fit (about `room` characters)."""
+    """Turn a category axis's labels upright when side by side they would not fit (about `room` characters):
+    on its side a label is as wide as its lines are tall, so neighbours never overlap."""
     longest = max((len(line) for lab in labels for line in lab.split("\n")), default=0)
-    return {"rotation": 45, "ha": "right"} if len(labels) * (longest + 1) > room else {}
+    return {"rotation": 90, "ha": "center"} if len(labels) * (longest + 1) > room else {}
 
 
 def segments(row: dict[str, Any]) -> dict[str, float] | None:
