@@ -33,7 +33,9 @@ def test_before_after_rows_judged_below_saturation(tmp_path):
     # `before` saturates at 8 (9 → 9 rps): its level 16 is an overloaded queue, not a measurement of
     # the server, so the comparison happens at 8, the highest level both measured below saturation
     assert c["compared_level"] == 8 and "below saturation" in c["compared_where"]
-    assert rows["QPS at compared level"]["before"] == 9 and rows["QPS at compared level"]["after"] == 13
+    # (the throughput estimator is the analysis's: within a few % of the curve it was given)
+    assert rows["QPS at compared level"]["before"] == pytest.approx(9, rel=0.05)
+    assert rows["QPS at compared level"]["after"] == pytest.approx(13, rel=0.1)
     assert rows["QPS at compared level"]["verdict"] == "better"
     assert rows["E2E P99 ms"]["verdict"] == "better" and rows["E2E P50 ms"]["verdict"] == "better"
     assert rows["capacity per node under SLO (rps)"]["verdict"] == "better"
@@ -59,6 +61,8 @@ def test_two_runs_of_the_same_server_compare_within_noise(tmp_path):
         c = compare(sa, sb)
         assert c["overall"] == "within noise", (seed, c["rows"])
         assert not [r for r in c["rows"] if r["verdict"] in ("better", "worse")], c["rows"]
+        # nothing moved: the bottom line lists nothing, and says so
+        assert c["moved"] == [] and c["bottom_line"] == "within noise — nothing moved beyond the noise"
         knees = [s["knee"]["value"] or float("inf") for s in (sa, sb)]
         assert c["compared_level"] is not None and c["compared_level"] <= min(knees)
         # the old rule (a change beyond ±5 % is real) would have called some of these better or worse
@@ -106,7 +110,91 @@ def test_cli_prints_table_and_bad_input_exits_2(tmp_path):
     before, after = _pair(tmp_path)
     r = capacity("compare", str(before), str(after), "--out", str(tmp_path / "c.json"))
     assert r.returncode == 0, r.stderr
-    assert "| metric | before | after | change | ± noise | verdict |" in r.stdout and "Overall: improved" in r.stdout
+    assert "| metric | before | after | change | ± noise | verdict |" in r.stdout
+    assert "\nOverall: improved — capacity +" in r.stdout and "nothing worse beyond noise\n" in r.stdout
     assert json.loads((tmp_path / "c.json").read_text())["overall"] == "improved"
     r = capacity("compare", str(before), str(tmp_path / "missing"))
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
+
+
+# --- what moved (issue 25, obs. 6): the bottom line names every change beyond noise ---------------
+
+SLO_TTFT = {"ttft_p95_ms": 1500.0, "tpot_p95_ms": None, "e2e_p95_ms": None}
+
+
+def _slots(path, slots, seed, service_ms=950.0, **kw):
+    """The simulator's shape: 1 → 32 closed-loop users, 12-s steps, ~1 s per request; `slots` batch slots."""
+    return make_queue_results(path, levels=[1, 2, 4, 8, 16, 32], slots=slots, service_ms=service_ms, service_cv=0.5,
+                              window_s=12, seed=seed, slo=SLO_TTFT, **kw)
+
+
+def _said(c):
+    """Every row judged beyond its noise is in the bottom line, with its direction, change and interval."""
+    moved = [r for r in c["rows"] if r["verdict"] in ("better", "worse")]
+    assert [m["metric"] for m in c["moved"]] == [r["metric"] for r in moved if r["verdict"] == "worse"] + \
+        [r["metric"] for r in moved if r["verdict"] == "better"]
+    for m in c["moved"]:
+        assert m["text"] in c["bottom_line"] and m["text"].endswith(m["verdict"])
+        lo, hi = m["change_ci"]
+        assert lo <= m["change"] <= hi and (lo > 0 or hi < 0), m  # beyond noise: the interval excludes no change
+        assert lo >= -1.0  # nothing compared can fall by more than 100 %
+    return moved
+
+
+def test_more_batch_slots_says_what_improved(tmp_path):
+    # observation 6: before 8 batch slots, after 16 (each request slower in the bigger batch: +23 %
+    # capacity in closed form). Yesterday's bottom line said "Overall: within noise" under a table
+    # whose TTFT P95 row said −80 % better: only the QPS and capacity rows could make it "improved".
+    before = _slots(tmp_path / "slots8", 8, seed=4)
+    after = _slots(tmp_path / "slots16", 16, seed=5, service_ms=950.0 * 16 / 8 / 1.23)
+    c = compare(load_summary(before), load_summary(after))
+    assert c["overall"] == "improved", c["rows"]
+    moved = _said(c)
+    assert moved and all(r["verdict"] == "better" for r in moved), c["rows"]
+    assert c["bottom_line"].startswith("improved — ") and c["bottom_line"].endswith("; nothing worse beyond noise")
+    assert "within noise" not in c["bottom_line"]
+    # the level rows name the level they were measured at
+    for m in c["moved"]:
+        if m["metric"] in ("QPS at compared level", "E2E P50 ms", "E2E P99 ms", "TTFT P95 ms"):
+            assert f"at level {c['compared_level']:g} " in m["text"]
+    r = capacity("compare", str(before), str(after))
+    assert r.returncode == 0, r.stderr  # compared: exit 0 whatever the outcome (docs/exit-codes.md)
+    assert f"\nOverall: {c['bottom_line']}\n" in r.stdout
+
+
+def test_the_same_run_twice_is_within_noise(tmp_path):
+    run = _slots(tmp_path / "run", 8, seed=4)
+    c = compare(load_summary(run), load_summary(run))
+    assert c["overall"] == "within noise" and c["moved"] == [] and not _said(c)
+    assert c["bottom_line"] == "within noise — nothing moved beyond the noise"
+    assert all(r["change"] in (0.0, None) for r in c["rows"])
+
+
+def test_a_regression_is_said_as_worse(tmp_path):
+    # 16 slots → 8 slots of the same speed: half the capacity, said as worse, and nothing better
+    big = _slots(tmp_path / "big", 16, seed=6)
+    small = _slots(tmp_path / "small", 8, seed=7)
+    c = compare(load_summary(big), load_summary(small))
+    moved = _said(c)
+    assert moved and all(r["verdict"] == "worse" for r in moved), c["rows"]
+    assert c["overall"] == "regressed" and c["bottom_line"].startswith("regressed — capacity −")
+    assert c["bottom_line"].endswith("; nothing better beyond noise")
+    cap = next(m for m in c["moved"] if m["metric"] == "capacity per node under SLO (rps)")
+    assert cap["verdict"] == "worse" and cap["change_ci"][1] < 0
+
+
+def test_a_mixed_change_says_the_worse_first(tmp_path):
+    # twice the slots on a GPU that costs three times as much: capacity doubles, each request costs 50 % more
+    cheap = _slots(tmp_path / "cheap", 8, seed=8, capacity={"gpu_hour_usd": 2.0})
+    dear = _slots(tmp_path / "dear", 16, seed=9, capacity={"gpu_hour_usd": 6.0})
+    c = compare(load_summary(cheap), load_summary(dear))
+    rows = {r["metric"]: r for r in c["rows"]}
+    assert rows["capacity per node under SLO (rps)"]["verdict"] == "better"
+    assert rows["cost per 1k requests USD"]["verdict"] == "worse"
+    assert c["overall"] == "regressed"  # a worse row is never hidden behind a better one
+    _said(c)
+    assert c["bottom_line"].startswith("regressed — cost per 1k requests +")
+    line = c["bottom_line"]
+    assert line.index(" worse") < line.index("capacity +") and "nothing" not in line
+    # the cost carries the capacity's interval: its noise is more than the minimum detectable difference alone
+    assert rows["cost per 1k requests USD"]["noise"] > 0.10 * rows["cost per 1k requests USD"]["before"]

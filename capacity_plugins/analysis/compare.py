@@ -16,6 +16,11 @@ sides: with repeats, the run-to-run spread (Student t on the repeats); with a si
 within-run interval (analysis/intervals.py) *plus* `verdict.min_detectable_difference` (10 %) of
 the before value, because a within-run interval knows nothing of how much a second run differs.
 Otherwise the row is `within noise`. A run without valid steps cannot be compared: exit 2.
+
+What moved: the bottom line lists every row judged better or worse — worse first — with its change
+and the change's interval (the change ± the noise it had to beat, relative to the before value),
+and says `within noise` only when no row moved beyond its noise. Every judged row counts: a TTFT
+P95 that fell 85 % is an improvement even when the throughput at the compared level did not move.
 """
 
 from __future__ import annotations
@@ -121,7 +126,11 @@ class Side:
         return Value(row.get("rps"), half_width(row.get("rps"), ci[0], ci[1]) if ci else 0.0, False)
 
     def cost(self) -> Value:
-        return Value((self.s.get("cost") or {}).get("per_1k_requests_usd"), 0.0, False)
+        # the cost is the GPU-hour price over the capacity: it carries the capacity's interval
+        cost = self.s.get("cost") or {}
+        v, ci = cost.get("per_1k_requests_usd"), cost.get("per_1k_requests_ci_usd")
+        return Value(v, half_width(v, ci[0], ci[1]) if ci and v is not None else 0.0,
+                     self.is_set and (self.s.get("capacity") or {}).get("interval_kind") == "run_to_run")
 
     def cache(self) -> Value:
         m = self.s.get("meta") or {}
@@ -175,32 +184,81 @@ def compare(a: dict[str, Any], b: dict[str, Any], mdd: float | None = None) -> d
         verdict, noise = judge(x, y, hib, mdd)
         rows.append({"metric": m, "before": x.value, "after": y.value,
                      "change": (y.value / x.value - 1) if x.value and y.value is not None else None,
+                     "change_ci": _change_ci(x.value, y.value, noise) if verdict in ("better", "worse") else None,
                      "noise": noise, "verdict": verdict})
     by = {r["metric"]: r for r in rows}
-    qps = by["QPS at compared level"] if by["QPS at compared level"]["verdict"] != "unknown" else by["max throughput (rps)"]
-    lat = [by[k] for k in ("E2E P50 ms", "E2E P99 ms", "TTFT P95 ms")]
-    cap_row = by["capacity per node under SLO (rps)"]
-    if any(r["verdict"] == "worse" for r in [qps, cap_row, *lat]):
-        overall = "regressed"
-    elif any(r["verdict"] == "better" for r in (qps, cap_row)):
-        overall = "improved"
-    else:
-        overall = "within noise"
+    # every row judged beyond its noise moved, whichever it is: worse first, then better, in table order
+    moved = [r for r in rows if r["verdict"] == "worse"] + [r for r in rows if r["verdict"] == "better"]
+    overall = "regressed" if any(r["verdict"] == "worse" for r in moved) else "improved" if moved else "within noise"
     advice = []
     gpu = by["GPU util %"]
-    if qps["verdict"] in ("within noise", "worse") and gpu["before"] is not None and gpu["after"] is not None \
+    throughput_rose = any(by[k]["verdict"] == "better" for k in
+                          ("QPS at compared level", "max throughput (rps)", "capacity per node under SLO (rps)"))
+    if not throughput_rose and gpu["before"] is not None and gpu["after"] is not None \
             and gpu["after"] < gpu["before"] * (1 - mdd):
         advice.append("QPS did not rise while GPU util fell: the bottleneck is not GPU capacity — roll back and profile")
-    if qps["verdict"] == "better" and by["cost per 1k requests USD"]["verdict"] == "better":
+    if throughput_rose and by["cost per 1k requests USD"]["verdict"] == "better":
         advice.append("QPS up and cost per request down: resources are used better")
     where = (f"the highest level both runs measured validly below saturation (knees: before "
              f"{_lvl(before.saturation)}, after {_lvl(after.saturation)})") if level is not None else \
         "no level both runs measured validly below saturation: only capacity and max throughput are compared"
-    return {"compared_level": level, "compared_where": where, "rows": rows, "overall": overall, "advice": advice,
+    return {"compared_level": level, "compared_where": where, "rows": rows, "overall": overall,
+            "moved": [{"metric": r["metric"], "verdict": r["verdict"], "change": r["change"], "change_ci": r["change_ci"],
+                       "text": _moved_text(r, level)} for r in moved],
+            "bottom_line": _bottom_line(overall, moved, level), "advice": advice,
             "noise_basis": {"before": "repeats" if before.is_set else "within-run + min detectable difference",
                             "after": "repeats" if after.is_set else "within-run + min detectable difference",
                             "min_detectable_difference": mdd},
             "before": a.get("meta", {}).get("results_dir"), "after": b.get("meta", {}).get("results_dir")}
+
+
+def _change_ci(before: float | None, after: float | None, noise: float | None) -> list[float] | None:
+    """The relative change's interval: the difference ± the noise it had to beat, over the before value.
+
+    Every compared figure is a rate, a duration, a price or a share, never negative: a fall of more
+    than 100 % is impossible, so the lower end stops at −100 %."""
+    if not before or after is None or noise is None or not math.isfinite(noise):
+        return None
+    d = after - before
+    return [max((d - noise) / abs(before), -1.0), (d + noise) / abs(before)]
+
+
+# how the bottom line names a row (the level rows are measured at the compared level)
+SHORT = {"capacity per node under SLO (rps)": "capacity", "max throughput (rps)": "max throughput",
+         "QPS at compared level": "QPS", "E2E P50 ms": "E2E P50", "E2E P99 ms": "E2E P99", "TTFT P95 ms": "TTFT P95",
+         "cost per 1k requests USD": "cost per 1k requests", "cache hit rate": "cache hit rate"}
+AT_LEVEL = {label for _, _, label, _ in LEVEL_ROWS}
+
+
+def _pct(x: float) -> str:
+    """A relative change in percent to two significant digits: +23, −85, +4.5, +0.42 (a true minus)."""
+    v = x * 100
+    digits = 0 if abs(v) >= 9.95 else 1 if abs(v) >= 0.995 else 2
+    return f"{v:+.{digits}f}".replace("-", "\u2212")
+
+
+def _moved_text(r: dict[str, Any], level: float | None) -> str:
+    """One moved row: `capacity +23 % [+12, +35] better`."""
+    name = SHORT.get(r["metric"], r["metric"])
+    if r["metric"] in AT_LEVEL and level is not None:
+        name += f" at level {level:g}"
+    if r["change"] is None:  # a before value of zero: no relative change
+        return f"{name} {_fmt(r['before'])} → {_fmt(r['after'])} {r['verdict']}"
+    ci = r.get("change_ci")
+    interval = f" [{_pct(ci[0])}, {_pct(ci[1])}]" if ci else ""
+    return f"{name} {_pct(r['change'])} %{interval} {r['verdict']}"
+
+
+def _bottom_line(overall: str, moved: list[dict[str, Any]], level: float | None) -> str:
+    """What moved beyond the noise, worse first; `within noise` only when nothing did."""
+    if not moved:
+        return "within noise — nothing moved beyond the noise"
+    parts = [_moved_text(r, level) for r in moved]
+    if not any(r["verdict"] == "worse" for r in moved):
+        parts.append("nothing worse beyond noise")
+    elif not any(r["verdict"] == "better" for r in moved):
+        parts.append("nothing better beyond noise")
+    return f"{overall} — " + "; ".join(parts)
 
 
 def _lvl(v: float) -> str:
@@ -227,7 +285,7 @@ def markdown(c: dict[str, Any]) -> str:
     for r in c["rows"]:
         ch = "–" if r["change"] is None else f"{r['change']:+.0%}"
         lines.append(f"| {r['metric']} | {_fmt(r['before'])} | {_fmt(r['after'])} | {ch} | {_fmt(r['noise'])} | {r['verdict']} |")
-    lines += ["", f"Overall: {c['overall']}"] + [f"- {a}" for a in c["advice"]]
+    lines += ["", f"Overall: {c['bottom_line']}"] + [f"- {a}" for a in c["advice"]]
     return "\n".join(lines) + "\n"
 
 
