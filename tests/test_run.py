@@ -55,6 +55,16 @@ def test_concurrency_sweep_every_step_and_records_tagged(tmp_path):
     for f in ("scenario.yaml", "llm_stats.csv", "locust_stats.csv", "summary.json"):
         assert (folder / f).exists(), f
     assert "[capacity] step 3/3" in r.stdout
+    # The run ends with the plain answer, its reasons in words and the report — not a bare verdict.
+    import json
+
+    answer = json.loads((folder / "summary.json").read_text())["answer"]
+    lines = r.stdout.splitlines()
+    at = lines.index(f"[capacity] answer: {answer}")
+    assert lines[at - 1].startswith("[capacity] results: ")
+    assert all(ln.startswith("[capacity]   ") for ln in lines[at + 1:-1]), lines[at:]
+    assert lines[-1] == f"[capacity] report: {folder / 'report.html'}"
+    assert " → " in answer  # the decision, in capitals, ends the sentence
 
 
 def test_rate_sweep_processes_2_offered_vs_achieved(tmp_path):
@@ -217,6 +227,15 @@ def test_web_mode_each_ui_test_gets_its_own_analysed_folder(tmp_path):
         swarm()
         # "analysed: PATH", or on a busy host "analysed, no decision: PATH (why)": a folder either way
         analysed = wait_for("[capacity] analysed", timeout=90)
+        # when the test's analysis ends, the terminal says the plain answer, as a headless run ends,
+        # and the LLM tab and /llm/answer serve the same sentence with the report's link
+        said = wait_for("[capacity] answer: ", timeout=30).removeprefix("[capacity] answer: ")
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/llm/answer", timeout=5) as r:
+            doc = json.loads(r.read())
+        assert doc["answer"] == said and doc["report"] == "./llm/report.html" and doc["pending"] is False
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/stats/requests", timeout=5) as r:
+            tab = next(e for e in json.loads(r.read())["extended_stats"] if e["key"] == "llm")["data"]
+        assert tab[0]["name"].startswith(f"ANSWER: {said}")
         swarm()  # a second test from the UI: its own folder, its own analysis
         analysed2 = wait_for("[capacity] analysed", timeout=90, nth=2)
         p.send_signal(signal.SIGINT)
@@ -229,6 +248,7 @@ def test_web_mode_each_ui_test_gets_its_own_analysed_folder(tmp_path):
     assert len(folders) == 2, folders
     reports = {line.split(": ", 1)[1].split(" (", 1)[0] for line in (analysed, analysed2)}
     assert reports == {str(f / "report.html") for f in folders}
+    assert said == json.loads((folders[0] / "summary.json").read_text())["answer"]
     ids: list[set[str]] = []
     for folder in folders:
         steps = read_steps(folder)
