@@ -6,7 +6,7 @@ observation 9: `TARGET_URL=http://host:port/v1` led to "lists no model", then to
 from __future__ import annotations
 
 import pytest
-from helpers.processes import capacity, env_with
+from helpers.processes import capacity, env_with, run_locust
 from helpers.scenarios import scenario_error, write_scenario
 
 from capacity_plugins.contracts.dialects import API_PATHS, DIALECTS, url_path_problem
@@ -136,3 +136,13 @@ def test_capacity_matrix_refuses_an_entry_url_with_the_api_path(tmp_path):
     assert r.stderr.strip() == (f"capacity matrix: error: {m}: entries[0].url: http://127.0.0.1:{{port}}/v1 has a path (/v1); "
                                 "give the server's root, http://127.0.0.1:{port} — the openai-chat dialect adds /v1/chat/completions")
     assert not marker.exists() and not (tmp_path / "out").exists()
+
+
+@pytest.mark.slow  # a real Locust process
+def test_plain_locust_refuses_a_host_with_the_api_path(tmp_path):
+    p = run_locust(["--headless", "-u", "1", "-t", "2s", "--host", "http://127.0.0.1:9/generate", "--dialect", "tgi",
+                    "--results-dir", str(tmp_path / "results")], timeout=90)
+    assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr[-2000:]
+    assert ("capacity: --host: http://127.0.0.1:9/generate has a path (/generate); give the server's root, "
+            "http://127.0.0.1:9 — the tgi dialect adds /generate_stream") in p.stderr
+    assert not (tmp_path / "results").exists()

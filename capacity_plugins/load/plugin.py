@@ -30,6 +30,7 @@ import gevent
 import locust
 from locust.runners import MasterRunner, WorkerRunner
 
+from capacity_plugins.contracts.dialects import url_path_problem
 from capacity_plugins.contracts.redaction import strip_userinfo
 from capacity_plugins.errors import UserError
 from capacity_plugins.load import meta as meta_mod
@@ -152,6 +153,11 @@ def register(environment: Environment) -> RunContext:
     path = str(getattr(parsed, "scenario", "") or "")
     scenario = _load_scenario(path) if path else None
     options = LLMOptions.from_parsed(parsed)
+    if role != "worker" and environment.host:
+        # The dialect appends its own path: --host http://h:8000/v1 would load /v1/v1/chat/completions.
+        found = url_path_problem(environment.host, options.dialect)
+        if found is not None:
+            raise UserError(f"--host: {found}")
 
     # 1. results folder (writing processes only) and the context the users read
     folder = choose_folder(options.results_dir, scenario) if role != "worker" else Path(".")
