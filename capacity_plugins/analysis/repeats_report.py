@@ -16,7 +16,15 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from capacity_plugins.analysis.report_text import DECISION_TEXT, fmt, fmt_ci, fmt_iv, fmt_level, fmt_num  # noqa: E402
+from capacity_plugins.analysis.report_text import (  # noqa: E402
+    DECISION_TEXT,
+    fmt,
+    fmt_ci,
+    fmt_iv,
+    fmt_level,
+    fmt_num,
+    plan_words,
+)
 
 
 def _g(v: float | None) -> str:
@@ -36,11 +44,10 @@ def set_headline(s: dict[str, Any]) -> list[str]:
                  + f"; repeats {', '.join(_g(c) for c in cap['values'])} (sd {_g(cap['sd'])})")
     lines.append(f"Knee per repeat: {', '.join(_g(k) for k in knee['values'])}"
                  + (" (all agree)" if knee["agree"] else f" (spread {_g(knee['min'])}–{_g(knee['max'])})"))
-    if plan.get("refused"):
-        lines.append(f"Plan: refused — {plan['refused']}")
-    elif plan.get("nodes") is not None:
-        span = plan.get("nodes_interval")
-        lines.append(f"Plan: {plan['nodes']} node(s)" + (f" ({span[0]}–{span[1]} within the interval)" if span else ""))
+    words = plan_words(plan, cap)
+    if words and (plan.get("nodes") is not None or plan.get("refused") or plan.get("infeasible")):
+        lines.append(f"Plan: {words[0]}")
+        lines += [w[0].upper() + w[1:] for w in words[1:]]
     return lines
 
 
@@ -60,7 +67,10 @@ def _level_cells(e: dict[str, Any]) -> list[str]:
 
 
 def set_markdown(s: dict[str, Any]) -> str:
-    out = [f"# Capacity analysis of a repeat set{': ' + s['name'] if s.get('name') else ''}", ""]
+    from capacity_plugins.analysis.answer import plain_answer
+
+    out = [f"# Capacity analysis of a repeat set{': ' + s['name'] if s.get('name') else ''}", "",
+           f"**{plain_answer(s)}**", ""]
     out += [f"- {line}" for line in set_headline(s)]
     out += ["", "## Repeats", "", "| repeat | capacity rps | interval | knee | verdict | nodes | complete |",
             "|---|---|---|---|---|---|---|"]
@@ -96,6 +106,8 @@ def _plot(s: dict[str, Any]) -> bytes:
 
 
 def write_set_reports(s: dict[str, Any], out_dir: Path) -> None:
+    from capacity_plugins.analysis.answer import plain_answer
+
     e = html.escape
     (out_dir / "summary.md").write_text(set_markdown(s), encoding="utf-8")
     png = _plot(s)
@@ -107,10 +119,12 @@ def write_set_reports(s: dict[str, Any], out_dir: Path) -> None:
     head = set_headline(s)
     page = f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>Repeat set {e(s.get('name') or '')}</title>
-<style>body{{font-family:system-ui,sans-serif;margin:2em;max-width:1400px;color:#222}}
+<style>body{{font-family:system-ui,sans-serif;margin:2em auto;padding:0 2em;max-width:1200px;color:#222}}
 table{{border-collapse:collapse;font-size:13px;margin:1em 0}} td,th{{border:1px solid #ccc;padding:3px 6px;text-align:right}}
 td.l,th.l{{text-align:left}} img{{max-width:100%}}</style></head><body>
-<h1 id="verdict" data-decision="{e(s['verdict']['decision'])}">{e(head[0])}</h1>
+<h1 style="font-size:1.1em;color:#555">Repeat set{': ' + e(s.get('name') or '') if s.get('name') else ''}</h1>
+<p class="answer" id="answer" style="font-size:1.4em;font-weight:600">{e(plain_answer(s))}</p>
+<h2 id="verdict" data-decision="{e(s['verdict']['decision'])}">{e(head[0])}</h2>
 <ul>{''.join(f'<li>{e(h)}</li>' for h in head[1:])}</ul>
 <h2>Repeats</h2><table><tr><th class=l>repeat</th><th>capacity rps</th><th>interval</th><th>knee</th><th>verdict</th>
 <th>nodes</th><th>complete</th></tr>{reps}</table>

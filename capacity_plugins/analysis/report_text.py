@@ -452,14 +452,15 @@ def settings_lines(summary: dict[str, Any]) -> list[str]:
 
 
 def decision_lines(summary: dict[str, Any]) -> list[str]:
-    """Below the plain answer: the verdict's reasons, then what limits the server and what to measure next."""
+    """Below the plain answer: the verdict's reasons and what to measure next, as the terminal says them
+    (answer.reasons_in_words), then what limits the server."""
+    from capacity_plugins.analysis.answer import reasons_in_words
+
     v = summary["verdict"]
-    out = list(v["reasons"])
+    out = [r.removeprefix("- ") for r in reasons_in_words(summary)]
     if v.get("bottleneck"):
         out.append(f"Bottleneck: {v['bottleneck']}" + (" — " + "; ".join(v["bottleneck_hints"])
                                                        if v.get("bottleneck_hints") else ""))
-    if v.get("measure_next"):
-        out.append("Measure next: " + "; ".join(v["measure_next"]))
     return out
 
 
