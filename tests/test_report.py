@@ -303,3 +303,20 @@ def test_where_ttft_goes_has_no_overlapping_labels(levels, arms):
         assert len(fig.axes[1].texts) == len(rows)  # each bar's total, once
     finally:
         plt.close(fig)
+
+
+def test_the_settings_that_decided_are_a_folded_list_not_part_of_the_answer(analysed):
+    from capacity_plugins.analysis.report import html_page
+    from capacity_plugins.analysis.report_text import markdown
+
+    p, _ = analysed
+    summary = json.loads((p / "summary.json").read_text())
+    summary["verdict"]["settings"] = [{"key": "verdict.gpu_busy_pct", "value": 85.0, "meaning": "GPU counted busy above this (%)"},
+                                      {"key": "capacity.redundancy", "value": 1, "meaning": "spare nodes added on top"}]
+    page, md = html_page(summary, {}), markdown(summary)
+    folded = page.split('<details id="settings"><summary>Settings that decided this</summary>')[1].split("</details>")[0]
+    assert "<td class=l>verdict.gpu_busy_pct</td><td>85</td>" in folded and "<td>1</td>" in folded
+    assert "verdict.gpu_busy_pct" not in page.split('id="answer">')[1].split("</p>")[0]
+    assert "- verdict.gpu_busy_pct = 85: GPU counted busy above this (%)" in md.split("### Settings that decided this")[1]
+    del summary["verdict"]["settings"]
+    assert 'id="settings"' not in html_page(summary, {}) and "Settings that decided" not in markdown(summary)

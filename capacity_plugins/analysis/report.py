@@ -32,9 +32,9 @@ from capacity_plugins.analysis.report_text import (  # noqa: E402
     facts_lines,
     fmt,
     fmt_level,
-    fmt_num,
     markdown,
     search_lines,
+    setting_value,
     short_columns,
     steps_csv,
     table_columns,
@@ -278,8 +278,8 @@ def html_page(summary: dict[str, Any], figs: dict[str, bytes | None]) -> str:
     settings = (summary.get("verdict") or {}).get("settings") or []
     settings_html = ('<details id="settings"><summary>Settings that decided this</summary>'
                      + _table(["setting", "value", "meaning"],
-                              [("", [str(x.get("key")), fmt_num(x.get("value")) if isinstance(x.get("value"), float)
-                                     else fmt(x.get("value")), str(x.get("meaning") or "")]) for x in settings], {0, 2})
+                              [("", [str(x.get("key")), setting_value(x.get("value")), str(x.get("meaning") or "")])
+                               for x in settings], {0, 2})
                      + "</details>") if settings else ""
     li = "".join
     banner = ('<div class="alerts" id="alerts">' + li(f"<div>{e(a)}</div>" for a in alerts) + "</div>") if alerts else ""

@@ -441,14 +441,18 @@ def trace_cell(w: dict[str, Any], key: str) -> str:
     return fmt_num(w.get(key)) if key.endswith("rps") else fmt(w.get(key), 0)
 
 
+def setting_value(v: Any) -> str:
+    """A setting as it is written in the scenario: 0.5, 1500, 1 — exact, not rounded like a measurement."""
+    if isinstance(v, int | float) and not isinstance(v, bool):
+        return f"{v:g}"
+    return fmt(v)
+
+
 def settings_lines(summary: dict[str, Any]) -> list[str]:
     """The scenario settings that decided the verdict ("key = value: meaning"), when the verdict lists them."""
-    out = []
-    for item in (summary.get("verdict") or {}).get("settings") or []:
-        value = item.get("value")
-        shown = fmt_num(value) if isinstance(value, float) else fmt(value)
-        out.append(f"{item.get('key')} = {shown}" + (f": {item['meaning']}" if item.get("meaning") else ""))
-    return out
+    return [f"{item.get('key')} = {setting_value(item.get('value'))}"
+            + (f": {item['meaning']}" if item.get("meaning") else "")
+            for item in (summary.get("verdict") or {}).get("settings") or []]
 
 
 def decision_lines(summary: dict[str, Any]) -> list[str]:
