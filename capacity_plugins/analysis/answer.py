@@ -86,6 +86,8 @@ def capacity_sentence(summary: dict[str, Any]) -> str:
     if cap.get("method") == "never_failed":
         return (f"One node serves at least {_rps(per_node)} req/s{span} {_within(summary)} "
                 "(the SLO held at every level tested).")
+    if cap.get("method") == "repeats":  # a repeat set: the mean over its repeats, the run-to-run interval
+        return f"One node serves {_rps(per_node)} req/s{span} {_within(summary)} (mean of {cap.get('n')} repeats)."
     return f"One node serves {_rps(per_node)} req/s{span} {_within(summary)}."
 
 
@@ -168,8 +170,8 @@ def plain_answer(summary: dict[str, Any]) -> str:
 
 
 def _said(reason: str, answer: str) -> bool:
-    """A reason the answer already states word for word (an unknown capacity's own reason)."""
-    core = reason.removeprefix("Capacity unknown: ").rstrip(".")
+    """A reason the answer already states word for word (an unknown capacity's, a refused plan's)."""
+    core = reason.removeprefix("Capacity unknown: ").removeprefix("The plan gives no fleet size: ").rstrip(".")
     return len(core) > 20 and core in answer
 
 
