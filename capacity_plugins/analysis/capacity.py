@@ -260,7 +260,6 @@ def _not_measured(rows: list[dict[str, Any]], out: dict[str, Any]) -> tuple[str,
     """(what was not measured, what run would measure it) for a capacity that is unknown."""
     fail_level = out.get("first_fail_level")
     failed = next((r for r in rows if r["valid"] and r["level"] == fail_level), None)
-    ref = failed or (rows[0] if rows else None)
 
     def excluded(r: dict[str, Any]) -> bool:
         reasons = r.get("invalid_reasons") or []

@@ -152,9 +152,8 @@ def check_out_dir(out: Path) -> None:
 
 
 def _print_summary(args: argparse.Namespace, summary: dict[str, Any], is_set: bool) -> None:
-    from capacity_plugins.analysis.load import dumps_json
-
     from capacity_plugins.analysis.answer import answer_lines
+    from capacity_plugins.analysis.load import dumps_json
 
     if args.format in ("text", "answer"):
         # The plain answer first, everywhere (analysis/answer.py), then its reasons in words.

@@ -345,7 +345,7 @@ def decide(rows, knee, capacity, plan, telemetry_present: bool, slo: SLOConfig, 
     g = focus["row"]
     gu = g.get("gpu_util_pct") if g else None
     used("verdict.gpu_busy_pct", vc.gpu_busy_pct)
-    busy_words = (f"the {gpu} is busy {_fmt(gu, ' %')} at {level_words(g)}, "
+    busy_words = (f"the {gpu} is busy {_fmt(gu, ' %')} at {level_words(g) if g else 'no valid step'}, "
                   + ("above" if g is not None and _busy(g, vc) else "not above") + f" the {vc.gpu_busy_pct:g} % counted busy")
     peak_words = _peak_words(at_peak, None, peak_per_node, reached, latency_words)
     reasons.append(f"{plan_words}, but the scale rule is not met: {busy_words}.")
