@@ -65,9 +65,19 @@ def _log_scale(ax: Any, axis: str, base: float = 10) -> None:
     target.set_minor_formatter(LogFormatter(base=base, labelOnlyBase=False, minor_thresholds=(2, 0.4)))
 
 
-def _legend_below(ax: Any) -> None:
-    """The legend under the axes, never over the data it names (the SLO lines among its entries)."""
-    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2, frameon=False)
+def _legends_below(*axes: Any) -> None:
+    """Each axes' legend under the axes and their tick labels, never over the data it names (the SLO
+    lines among its entries): placed once the figure is laid out (one draw), below what the x axis takes."""
+    axes = tuple(ax for ax in axes if ax.get_legend_handles_labels()[0])
+    if not axes:
+        return
+    axes[0].figure.canvas.draw()
+    for ax in axes:
+        box = ax.get_window_extent()
+        below = min([box.y0, *(t.get_window_extent().y0 for t in [*ax.get_xticklabels(), ax.xaxis.label]
+                               if t.get_visible() and t.get_text())])
+        gap = (box.y0 - below + 6) / max(box.height, 1.0)
+        ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -gap), ncol=2, frameon=False)
 
 
 def _save(fig: Any, out: Path) -> bytes:
@@ -113,8 +123,7 @@ def throughput_latency_figure(summary: dict[str, Any]) -> Any:
     a1.set_xlabel(f"load ({unit})")
     a1.set_ylabel("requests / s")
     a1.set_title("Throughput vs load")
-    if a1.get_legend_handles_labels()[0]:
-        _legend_below(a1)
+
     plotted = False
     # With workload classes the top-level limits judge no class as drawn (each has its own): none drawn.
     slo = summary["slo"] if not summary.get("workloads") else {}
@@ -132,13 +141,13 @@ def throughput_latency_figure(summary: dict[str, Any]) -> Any:
         a2.axvline(knee["value"], color="#b3261e", ls=":")
     if plotted:
         _log_scale(a2, "y")
-        _legend_below(a2)
     a2.set_xlabel(f"load ({unit})")
     a2.set_ylabel("ms")
     a2.set_title("Latency vs load")
     for ax in (a1, a2):
         if rows and min(r["level"] for r in rows) > 0 and max(r["level"] for r in rows) / max(min(r["level"] for r in rows), 1e-9) >= 8:
             _log_scale(ax, "x", base=2)
+    _legends_below(a1, a2)  # once the axes are final: below their tick labels
     return fig
 
 
@@ -172,7 +181,7 @@ def distributions_figure(run: RunData, summary: dict[str, Any]) -> Any:
         limit = None if summary.get("workloads") else summary["slo"].get(key)
         if limit:
             ax.axhline(limit, ls="--", color="#b3261e", lw=1.2, label=slo_label(f"{title.split()[0]} P95", limit))
-            _legend_below(ax)
+    _legends_below(*axes)
     return fig
 
 
