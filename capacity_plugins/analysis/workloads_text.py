@@ -97,7 +97,7 @@ def table_rows(summary: dict[str, Any]) -> list[tuple[bool, list[str]]]:
             for _, key, _, ci_key in COLS:
                 v = c.get(key)
                 if key == "error_rate":
-                    cells.append("–" if v is None else f"{v * 100:.2f}")
+                    cells.append("–" if v is None else "0" if v == 0 else fmt_num(v * 100, 2))
                     continue
                 cells.append(fmt_iv(v, c.get(ci_key) if ci_key else None))
             judged = c["slo_judgement"] if c["valid"] else "insufficient" if c["insufficient"] else "invalid"
