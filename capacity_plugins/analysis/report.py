@@ -233,7 +233,7 @@ def _probe_html(probe: dict[str, Any]) -> str:
             + "".join("<tr>" + "".join(f"<td>{e(c)}</td>" for c in r) + "</tr>" for r in rows) + "</table>")
 
 
-def _table(head: list[str], rows: list[tuple[str, list[str]]], left: set[int] = frozenset(), attrs: str = "") -> str:
+def _table(head: list[str], rows: list[tuple[str, list[str]]], left: frozenset[int] | set[int] = frozenset(), attrs: str = "") -> str:
     """An HTML table: head, then (row class, cells) rows; columns in `left` align left (words)."""
     e = html.escape
 
