@@ -159,7 +159,8 @@ def _cache_sentence(summary: dict[str, Any]) -> str:
 
 def _not_completed(summary: dict[str, Any]) -> str:
     """'Decision not completed: the run is incomplete (…). ' — a refused plan says so itself."""
-    reasons = [r for r in (summary.get("outcome") or {}).get("reasons") or [] if not r.startswith("plan refused")]
+    said = ("plan refused", "no valid step") if (summary.get("capacity") or {}).get("unknown_reason") else ("plan refused",)
+    reasons = [r for r in (summary.get("outcome") or {}).get("reasons") or [] if not r.startswith(said)]
     return f"Decision not completed: {reasons[0]}. " if reasons else ""
 
 
