@@ -195,6 +195,22 @@ def _knee_line(knee: dict[str, Any]) -> str:
             f"{knee['method']}, confidence {knee['confidence']}): {knee['reason']}")
 
 
+def throughput_line(steps: list[dict[str, Any]]) -> str | None:
+    """Which estimator gave each step's throughput (docs/capacity.md, "Uncertainty")."""
+    little = [r for r in steps if r.get("rps_method") == "littles_law"]
+    fell_back = [r for r in steps if r.get("rps_methods_agree") is False]
+    if not little and not fell_back:
+        return None if not steps else "Throughput: counted (successful requests ÷ measured window)"
+    text = ("Throughput: Little's law, users ÷ mean E2E" + (", at every level" if len(little) == len(steps) else
+            f", at levels {', '.join(fmt_level(r['level']) for r in little)}")
+            + "; the count (requests ÷ window) agrees within both intervals")
+    if fell_back:
+        text += ("; counted at levels " + ", ".join(fmt_level(r["level"]) for r in fell_back)
+                 + ", where Little's law disagreed with the count (users idle between requests, or a client "
+                 "that could not keep up)")
+    return text
+
+
 def _plural(n: int, word: str) -> str:
     return f"{n} {word}" + ("" if n == 1 else "s")
 
@@ -269,6 +285,9 @@ def headline(summary: dict[str, Any]) -> list[str]:
     if summary.get("cache_probe"):
         lines.append(f"Prefix-cache probe: {summary['cache_probe']['answer']}")
     lines.append(_knee_line(knee))
+    estimator = throughput_line(summary["steps"])
+    if estimator:
+        lines.append(estimator)
     lines += _plan_lines(plan, cap)
     c = summary["cost"]
     if c.get("per_1k_requests_usd") is not None:
