@@ -340,7 +340,8 @@ def decide(rows, knee, capacity, plan, telemetry_present: bool, slo: SLOConfig, 
         reasons.append(f"{what}: {figures} at {level_words(g)}{where}.")
         reasons.append(carries)
         reasons.append(_peak_words(at_peak, g, peak_per_node, reached, latency_words))
-        reasons.append(plan_words + ".")
+        if span_note:  # the plain answer above says the node count; only its range is news here
+            reasons.append(plan_words + ".")
         return result("scale", "scale")
     g = focus["row"]
     gu = g.get("gpu_util_pct") if g else None
