@@ -6,15 +6,13 @@ test's meta.json to `complete: false, interrupted`, and `capacity analyze` then 
 from __future__ import annotations
 
 import json
-import os
-import signal
 import urllib.parse
 import urllib.request
 from pathlib import Path
 
 import pytest
 from helpers.ports import free_port
-from helpers.processes import CAPACITY, capacity, popen
+from helpers.processes import CAPACITY, LoggedProcess, capacity
 from helpers.results import read_meta, read_steps
 from helpers.scenarios import write_scenario
 from helpers.waiting import wait_until
@@ -22,31 +20,17 @@ from helpers.waiting import wait_until
 pytestmark = pytest.mark.slow
 
 
-class _Session:
+class _Session(LoggedProcess):
     """`capacity run --web` in its own process group (a terminal's Ctrl-C goes to the group), its
     output in a log file readable while it runs (helpers.waiting.Watched)."""
 
     def __init__(self, tmp_path: Path, scenario: Path) -> None:
         self.port = free_port()
-        self.log_path = tmp_path / "session.log"
-        self._log = self.log_path.open("w")
-        self.proc = popen([*CAPACITY, "run", str(scenario), "--web", "--web-port", str(self.port)],
-                          stdout=self._log, process_group=0)
-
-    def text(self) -> str:
-        self._log.flush()
-        return self.log_path.read_text(errors="replace")
+        super().__init__([*CAPACITY, "run", str(scenario), "--web", "--web-port", str(self.port)],
+                         tmp_path / "session.log", group=True)
 
     def lines(self, prefix: str) -> list[str]:
-        return [ln.strip() for ln in self.text().splitlines() if ln.startswith(prefix)]
-
-    def died(self) -> str | None:
-        if self.proc.poll() is None:
-            return None
-        return f"capacity run --web exited ({self.proc.returncode}):\n{self.text()[-3000:]}"
-
-    def tail(self) -> str:
-        return self.text()[-3000:]
+        return [ln.strip() for ln in self.log().splitlines() if ln.startswith(prefix)]
 
     def start_test(self, sim_url: str) -> None:
         """The UI's Start button (the scenario drives the load; the form's numbers are not used)."""
@@ -57,16 +41,6 @@ class _Session:
                 return bool(json.loads(r.read())["success"])
 
         wait_until(post, 60, "the web UI to start a test", self)
-
-    def ctrl_c(self) -> int:
-        os.killpg(self.proc.pid, signal.SIGINT)
-        return self.proc.wait(timeout=90)
-
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(10)
-        self._log.close()
 
 
 def _analysed_folder(line: str) -> Path:
@@ -99,8 +73,8 @@ def test_ctrl_c_after_a_finished_web_test_leaves_it_complete_and_a_running_one_i
 
         interrupted = wait_until(running, 90, "the second test's first records", session)
         assert len(session.lines("[capacity] analysed")) == 1, "the second test ended before Ctrl-C"
-        rc = session.ctrl_c()
-        console = session.text()
+        rc = session.interrupt(timeout=90)
+        console = session.log()
     finally:
         session.close()
     assert rc == 0, console[-3000:]  # Ctrl-C is how a web session ends

@@ -84,14 +84,22 @@ def stop(*procs: subprocess.Popen, timeout: float = 10) -> None:
 
 
 class LoggedProcess:
-    """A background process whose output goes to a log file (readable while it runs)."""
+    """A background process whose output goes to a log file (readable while it runs); `group`: in a
+    process group of its own, which Ctrl-C (`interrupt`) and `close` reach whole, as a terminal's do."""
 
     def __init__(self, argv: Sequence[str], log_path: Path, env: dict[str, str] | None = None,
-                 cwd: Path | str = ROOT) -> None:
+                 cwd: Path | str = ROOT, group: bool = False) -> None:
         self.log_path = log_path
         self._log = log_path.open("w")
+        self._group = group
         self.proc = subprocess.Popen(list(argv), cwd=cwd, env=env or env_with(), stdout=self._log,
-                                     stderr=subprocess.STDOUT)
+                                     stderr=subprocess.STDOUT, process_group=0 if group else None)
+
+    def _signal(self, sig: int) -> None:
+        if self._group:
+            os.killpg(self.proc.pid, sig)
+        else:
+            self.proc.send_signal(sig)
 
     def log(self) -> str:
         if not self._log.closed:
@@ -110,7 +118,7 @@ class LoggedProcess:
     def interrupt(self, timeout: float = 60) -> int:
         """Ctrl-C (Locust's clean shutdown: stop users, write files) and wait."""
         if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGINT)
+            self._signal(signal.SIGINT)
         try:
             return self.proc.wait(timeout)
         finally:
@@ -124,7 +132,7 @@ class LoggedProcess:
 
     def close(self) -> None:
         if self.proc.poll() is None:
-            self.proc.kill()
+            self._signal(signal.SIGKILL)
             self.proc.wait(10)
         self._log.close()
 

@@ -83,11 +83,11 @@ def _level(users: int, warmup_s: float, window_s: float, config: SimConfig, max_
                 first: list[float] = []
                 sent = clock.now
 
-                def on_token(seq: Sequence) -> None:
+                def on_token(seq: Sequence, first: list[float] = first) -> None:
                     if not first:
                         first.append(clock.now)
 
-                def on_finish(seq: Sequence) -> None:
+                def on_finish(seq: Sequence, done: asyncio.Future = done) -> None:
                     done.set_result(clock.now)
 
                 seq = Sequence(f"{u}-{len(out)}", rng.randint(*PROMPT_TOKENS), [], max_tokens,
