@@ -3,6 +3,8 @@ torn and empty record files — and the exit code when nothing is left to decide
 
 from __future__ import annotations
 
+import math
+
 import json
 
 import pytest
@@ -184,6 +186,10 @@ def test_a_wide_capacity_interval_refuses_the_plan_and_the_flag_can_narrow_the_r
     assert rel > 0.01 and s["plan"]["nodes"] is None
     # the refusal says it in words; the setting that decided it is listed apart
     assert "wider than the 1% a plan is sized from" in s["plan"]["refused"]
+    # ... with what would narrow it: a step's intervals narrow with √n
+    n = s["capacity"]["bracket_requests"]
+    need = math.ceil(n * (rel / 0.01) ** 2)
+    assert f"≈ {need:,} requests per step where the SLO is crossed (now {n:,})" in s["plan"]["refused"]
     assert {"key": "verdict.max_capacity_interval", "value": 0.01,
             "meaning": "widest capacity interval, as a share of the capacity, a plan is sized from"} in s["plan"]["settings"]
     assert "verdict.max_capacity_interval" in [x["key"] for x in s["verdict"]["settings"]]
@@ -209,6 +215,8 @@ def test_a_bracket_wider_than_a_doubling_is_the_interval(tmp_path):
     assert any("wider than a doubling" in n for n in cap["notes"])
     s = summarise(load_run(p))
     assert s["plan"]["nodes"] is None and "a plan is sized from" in s["plan"]["refused"]
+    # more requests cannot narrow a bracket nobody measured inside: levels in between can
+    assert "add levels between 2 and 16" in s["plan"]["refused"]
     assert "verdict.max_capacity_interval" in [x["key"] for x in s["plan"]["settings"]]
     # The same curve measured on a doubling grid keeps the measured interval.
     p = make_results(tmp_path / "fine", levels=[1, 2, 4], rps=[2, 4, 8], e2e_p50_ms=[800, 900, 3000],

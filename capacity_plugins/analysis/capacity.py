@@ -172,7 +172,7 @@ def _capacity(valid: list[dict[str, Any]], slo: SLOConfig, cap: CapacityConfig, 
         # The best passing step, not simply the last: past saturation throughput can dip.
         top = max(valid, key=lambda r: (r["rps"] or 0.0, -r["level"]))
         out.update(method="never_failed", last_pass_level=valid[-1]["level"],
-                   per_node_rps=(top["rps"] or 0.0) / replicas)
+                   per_node_rps=(top["rps"] or 0.0) / replicas, bracket_requests=top["requests"])
         if sweep_kind == "concurrency":
             out["per_node_concurrency"] = top["level"] / replicas
         out["notes"].append("the SLO held at every level: capacity is at least this; extend the sweep")
@@ -203,7 +203,10 @@ def _capacity(valid: list[dict[str, Any]], slo: SLOConfig, cap: CapacityConfig, 
         out["notes"].append(f"throughput peaked at level {best['level']:g} before the SLO failed: capacity taken there")
     out.update(method="interpolated", limiting_slo=metric, last_pass_level=passed["level"],
                first_fail_level=fail["level"], per_node_rps=f_rps / replicas,
-               last_pass_rps=x0 / replicas, first_fail_rps=x1 / replicas)
+               last_pass_rps=x0 / replicas, first_fail_rps=x1 / replicas,
+               # The fewer requests of the two steps the capacity is read between: what its interval's
+               # width scales with (plan.py says how many would narrow it enough).
+               bracket_requests=min(passed["requests"], fail["requests"]))
     if sweep_kind == "concurrency":
         out["per_node_concurrency"] = f_lvl / replicas
     elif passed.get("e2e_mean_ms"):

@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from capacity_plugins.analysis.capacity import BRACKET_INTERVAL
 from capacity_plugins.contracts.planning import CapacityConfig, VerdictConfig
 
 
@@ -61,8 +62,23 @@ def refusal(capacity: dict[str, Any], vc: VerdictConfig) -> str | None:
     if ci and rel is not None and rel > vc.max_capacity_interval:
         return (f"the capacity interval {ci[0]:.3g}–{ci[1]:.3g} req/s is {rel:.0%} of the capacity "
                 f"({per_node:.3g} req/s), wider than the {vc.max_capacity_interval:.0%} a plan is sized from: "
-                "measure longer steps (more requests per step) or repeat the run")
+                + _to_narrow(capacity, rel, vc.max_capacity_interval))
     return None
+
+
+def _to_narrow(capacity: dict[str, Any], rel: float, most: float) -> str:
+    """What would bring a too-wide capacity interval under `most`: levels between the bracket's ends
+    when the interval spans a bracket wider than a doubling (more requests cannot narrow that), else
+    requests per step — a step's intervals narrow with √n, so n × (rel / most)² of them."""
+    lo, hi = capacity.get("last_pass_level"), capacity.get("first_fail_level")
+    if (capacity.get("bracket_width") or 0.0) > BRACKET_INTERVAL and lo is not None and hi is not None:
+        return f"add levels between {lo:g} and {hi:g} (the interval spans that whole bracket)"
+    n = capacity.get("bracket_requests")
+    if not n:
+        return "measure longer steps (more requests per step) or repeat the run"
+    need = math.ceil(n * (rel / most) ** 2)
+    return (f"≈ {need:,} requests per step where the SLO is crossed (now {n:,}) would narrow it: longer steps, "
+            f"or --repeat {math.ceil(need / n)}")
 
 
 def make_plan(capacity: dict[str, Any], cap: CapacityConfig, vc: VerdictConfig | None = None) -> dict[str, Any]:
