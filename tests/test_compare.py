@@ -62,7 +62,10 @@ def test_two_runs_of_the_same_server_compare_within_noise(tmp_path):
         assert c["overall"] == "within noise", (seed, c["rows"])
         assert not [r for r in c["rows"] if r["verdict"] in ("better", "worse")], c["rows"]
         # nothing moved: the bottom line lists nothing, and says so
-        assert c["moved"] == [] and c["bottom_line"] == "within noise — nothing moved beyond the noise"
+        assert c["moved"] == [] and c["bottom_line"].startswith("within noise — nothing moved beyond the noise; ")
+        # ... and what would tell: single runs carry the 10 % allowance that only repeats replace
+        assert "to tell: single runs cannot show a change under 10%" in c["bottom_line"]
+        assert "--repeat 3" in c["bottom_line"]
         knees = [s["knee"]["value"] or float("inf") for s in (sa, sb)]
         assert c["compared_level"] is not None and c["compared_level"] <= min(knees)
         # the old rule (a change beyond ±5 % is real) would have called some of these better or worse
@@ -100,6 +103,7 @@ def test_repeat_sets_compare_on_their_run_to_run_spread(tmp_path):
     c = compare(load_summary(a), load_summary(b))
     assert c["noise_basis"]["before"] == "repeats" and c["noise_basis"]["after"] == "repeats"
     assert c["overall"] == "within noise", c["rows"]
+    assert c["bottom_line"].endswith("to tell: more repeats on each side would narrow it (the interval shrinks with √repeats)")
     faster = make_repeat_set(tmp_path / "f", 3, lambda p, i: make_queue_results(
         p, levels=[1, 2, 4, 8], slots=4, window_s=30, seed=30 + i, slo=slo, service_ms=68.0 / 1.5))
     c = compare(load_summary(a), load_summary(faster))
@@ -166,7 +170,7 @@ def test_the_same_run_twice_is_within_noise(tmp_path):
     run = _slots(tmp_path / "run", 8, seed=4)
     c = compare(load_summary(run), load_summary(run))
     assert c["overall"] == "within noise" and c["moved"] == [] and not _said(c)
-    assert c["bottom_line"] == "within noise — nothing moved beyond the noise"
+    assert c["bottom_line"].startswith("within noise — nothing moved beyond the noise; to tell: ")
     assert all(r["change"] in (0.0, None) for r in c["rows"])
 
 

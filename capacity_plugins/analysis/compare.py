@@ -205,7 +205,7 @@ def compare(a: dict[str, Any], b: dict[str, Any], mdd: float | None = None) -> d
     return {"compared_level": level, "compared_where": where, "rows": rows, "overall": overall,
             "moved": [{"metric": r["metric"], "verdict": r["verdict"], "change": r["change"], "change_ci": r["change_ci"],
                        "text": _moved_text(r, level)} for r in moved],
-            "bottom_line": _bottom_line(overall, moved, level), "advice": advice,
+            "bottom_line": _bottom_line(overall, moved, level, before.is_set and after.is_set, mdd), "advice": advice,
             "noise_basis": {"before": "repeats" if before.is_set else "within-run + min detectable difference",
                             "after": "repeats" if after.is_set else "within-run + min detectable difference",
                             "min_detectable_difference": mdd},
@@ -249,10 +249,16 @@ def _moved_text(r: dict[str, Any], level: float | None) -> str:
     return f"{name} {_pct(r['change'])} %{interval} {r['verdict']}"
 
 
-def _bottom_line(overall: str, moved: list[dict[str, Any]], level: float | None) -> str:
-    """What moved beyond the noise, worse first; `within noise` only when nothing did."""
+def _bottom_line(overall: str, moved: list[dict[str, Any]], level: float | None, repeats: bool, mdd: float) -> str:
+    """What moved beyond the noise, worse first; `within noise` only when nothing did — then what
+    would tell: single runs carry the minimum detectable difference on top of their intervals,
+    which only repeats (the run-to-run spread, measured) replace; a repeat set's interval narrows
+    with √repeats."""
     if not moved:
-        return "within noise — nothing moved beyond the noise"
+        decide = ("more repeats on each side would narrow it (the interval shrinks with √repeats)" if repeats else
+                  f"single runs cannot show a change under {mdd:.0%} plus their own noise: compare repeat sets "
+                  "(capacity run --repeat 3 on each side), whose measured run-to-run spread replaces that allowance")
+        return f"within noise — nothing moved beyond the noise; to tell: {decide}"
     parts = [_moved_text(r, level) for r in moved]
     if not any(r["verdict"] == "worse" for r in moved):
         parts.append("nothing worse beyond noise")
