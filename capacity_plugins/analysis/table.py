@@ -20,7 +20,14 @@ import pandas as pd
 
 from capacity_plugins.analysis.gaps import EMPTY as EMPTY_GAPS
 from capacity_plugins.analysis.gaps import Gaps
-from capacity_plugins.analysis.intervals import gain_class, half_width, littles_rate, quantiles_ci, rate_ci, share_ci
+from capacity_plugins.analysis.intervals import (
+    gain_class,
+    half_width,
+    littles_rate,
+    quantiles_ci,
+    rate_ci,
+    share_ci,
+)
 from capacity_plugins.analysis.load import RunData, Step
 from capacity_plugins.analysis.step_telemetry import telemetry_for
 from capacity_plugins.analysis.ttft_breakdown import TTFTBreakdown
