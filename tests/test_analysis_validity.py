@@ -3,9 +3,8 @@ torn and empty record files — and the exit code when nothing is left to decide
 
 from __future__ import annotations
 
-import math
-
 import json
+import math
 
 import pytest
 from helpers.analysis_data import T0, make_results
