@@ -29,7 +29,7 @@ def test_the_quickstart_shows_its_knee_at_8_and_says_the_answer_first(tmp_path: 
     summary = json.loads((folder / "summary.json").read_text())
     knee = summary["knee"]
     assert knee["value"] == float(promised.group(1)), knee["reason"]
-    assert knee["confidence"] == "high", knee["reason"]
+    assert knee["confidence"] in ("high", "medium"), knee["reason"]
     steps = summary["steps"]
     assert all(r["valid"] for r in steps), [r["invalid_reasons"] for r in steps]
     # Every step reaches its 100 measured requests within about its planned 8-s window: the old
