@@ -18,12 +18,12 @@ __version__ = "0.1.0"
 
 # public name → the module that defines it
 _EXPORTS: dict[str, str] = {
-    "LLMUser": "capacity_plugins.load.users",
-    "LLMRequestError": "capacity_plugins.load.users",
-    "install": "capacity_plugins.load.plugin",
-    "register": "capacity_plugins.load.plugin",
-    "RunContext": "capacity_plugins.load.context",
-    "LLMOptions": "capacity_plugins.load.options",
+    "LLMUser": "capacity_plugins.client.users",
+    "LLMRequestError": "capacity_plugins.client.users",
+    "install": "capacity_plugins.plugin",
+    "register": "capacity_plugins.plugin",
+    "RunContext": "capacity_plugins.client.context",
+    "LLMOptions": "capacity_plugins.client.options",
     "RequestRecord": "capacity_plugins.contracts.records",
     "StepRow": "capacity_plugins.contracts.steps",
     "Scenario": "capacity_plugins.scenario",
@@ -50,13 +50,13 @@ __all__ = [
 
 if TYPE_CHECKING:
     from capacity_plugins.analysis import analyze
+    from capacity_plugins.client.context import RunContext
+    from capacity_plugins.client.options import LLMOptions
+    from capacity_plugins.client.users import LLMRequestError, LLMUser
     from capacity_plugins.contracts.records import RequestRecord
     from capacity_plugins.contracts.steps import StepRow
     from capacity_plugins.corpus import load_corpus
-    from capacity_plugins.load.context import RunContext
-    from capacity_plugins.load.options import LLMOptions
-    from capacity_plugins.load.plugin import install, register
-    from capacity_plugins.load.users import LLMRequestError, LLMUser
+    from capacity_plugins.plugin import install, register
     from capacity_plugins.scenario import Scenario, load_scenario
 
 

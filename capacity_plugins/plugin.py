@@ -1,6 +1,450 @@
-"""Moved to `capacity_plugins.load.plugin`; this path keeps working (`capacity_plugins.install`
-is the preferred spelling)."""
+"""The plugin's one entry point into Locust, in Locust's own plugin shape.
 
-from capacity_plugins.load.plugin import install, register
+A locustfile calls `install()` once (module level); it adds two listeners:
+
+- `init_command_line_parser`: the LLM options, `--scenario`, the live view's exporter flags. With
+  `--scenario FILE` the scenario is loaded here and its values become the parser's defaults, so a
+  flag typed on the command line wins and the web UI form shows the scenario (client/options.py).
+- `init`: `register(environment)` builds this process's run in an explicit order —
+  options → results folder → context (dialect, corpus, secrets) → records sink and its transport →
+  live view (web UI tab, /metrics) → rehearsal (step authority or worker side) — and attaches each
+  part's listeners to Locust's public events.
+
+Per role: the *local* runner and the *master* own the results folder and write every file; the
+master sends each test's options to its workers (swarm/handshake.py); a *worker* generates load,
+tags records with the master's steps and ships them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import logging
+import sys
+import time
+import weakref
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NoReturn
+
+import gevent
+import locust
+from locust.runners import MasterRunner, WorkerRunner
+
+from capacity_plugins.client.context import Role, RunContext
+from capacity_plugins.client.options import LLMOptions, add_arguments, redact_headers, redacted_options
+from capacity_plugins.client.tokens import TokenCountAudit
+from capacity_plugins.contracts.dialects import url_path_problem
+from capacity_plugins.contracts.redaction import strip_userinfo
+from capacity_plugins.errors import UserError
+from capacity_plugins.rehearsal import meta as meta_mod
+from capacity_plugins.rehearsal import workloads as workloads_mod
+from capacity_plugins.rehearsal.results import ResultsFolder, choose_folder
+from capacity_plugins.sinks.records import RecordsSink
+from capacity_plugins.swarm.handshake import MasterHandshake, WorkerHandshake, load_corpus
+from capacity_plugins.swarm.locust_compat import (
+    stop_csv_writers,
+    tolerate_slow_heartbeats,
+    track_csv_writer,
+    wait_for_workers_before_quit,
+)
+from capacity_plugins.swarm.membership import SwarmMembership
+from capacity_plugins.swarm.shipping import MasterReceiving, WorkerShipping
+
+if TYPE_CHECKING:
+    from locust.env import Environment
+    from locust.event import Events
+
+    from capacity_plugins.scenario import Scenario
+
+log = logging.getLogger(__name__)
+
+_installed_on: weakref.WeakSet[Events] = weakref.WeakSet()
+
+
+def install(events: Events | None = None) -> None:
+    """Add the plugin's two listeners to `events` (Locust's global events by default); idempotent."""
+    events = events or locust.events
+    if events in _installed_on:
+        return
+    _installed_on.add(events)
+    events.init_command_line_parser.add_listener(_on_parser)
+    events.init.add_listener(_on_init)
+    # Locust's CSV writer would run once more after its files closed (swarm/locust_compat.py)
+    track_csv_writer()
+    events.quit.add_listener(stop_csv_writers)
+
+
+def _on_parser(parser: Any, **_: Any) -> None:
+    from capacity_plugins import webui
+
+    add_arguments(parser)
+    parser.add_argument("--scenario", default="", include_in_web_ui=False,
+                        help="Capacity rehearsal YAML (scenarios/*.yaml): load shape, arrivals, request settings, SLO")
+    webui.add_arguments(parser)
+    path = _scenario_argument(sys.argv[1:])
+    if path:
+        scenario = _scenario_or_exit(path)
+        defaults = LLMOptions.from_scenario(scenario).parser_defaults()
+        if not scenario.target.embedded:
+            defaults["host"] = scenario.target.url
+        parser.set_defaults(**defaults)
+
+
+def _scenario_argument(argv: list[str]) -> str:
+    """The value of --scenario on this command line (before Locust parses the rest)."""
+    p = argparse.ArgumentParser(add_help=False)
+    p.add_argument("--scenario", default="")
+    known, _ = p.parse_known_args(argv)
+    return str(known.scenario or "")
+
+
+@functools.cache
+def _load_scenario(path: str) -> Scenario:
+    from capacity_plugins.scenario import load_scenario
+
+    return load_scenario(path)
+
+
+def _scenario_or_exit(path: str) -> Scenario:
+    try:
+        return _load_scenario(path)
+    except UserError as e:
+        _exit_bad_input(e)
+
+
+def _exit_bad_input(e: UserError) -> NoReturn:
+    # one clear line and exit 2 (bad input), never a traceback
+    sys.stderr.write(f"capacity: {e}\n")
+    sys.stderr.flush()
+    sys.exit(2)
+
+
+def _on_init(environment: Environment, **_: Any) -> None:
+    # A Ctrl-C must stop the test in the main greenlet, never kill a user mid-request (a lost
+    # record). Here, not in register(): only a real Locust process fires init through us.
+    from capacity_plugins.swarm.signals import route_to_main_greenlet
+    from capacity_plugins.swarm.supervisor import watch_supervisor
+
+    route_to_main_greenlet()
+    watch_supervisor()  # started by `capacity run`: stop when it is gone
+    try:
+        register(environment)
+    except UserError as e:
+        _exit_bad_input(e)
+    # Locust creates gevent's hub when it is imported and arms `--run-time` with a timer right after
+    # init, before the loop has ever run: the loop's clock still reads the import time, so a start
+    # (imports, the corpus) longer than -t fired the timer at once and the run sent nothing.
+    gevent.get_hub().loop.update_now()
+
+
+def _role(runner: Any) -> Role:
+    if isinstance(runner, MasterRunner):
+        return "master"
+    if isinstance(runner, WorkerRunner):
+        return "worker"
+    return "local"
+
+
+def register(environment: Environment) -> RunContext:
+    """Build this process's run on `environment` and attach its listeners. Raises UserError."""
+    runner = environment.runner
+    role = _role(runner)
+    parsed = environment.parsed_options
+    path = str(getattr(parsed, "scenario", "") or "")
+    scenario = _load_scenario(path) if path else None
+    options = LLMOptions.from_parsed(parsed)
+    if role != "worker" and environment.host:
+        # The dialect appends its own path: --host http://h:8000/v1 would load /v1/v1/chat/completions.
+        found = url_path_problem(environment.host, options.dialect)
+        if found is not None:
+            raise UserError(f"--host: {found}")
+
+    # 1. results folder (writing processes only) and the context the users read
+    folder = choose_folder(options.results_dir, scenario) if role != "worker" else Path(".")
+    if role != "worker" and parsed is not None:
+        parsed.results_dir = str(folder)
+    ctx = RunContext.from_options(options, role=role, results_dir=folder, target_url=environment.host)
+    ctx.scenario = scenario
+    if environment.host and environment.host != strip_userinfo(environment.host):
+        # user:password in the URL becomes a Basic header (ctx.auth_headers); everything that shows
+        # the host — Locust's report and web UI, meta.json, the workers — sees it without them
+        environment.host = strip_userinfo(environment.host)
+        if parsed is not None:
+            parsed.host = environment.host
+    if role == "worker":
+        ctx.worker_index = int(getattr(runner, "worker_index", 0) or 0)
+    if role != "worker" or scenario is not None:
+        # A worker with its own scenario loads the corpus now; the master's setup only checks it.
+        ctx.corpus = load_corpus(options)
+        workloads_mod.prepare(ctx)  # the classes' corpora too: a bad one is exit 2 before any load
+    environment.capacity = ctx  # type: ignore[attr-defined]  # the plugin's documented attachment point
+    run = _Run(environment, ctx, ResultsFolder(ctx, parsed))
+
+    # 2. records: written here (local, master) or shipped to the master (worker)
+    if runner is not None:
+        sink = RecordsSink(folder, role, ctx.secrets, emit=ctx.emit)
+        ctx.sink = sink
+        sink.open()
+        if role == "worker":
+            run.shipping = WorkerShipping(runner, sink, lambda: ctx.worker_index)
+            run.shipping.start()
+        elif role == "master":
+            tolerate_slow_heartbeats()
+            ctx.membership = SwarmMembership(runner)
+            ctx.membership.start()
+            environment.events.test_start.add_listener(ctx.membership.test_started)
+            environment.events.test_stopping.add_listener(ctx.membership.test_stopping)
+            receiving = MasterReceiving(runner, sink)
+            receiving.attach()
+            wait_for_workers_before_quit(runner, lambda: run.ran, receiving.wait_for_finals)
+
+    # Locust fires `quitting` in reverse order of registration: attaching the run's lifecycle
+    # before the live view and the rehearsal makes its meta.json the last thing written, after
+    # they have added what they know (completeness, lost workers, telemetry provenance).
+    run.attach()
+
+    # 3. the live view (web UI tab, /llm/stats, /metrics) on the writing process
+    if runner is not None and role != "worker":
+        from capacity_plugins import webui
+
+        try:
+            webui.register(environment, ctx)
+        except OSError as e:
+            opts = environment.parsed_options
+            where = f"{getattr(opts, 'exporter_port', '')} on {getattr(opts, 'exporter_host', '')}"
+            raise UserError(f"--exporter-port {where}: {e.strerror or e}") from None
+
+    # 4. the rehearsal: steps from the scenario (authority) or from the master (worker)
+    if runner is not None:
+        _attach_rehearsal(environment, ctx, run, scenario)
+    return ctx
+
+
+def _attach_rehearsal(environment: Environment, ctx: RunContext, run: _Run, scenario: Scenario | None) -> None:
+    from capacity_plugins.rehearsal.generator import GeneratorSide, WorkerSide
+
+    if ctx.role == "worker":
+        WorkerSide(environment, ctx).attach()
+        return
+    if scenario is None:
+        return  # a plain -u/-r/-t run: no steps
+    if scenario.target.embedded and not environment.host:
+        raise UserError("target.url is embedded; start it with `capacity run`, or pass --host URL")
+    opts = environment.parsed_options
+    ignored = [f for f, d in (("-u", "num_users"), ("-r", "spawn_rate"), ("-t", "run_time")) if getattr(opts, d, None)]
+    if ignored:
+        log.warning("%s: ignored with --scenario (the scenario's load section decides users and duration)",
+                    ", ".join(ignored))
+    from capacity_plugins.rehearsal.authority import StepAuthority
+
+    generator = None
+    if ctx.role == "local":
+        generator = GeneratorSide(environment, ctx, "local")
+        generator.attach()
+        if scenario.open_loop:
+            ctx.ensure_pacer()  # the pool spawns before the first step and waits for arrivals
+    ready = run.handshake.all_ready if run.handshake is not None else (lambda: True)
+    StepAuthority(environment, ctx, scenario, run.results, generator, ready).attach()
+    # Locust installs its SIGTERM handler only after a headless shape run has ended
+    # (main.start_automatic_run blocks in shape_greenlet.join() first), so a SIGTERM during the
+    # rehearsal (Kubernetes, CI timeouts, `capacity run`) would kill the process without a stop:
+    # no cancelled records, no meta.json. With the web UI, Locust's own SIGTERM handler is there.
+    # A SIGTERM while the process shuts down is ignored (swarm/signals.py): one clean stop, not two.
+    from capacity_plugins.swarm.signals import route_to_main_greenlet, shutting_down
+
+    route_to_main_greenlet(sigterm=bool(getattr(opts, "headless", False)))
+    environment.events.quitting.add_listener(shutting_down)
+
+
+class _Run:
+    """This process's test lifecycle: start/stop times, the server probe, meta.json, clean close."""
+
+    def __init__(self, environment: Environment, ctx: RunContext, results: ResultsFolder) -> None:
+        self.env = environment
+        self.ctx = ctx
+        self.results = results
+        self.runner: Any = environment.runner
+        self.start_unix: float | None = None
+        self.end_unix: float | None = None
+        self.server: dict[str, Any] = {}
+        self.ran = False
+        self.finished = False
+        self.shipping: WorkerShipping | None = None
+        self.handshake: MasterHandshake | None = None
+        # chunk vs tokenizer counts over every record written here (servers without usage)
+        self.token_audit = TokenCountAudit()
+
+    def attach(self) -> None:
+        ev = self.env.events
+        ev.test_start.add_listener(self.on_test_start)
+        ev.test_stop.add_listener(self.on_test_stop)
+        ev.quitting.add_listener(self.on_quitting)
+        ev.reset_stats.add_listener(lambda **_: self.ctx.llm_stats.reset())
+        role = self.ctx.role
+        if role == "worker":
+            ev.report_to_master.add_listener(self.on_report_to_master)
+            WorkerHandshake(self.env, self.ctx).attach()
+        elif role == "master":
+            ev.worker_report.add_listener(self.on_worker_report)
+            self.handshake = MasterHandshake(self.env, self.ctx)
+            self.handshake.attach()
+        if role != "worker":
+            self.ctx.record_listeners.append(self.token_audit.add)
+        if role != "worker" and self.env.host:
+            gevent.spawn(self._probe)
+
+    def _probe(self) -> None:
+        try:
+            self.server = meta_mod.probe_server(self.env.host or "", self.ctx.request_headers({}))
+        except Exception:  # best effort only
+            log.debug("server probe failed", exc_info=True)
+
+    def on_test_start(self, **_: Any) -> None:
+        ctx = self.ctx
+        if self.end_unix is not None:
+            # Another test from the web UI after one that ended: its own clock and live numbers.
+            self.start_unix = self.end_unix = None
+            if ctx.role != "worker":
+                ctx.llm_stats.reset()
+        self.ran = True
+        if self.start_unix is None:
+            self.start_unix = time.time()
+        if ctx.role == "worker":
+            return
+        # the web UI form may have changed options since init
+        try:
+            options = LLMOptions.from_parsed(self.env.parsed_options)
+            if options.corpus != ctx.options.corpus or options.min_distinct != ctx.options.min_distinct:
+                ctx.corpus = load_corpus(options)
+            ctx.reconfigure(options)
+            workloads_mod.prepare(ctx)
+        except UserError as e:
+            log.error("capacity: %s (keeping the previous options)", e)
+        assert ctx.corpus is not None
+        if ctx.role == "local":
+            workloads_mod.apply(ctx, ctx.workload_specs, 0, 1)
+            ctx.sampler = ctx.corpus.sampler(ctx.options.sampling, ctx.options.seed, 0, 1)
+            ctx.worker_count = 1
+            return
+        if ctx.sink is not None:
+            ctx.sink.final_from.clear()
+        assert self.handshake is not None
+        self.handshake.send_setup()
+
+    def on_test_stop(self, **_: Any) -> None:
+        self.end_unix = time.time()
+        if self.ctx.role == "worker":
+            if self.shipping is not None:
+                self.shipping.ship(final=True)
+        elif not getattr(self.env.parsed_options, "headless", True):
+            # Web UI: each test is analysed when it stops, so its folder must be whole now, not
+            # only at quitting (quitting rewrites both for the last test).
+            self.write_outputs()
+
+    def on_quitting(self, **_: Any) -> None:
+        if self.finished:
+            return
+        self.finished = True
+        ctx = self.ctx
+        if self.shipping is not None:
+            self.shipping.stop()
+        if ctx.sink is not None:
+            ctx.sink.close()
+        if ctx.role == "worker":
+            return
+        if self.end_unix is None:
+            self.end_unix = time.time()
+        meta = self.write_outputs()
+        if meta.get("workers_lost") and self.env.process_exit_code is None:
+            self.env.process_exit_code = 1  # a worker was lost: the run is incomplete (docs/exit-codes.md)
+
+    def on_report_to_master(self, data: dict[str, Any] | None = None, **_: Any) -> None:
+        if data is not None:
+            data["llm_stats"] = self.ctx.llm_stats.take_delta()
+
+    def on_worker_report(self, data: dict[str, Any] | None = None, **_: Any) -> None:
+        if data and data.get("llm_stats"):
+            try:
+                self.ctx.llm_stats.merge_delta(data["llm_stats"])
+            except ValueError as e:
+                log.error("capacity: %s", e)
+
+    def write_outputs(self) -> dict[str, Any]:
+        self.results.write_llm_stats()
+        meta = self.meta()
+        self.results.write_meta(meta)
+        return meta
+
+    def meta(self) -> dict[str, Any]:
+        ctx = self.ctx
+        corpus = ctx.corpus
+        handshake = self.handshake
+        seen = sorted(handshake.workers_seen) if handshake is not None else []
+        meta: dict[str, Any] = {
+            "tool": "capacity-plugins",
+            "versions": meta_mod.versions(),
+            "options": redacted_options(self.env.parsed_options),
+            "extra_headers": redact_headers(ctx.options.headers),
+            "dialect": ctx.options.dialect,
+            "model": ctx.options.model,
+            "target": self.env.host,
+            # the embedded simulator: every server and GPU reading of this run is simulated
+            "simulated": bool(ctx.scenario is not None and ctx.scenario.target.embedded),
+            "server": self.server,
+            "corpus": {
+                "source": ctx.options.corpus,
+                "sha256": corpus.sha256 if corpus is not None else None,
+                "samples": len(corpus.samples) if corpus is not None else 0,
+            },
+            "seed": ctx.options.seed,
+            "sampling": ctx.options.sampling,
+            "start_unix": self.start_unix,
+            "end_unix": self.end_unix,
+            "role": ctx.role,
+            "workers": {"count": ctx.worker_count, "indices": seen or [0]},
+            "records": ctx.sink.accounting() if ctx.sink is not None else None,
+            "refusals": handshake.refusals if handshake is not None else [],
+            "token_counting": self.token_audit.summary(),
+        }
+        meta.update(ctx.extra_meta)
+        if ctx.membership is not None:
+            self._account_lost_workers(meta, self._lost_workers(meta))
+        return meta
+
+    def _lost_workers(self, meta: dict[str, Any]) -> list[dict[str, Any]]:
+        """Workers Locust saw go, and workers that ran but never sent their final record batch
+        (killed before Locust noticed the missing heartbeats)."""
+        assert self.ctx.membership is not None
+        lost = self.ctx.membership.lost_list()
+        known = {w["worker"] for w in lost}
+        by_worker = (meta.get("records") or {}).get("by_worker") or {}
+        for w, entry in sorted(by_worker.items()):
+            if self.finished and not entry.get("final_batch") and int(w) not in known:
+                lost.append({"worker": int(w), "client_id": None, "lost_unix": None,
+                             "reason": "stopped without its final record batch"})
+        return lost
+
+    @staticmethod
+    def _account_lost_workers(meta: dict[str, Any], lost: list[dict[str, Any]]) -> None:
+        """A lost worker makes the run incomplete; records it made after its last batch are unknown."""
+        meta["workers_lost"] = lost
+        if not lost:
+            return
+        names = ", ".join(str(w["worker"]) for w in lost)
+        meta["complete"] = False
+        meta["incomplete_reason"] = "; ".join(
+            r for r in (meta.get("incomplete_reason"), f"worker(s) {names} lost during the run") if r
+        )
+        records = meta.get("records") or {}
+        by_worker = records.get("by_worker") or {}
+        for w in lost:
+            entry = by_worker.get(str(w["worker"]))
+            if entry is not None and not entry.get("final_batch"):
+                # what it produced after its last report never reached us: unknown, not zero
+                entry["lost"] = None
+                records["lost"] = None
+                records["lost_reason"] = (f"worker(s) {names} stopped without a final batch: records made "
+                                          "after their last report (about a second, plus requests in flight) are lost")
+
 
 __all__ = ["install", "register"]

@@ -77,7 +77,7 @@ def test_cli_bad_probe_exits_2_with_one_line(tmp_path):
 
 
 def test_each_level_runs_the_distinct_arm_then_the_cache_arm():
-    from capacity_plugins.load.shapes import plan_steps
+    from capacity_plugins.rehearsal.shapes import plan_steps
 
     s = probe({"levels": [1, 4], "step_s": 6, "warmup_s": 1, "prefix_tokens": 512}, corpus={"seed": 5})
     plans = plan_steps(s)
@@ -93,7 +93,7 @@ def test_each_level_runs_the_distinct_arm_then_the_cache_arm():
 
 def test_steps_json_rows_carry_the_arm_and_older_rows_still_read():
     from capacity_plugins.contracts.steps import StepRow
-    from capacity_plugins.load.steps import Step, StepAccounting, StepTimeline
+    from capacity_plugins.rehearsal.steps import Step, StepAccounting, StepTimeline
 
     timeline = StepTimeline()
     step = Step(0, "concurrency", 2.0, 100.0, 101.0, 110.0, arm="repeat", arm_spec={"arm": "repeat"})
@@ -107,8 +107,8 @@ def test_steps_json_rows_carry_the_arm_and_older_rows_still_read():
 
 
 def test_a_generator_sends_the_cache_arm_only_while_a_cache_arm_step_runs():
-    from capacity_plugins.load.cache_arm import CacheArmSource
-    from capacity_plugins.load.steps import Step, StepTimeline
+    from capacity_plugins.rehearsal.cache_arm import CacheArmSource
+    from capacity_plugins.rehearsal.steps import Step, StepTimeline
 
     class Ctx:
         corpus = load_corpus("synthetic:prompt_tokens=200,output_tokens=4,n=50,seed=2", min_distinct=10)

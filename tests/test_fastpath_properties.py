@@ -21,11 +21,11 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
+from capacity_plugins.client.stream import _stamp
 from capacity_plugins.contracts.records import Timings
 from capacity_plugins.dialects import OUTPUT, MalformedEvent, Parser, get_dialect
 from capacity_plugins.dialects.fastpath import BodyEvents, plain_texts
 from capacity_plugins.dialects.framing import NDJSONDecoder, SSEDecoder
-from capacity_plugins.load.stream import _stamp
 
 MAX_LINE = 16 * 1024 * 1024
 STATE = ("response_id", "usage_output_tokens", "continuous_output_tokens", "prompt_tokens", "chunk_tokens",

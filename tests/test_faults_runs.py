@@ -391,8 +391,8 @@ def test_kill_9_of_capacity_run_still_ends_the_load_cleanly(tmp_path, fresh_faul
 
     The orphan used to get SIGTERM from the kernel and again from its supervisor watchdog, and a
     second SIGTERM thrown into the clean stop broke it (a traceback, no meta.json, workers left
-    running). Now the watchdog stays silent where the kernel signals (load/supervisor.py) and a
-    SIGTERM during a stop is ignored (load/signals.py); the test sends a second one itself 0.3 s
+    running). Now the watchdog stays silent where the kernel signals (swarm/supervisor.py) and a
+    SIGTERM during a stop is ignored (swarm/signals.py); the test sends a second one itself 0.3 s
     later, so a pair that does not coalesce (an orchestrator's SIGTERM too) is always exercised."""
     secrets = FaultSecrets()
     p, out, tree = _start_slow_run(tmp_path, fresh_fault_server, secrets, "--processes", "2")
@@ -424,7 +424,7 @@ import time
 
 from locust import events
 
-from capacity_plugins.load.locustfile import *  # noqa: F403 - the package's user and install()
+from capacity_plugins.locustfile import *  # noqa: F403 - the package's user and install()
 
 
 @events.quit.add_listener

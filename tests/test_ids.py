@@ -1,11 +1,11 @@
-"""Request attempt ids (load/ids.py): unique in a process and across forked worker processes."""
+"""Request attempt ids (client/ids.py): unique in a process and across forked worker processes."""
 
 from __future__ import annotations
 
 import os
 import re
 
-from capacity_plugins.load.ids import request_id
+from capacity_plugins.client.ids import request_id
 
 
 def test_ids_are_32_hex_digits_and_unique() -> None:

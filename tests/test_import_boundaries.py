@@ -51,14 +51,18 @@ def test_layers_below_the_load_never_import_locust_or_gevent(module):
     assert loaded(module, GEVENT_FREE) == []
 
 
-def test_the_runner_imports_neither_locust_gevent_nor_the_load_package():
+LOAD_SIDE = ["capacity_plugins.client", "capacity_plugins.rehearsal", "capacity_plugins.swarm",
+             "capacity_plugins.plugin"]
+
+
+def test_the_runner_imports_neither_locust_gevent_nor_the_load_side():
     # `capacity run`'s parent process supervises the Locust child; it must not become one.
-    assert loaded("capacity_plugins.runner", [*GEVENT_FREE, "capacity_plugins.load"]) == []
+    assert loaded("capacity_plugins.runner", [*GEVENT_FREE, *LOAD_SIDE]) == []
 
 
-def test_the_matrix_imports_neither_locust_gevent_nor_the_load_package():
+def test_the_matrix_imports_neither_locust_gevent_nor_the_load_side():
     # `capacity matrix` starts servers and `capacity run`s; it never becomes a load generator itself.
-    assert loaded("capacity_plugins.matrix", [*GEVENT_FREE, "capacity_plugins.load"]) == []
+    assert loaded("capacity_plugins.matrix", [*GEVENT_FREE, *LOAD_SIDE]) == []
 
 
 def test_importing_the_package_alone_loads_nothing_heavy():
@@ -69,8 +73,8 @@ def test_importing_the_package_alone_loads_nothing_heavy():
 
 def test_the_checker_sees_a_module_that_crosses_a_boundary():
     # The negative control: the load side imports Locust and gevent, and the probe says so.
-    assert {"locust", "gevent"} <= set(loaded("capacity_plugins.load.users", GEVENT_FREE, walk=False))
-    assert "capacity_plugins.load" in loaded("capacity_plugins.load.users", ["capacity_plugins.load"], walk=False)
+    assert {"locust", "gevent"} <= set(loaded("capacity_plugins.client.users", GEVENT_FREE, walk=False))
+    assert "capacity_plugins.client" in loaded("capacity_plugins.client.users", LOAD_SIDE, walk=False)
     touched = python("import sys, capacity_plugins; capacity_plugins.LLMUser; print('locust' in sys.modules)")
     assert touched.returncode == 0 and touched.stdout.strip() == "True", touched.stderr[-2000:]
 

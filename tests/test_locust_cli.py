@@ -82,7 +82,7 @@ def test_run_time_counts_from_the_start_not_from_importing_locust(fake_llm, tmp_
     # clock behind, and a 2 s --run-time fired at once: the run sent nothing
     slow = tmp_path / "slow_locustfile.py"
     slow.write_text("import time\n_t = time.monotonic()\nwhile time.monotonic() - _t < 3:\n    pass\n"
-                    "from capacity_plugins.load.locustfile import LLM  # noqa: E402,F401\n")
+                    "from capacity_plugins.locustfile import LLM  # noqa: E402,F401\n")
     args = base_args(fake_llm, tmp_path, "--model", "ok")
     args[args.index("-t") + 1] = "2s"
     p = run_locust(args, locustfile=slow)

@@ -1,4 +1,4 @@
-"""Locust still has the shape load/locust_compat.py works around: these fail when Locust changes."""
+"""Locust still has the shape swarm/locust_compat.py works around: these fail when Locust changes."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import inspect
 
 from locust import runners
 
-from capacity_plugins.load import locust_compat
+from capacity_plugins.swarm import locust_compat
 
 
 def test_master_quit_still_waits_a_fixed_half_second_for_final_reports():

@@ -1,12 +1,10 @@
-"""The public API, locked: what `capacity_plugins` exports, and the old import paths users rely on.
+"""The public API, locked: what `capacity_plugins` exports, and the package's own locustfile.
 
 Changing either is a breaking change for users' locustfiles and scripts: this file must change
 with it, on purpose.
 """
 
 from __future__ import annotations
-
-import importlib
 
 import pytest
 from helpers.paths import ROOT
@@ -32,26 +30,7 @@ EXPORTS = [
     "register",
 ]
 
-# old path -> the object it must still be (the same object, not a copy)
-OLD_PATHS = {
-    "capacity_plugins.users.LLMUser": "capacity_plugins.load.users.LLMUser",
-    "capacity_plugins.users.LLMRequestError": "capacity_plugins.load.users.LLMRequestError",
-    "capacity_plugins.plugin.install": "capacity_plugins.load.plugin.install",
-    "capacity_plugins.plugin.register": "capacity_plugins.load.plugin.register",
-    "capacity_plugins.rehearsal.install": "capacity_plugins.load.plugin.install",
-    "capacity_plugins.record.RequestRecord": "capacity_plugins.contracts.records.RequestRecord",
-    "capacity_plugins.record.Timings": "capacity_plugins.contracts.records.Timings",
-    "capacity_plugins.corpus_build.build_builtin": "capacity_plugins.corpus.builtin.build_builtin",
-    "capacity_plugins.corpus_build.to_jsonl": "capacity_plugins.corpus.readers.to_jsonl",
-    "capacity_plugins.corpus_build.synthetic_text": "capacity_plugins.corpus.synthetic.synthetic_text",
-    "capacity_plugins.corpus_cli.main": "capacity_plugins.corpus.cli.main",
-}
-REHEARSAL_LOCUSTFILE = ROOT / "capacity_plugins" / "rehearsal_locustfile.py"
-
-
-def resolve(dotted: str) -> object:
-    module, _, name = dotted.rpartition(".")
-    return getattr(importlib.import_module(module), name)
+PACKAGE_LOCUSTFILE = ROOT / "capacity_plugins" / "locustfile.py"
 
 
 def test_all_is_exactly_the_public_names_sorted():
@@ -72,38 +51,33 @@ def test_an_unknown_name_is_an_attribute_error():
         capacity_plugins.NoSuchThing  # noqa: B018
 
 
-@pytest.mark.parametrize("old", sorted(OLD_PATHS))
-def test_old_import_paths_are_the_same_objects(old):
-    assert resolve(old) is resolve(OLD_PATHS[old])
+def test_the_removed_shims_are_gone():
+    # before 1.0 the old top-level paths were removed, not kept as re-exports: one path per name
+    for old in ("users", "rehearsal_locustfile", "record", "corpus_build", "corpus_cli"):
+        r = python(f"import capacity_plugins.{old}")
+        assert r.returncode != 0 and "ModuleNotFoundError" in r.stderr, old
 
 
-def test_old_import_paths_work_in_a_fresh_interpreter():
-    # from a clean start: the shims must not depend on something this test process imported first
-    code = "\n".join(f"from {old.rpartition('.')[0]} import {old.rpartition('.')[2]}" for old in OLD_PATHS)
-    r = python(code + "\nimport capacity_plugins.rehearsal_locustfile\n")
-    assert r.returncode == 0, r.stderr[-3000:]
-
-
-def test_rehearsal_locustfile_is_a_locustfile_with_the_llm_user():
+def test_the_package_locustfile_is_a_locustfile_with_the_llm_user():
     # Locust's own loader (in a fresh interpreter: loading a locustfile installs the plugin's hooks)
     code = ("from locust.util.load_locustfile import load_locustfile\n"
-            "from capacity_plugins.load.locustfile import LLM\n"
-            f"users, shapes = load_locustfile({str(REHEARSAL_LOCUSTFILE)!r})\n"
-            "assert list(users.values()) == [LLM], users\n"
+            "from capacity_plugins import LLMUser\n"
+            f"users, shapes = load_locustfile({str(PACKAGE_LOCUSTFILE)!r})\n"
+            "assert list(users) == ['LLM'] and issubclass(users['LLM'], LLMUser), users\n"
             "assert shapes == [], shapes\n")
     r = python(code)
     assert r.returncode == 0, r.stderr[-3000:]
 
 
 @pytest.mark.slow  # a real locust process
-def test_rehearsal_locustfile_runs_under_locust(fake_llm, tmp_path):
+def test_the_package_locustfile_runs_under_locust(fake_llm, tmp_path):
     corpus = write_corpus(tmp_path / "c.jsonl", 1200)
     # --stop-timeout: at -t the users finish the request they are in, so a machine too busy to finish
     # one within the 2 s still records it as done rather than cancelled.
     p = run_locust(["--headless", "-u", "2", "-r", "2", "-t", "2s", "--stop-timeout", "30", "--host", fake_llm,
                     "--model", "ok", "--corpus", str(corpus), "--min-distinct", "1000", "--max-tokens", "8",
                     "--results-dir", str(tmp_path / "out"), "--exit-code-on-error", "0", "--only-summary"],
-                   locustfile=REHEARSAL_LOCUSTFILE, timeout=90)
+                   locustfile=PACKAGE_LOCUSTFILE, timeout=90)
     assert p.returncode == 0, p.stderr[-3000:]
     assert "Traceback" not in p.stderr
     recs = read_records(tmp_path / "out")

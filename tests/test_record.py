@@ -1,6 +1,6 @@
 import orjson
 
-from capacity_plugins.record import RECORD_FIELDS, RequestRecord, Timings
+from capacity_plugins.contracts.records import RECORD_FIELDS, RequestRecord, Timings
 
 # requests.jsonl fields (docs/results.md), in one place so a drift fails here.
 DOCUMENTED_FIELDS = {

@@ -1,4 +1,4 @@
-"""A worker's finished records on their way to the master (sinks/records.py, load/shipping.py).
+"""A worker's finished records on their way to the master (sinks/records.py, swarm/shipping.py).
 
 The worker's writer thread turns its records into requests.jsonl lines; the hub only hands those
 bytes to Locust's msgpack. Shipped as dicts, the encoding took 8-11 ms in one piece for a second's
@@ -15,8 +15,8 @@ import orjson
 
 from capacity_plugins.contracts.records import RECORD_FIELDS, RequestRecord
 from capacity_plugins.contracts.redaction import Secrets
-from capacity_plugins.load.messages import RecordsBatch
 from capacity_plugins.sinks.records import WRITE_SLICE, RecordsSink
+from capacity_plugins.swarm.messages import RecordsBatch
 from tests.helpers.waiting import wait_until
 
 

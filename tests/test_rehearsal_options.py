@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from locust.argument_parser import get_parser
 
-from capacity_plugins.load.options import LLMOptions
-from capacity_plugins.load.plugin import install
+from capacity_plugins.client.options import LLMOptions
+from capacity_plugins.plugin import install
 from capacity_plugins.runner import build_parser, locust_command
 from capacity_plugins.scenario import load_scenario
 

@@ -29,7 +29,7 @@ def test_headless_command_carries_scenario_and_folder_not_request_options(scenar
     cmd = locust_command(s, args, "http://127.0.0.1:9", "m", folder)
     assert flag(cmd, "--scenario") == str(path.resolve())
     assert flag(cmd, "--results-dir") == str(folder) and folder.parent == tmp_path / "out"
-    # request settings travel in the scenario file, read once by the child (load/options.py)
+    # request settings travel in the scenario file, read once by the child (client/options.py)
     assert "--max-tokens" not in cmd and "--model" not in cmd
     assert "--headless" in cmd and flag(cmd, "--exit-code-on-error") == "0"  # failed requests are data
     assert flag(cmd, "--csv") == str(folder / "locust")

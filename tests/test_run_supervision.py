@@ -127,10 +127,10 @@ def test_a_worker_killed_mid_step_invalidates_the_step_and_the_run(tmp_path):
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the parent-death signal is Linux's")
 def test_the_child_gets_one_death_signal_not_two(tmp_path):
     """`capacity run`'s child has the kernel's parent-death signal armed, so its supervisor-pipe
-    watchdog sends nothing (load/supervisor.py): a `kill -9` of `capacity run` gives it one
+    watchdog sends nothing (swarm/supervisor.py): a `kill -9` of `capacity run` gives it one
     SIGTERM, not a second one thrown into the clean stop the first started."""
     out = tmp_path / "pdeathsig"
-    code = ("from capacity_plugins.load.supervisor import parent_death_signal; "
+    code = ("from capacity_plugins.swarm.supervisor import parent_death_signal; "
             f"open({str(out)!r}, 'w').write(str(parent_death_signal()))")
     assert run_child([sys.executable, "-c", code], env_with()) == (0, None)
     assert out.read_text() == str(int(signal.SIGTERM))

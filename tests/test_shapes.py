@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from capacity_plugins.load.shapes import RehearsalShape, StepPlan, plan_steps
+from capacity_plugins.rehearsal.shapes import RehearsalShape, StepPlan, plan_steps
 from capacity_plugins.scenario import load_scenario
 
 

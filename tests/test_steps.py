@@ -6,7 +6,13 @@ import json
 
 import pytest
 
-from capacity_plugins.load.steps import ClientLimits, Step, StepAccounting, StepTimeline, write_steps_json
+from capacity_plugins.rehearsal.steps import (
+    ClientLimits,
+    Step,
+    StepAccounting,
+    StepTimeline,
+    write_steps_json,
+)
 
 
 def timeline() -> StepTimeline:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from capacity_plugins.load.tokens import MIN_EVIDENCE, TokenCountEvidence
+from capacity_plugins.client.tokens import MIN_EVIDENCE, TokenCountEvidence
 
 
 def test_llama_cpp_figures_trust_the_chunks():

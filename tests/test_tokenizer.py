@@ -12,17 +12,17 @@ from types import SimpleNamespace
 
 import orjson
 import pytest
+from capacity_plugins.contracts.records import RequestRecord, Timings
 from helpers.processes import run_locust
 from helpers.results import read_records
 from helpers.scenarios import write_corpus
 from helpers.tokenizer import count, make_tokenizer, sim_text
 from helpers.users import local_user
 
+from capacity_plugins.client.context import RunContext, load_tokenizer
+from capacity_plugins.client.options import LLMOptions
 from capacity_plugins.dialects import get_dialect
 from capacity_plugins.errors import UserError
-from capacity_plugins.load.context import RunContext, load_tokenizer
-from capacity_plugins.load.options import LLMOptions
-from capacity_plugins.record import RequestRecord, Timings
 from capacity_plugins.scenario import load_scenario
 from capacity_plugins.simulator.truth import read_truth
 

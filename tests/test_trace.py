@@ -18,7 +18,7 @@ from capacity_plugins.corpus.trace import (
     trace_windows,
 )
 from capacity_plugins.errors import UserError
-from capacity_plugins.load.arrivals import ArrivalPlan, shard
+from capacity_plugins.rehearsal.arrivals import ArrivalPlan, shard
 from capacity_plugins.scenario import TraceLoad, parse_scenario
 from capacity_plugins.simulator.tokens import block_hashes, count_tokens, prompt_units
 
@@ -191,7 +191,7 @@ def test_a_session_turn_sends_the_history_then_its_own_message():
 def test_session_store_orders_turns_and_keeps_answers():
     import gevent
 
-    from capacity_plugins.load.sessions import SessionStore
+    from capacity_plugins.rehearsal.sessions import SessionStore
 
     store = SessionStore()
     order: list[str] = []

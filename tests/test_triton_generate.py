@@ -28,12 +28,12 @@ from locust.env import Environment
 from locust.event import Events
 from tokenizers import Tokenizer
 
+from capacity_plugins import plugin
+from capacity_plugins.client.options import LLMOptions
+from capacity_plugins.client.users import LLMUser
 from capacity_plugins.contracts.dialects import TritonFields
 from capacity_plugins.contracts.percentiles import quantile
 from capacity_plugins.errors import RunError, UserError
-from capacity_plugins.load import plugin
-from capacity_plugins.load.options import LLMOptions
-from capacity_plugins.load.users import LLMUser
 from capacity_plugins.runner.preflight import preflight
 from capacity_plugins.scenario import load_scenario
 from capacity_plugins.scenario.files import parse_scenario

@@ -195,7 +195,7 @@ def test_reset_stats_clears_llm_stats(fake_llm, tmp_path):
 def test_a_users_connections_are_kernel_stamped_from_their_first_response(fake_llm, tmp_path):
     from geventhttpclient.url import URL
 
-    from capacity_plugins.load import stream
+    from capacity_plugins.client import stream
 
     env, ctx, user, fired = make(fake_llm, tmp_path)
     # before any response: the pool the user's first request will use already makes stamped
@@ -230,7 +230,7 @@ def test_a_pooled_connection_with_something_to_read_is_not_reused():
     data nobody asked for, and the connection must not carry the next request."""
     import socket
 
-    from capacity_plugins.load.stream import _idle_and_open
+    from capacity_plugins.client.stream import _idle_and_open
 
     a, b = socket.socketpair()
     try:
@@ -249,7 +249,7 @@ def _connected_pair():
     """A kernel-stamped client connection (as a user's pool makes them) and the server's end."""
     import socket
 
-    from capacity_plugins.load.stream import _stamped_tcp_socket
+    from capacity_plugins.client.stream import _stamped_tcp_socket
 
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
@@ -266,7 +266,7 @@ def test_a_first_token_waiting_is_read_before_another_user_sends():
     server's next write is stamped a decode step late. A user about to send lets a connection
     whose first bytes wait read them first — and does not yield when none wait (a yield puts
     every other user's reads between its send stamp and its send)."""
-    from capacity_plugins.load.stream import FIRST_READS, yield_to_first_reads
+    from capacity_plugins.client.stream import FIRST_READS, yield_to_first_reads
 
     client, server = _connected_pair()
     fd = client.fileno()
@@ -304,7 +304,7 @@ def test_a_loop_turn_reads_connections_waiting_for_a_first_token_first():
     mid-body: a first token read after the server's next write is stamped a step late, a
     mid-body token only as late as the loop was. And a connection back to mid-body is an
     ordinary one again."""
-    from capacity_plugins.load.stream import FIRST_READS
+    from capacity_plugins.client.stream import FIRST_READS
 
     pairs = [_connected_pair() for _ in range(7)]
     first, first_server = pairs[3]
@@ -336,7 +336,7 @@ def test_a_first_token_arriving_mid_turn_is_read_before_the_rest_of_the_turn():
     runs before the loop polls again, so a first token arriving meanwhile waited for all of
     them — 20 ms, two decode steps, with 160 streams. A user that yields to first reads lets
     the waiting reader run now, and goes on before the others of its turn."""
-    from capacity_plugins.load.stream import FIRST_READS, yield_to_first_reads
+    from capacity_plugins.client.stream import FIRST_READS, yield_to_first_reads
 
     first, first_server = _connected_pair()
     pairs = [_connected_pair() for _ in range(5)]
@@ -416,8 +416,8 @@ def test_a_user_reading_a_long_body_lets_a_waiting_first_token_be_read(tmp_path,
     yields (_HubShare: after 1 ms): a first token arriving meanwhile, on another connection, was
     read after the server's next write and stamped a step late. The reader lets it be read within
     FIRST_READ_CHECK_NS (here 0: at its next receive)."""
+    from capacity_plugins.client import stream
     from capacity_plugins.dialects import fastpath
-    from capacity_plugins.load import stream
 
     monkeypatch.setattr(stream, "FIRST_READ_CHECK_NS", 0)
     monkeypatch.setattr(stream, "YIELD_NS", 10**12)  # the hub share never yields here
@@ -461,8 +461,8 @@ def test_a_reader_fed_its_first_bytes_reads_the_rest_in_a_later_turn(tmp_path, m
     would read all of it — and a whole closed loop of such users could feed each other and keep
     the loop from polling (timers, other connections) for seconds. After its first block, a fed
     reader lets the user that fed it go on."""
+    from capacity_plugins.client import stream
     from capacity_plugins.dialects import fastpath
-    from capacity_plugins.load import stream
 
     monkeypatch.setattr(stream, "RECV_BYTES", 1024)  # the answer in many receives
     held: list[Any] = []
@@ -499,7 +499,7 @@ def test_a_reader_fed_its_first_bytes_does_not_feed_others():
     """Feeding is the work of users the poll woke: a fed reader that reaches a yield (its answer
     complete, its next send) waits for the turn's end instead of feeding another — else each
     fed user fed the next and the turn never ended."""
-    from capacity_plugins.load.stream import FIRST_READS, yield_to_first_reads
+    from capacity_plugins.client.stream import FIRST_READS, yield_to_first_reads
 
     fed, fed_server = _connected_pair()
     other, other_server = _connected_pair()
@@ -543,7 +543,7 @@ def test_the_portable_line_reader_measures_the_same_and_ends_the_first_read(fake
     """Should geventhttpclient's buffer ever change shape, the body is read line by line through
     its readline: the same record, and the connection stops counting as a first read due once
     its first line is in (else every other user's send would yield to it for the whole body)."""
-    from capacity_plugins.load import stream
+    from capacity_plugins.client import stream
 
     monkeypatch.setattr(stream, "bytearray", type("NotTheBuffer", (), {}), raising=False)
     due_meanwhile: list[bool] = []
@@ -567,7 +567,7 @@ def test_the_portable_line_reader_measures_the_same_and_ends_the_first_read(fake
 def test_no_connection_is_left_waiting_for_a_first_read(fake_llm, tmp_path, model, no_stream):
     """Every attempt ends its connection's wait, however it ended: one left watched would have
     data (the server's close) one day, and every send after would yield for nothing."""
-    from capacity_plugins.load.stream import FIRST_READS
+    from capacity_plugins.client.stream import FIRST_READS
 
     env, ctx, user, fired = make(fake_llm, tmp_path, model=model, no_stream=no_stream)
     for _ in range(3):
@@ -578,7 +578,7 @@ def test_no_connection_is_left_waiting_for_a_first_read(fake_llm, tmp_path, mode
 def test_a_forked_worker_does_not_share_the_parents_first_reads():
     """Locust's --processes forks its workers: an epoll set inherited from the parent is the same
     kernel object, so a child would see the parent's connections as its own first reads."""
-    from capacity_plugins.load.stream import FIRST_READS
+    from capacity_plugins.client.stream import FIRST_READS
 
     client, server = _connected_pair()
     try:

@@ -11,8 +11,8 @@ from locust.argument_parser import parse_options
 from locust.env import Environment
 from locust.event import Events
 
-from capacity_plugins.load import plugin
-from capacity_plugins.load.users import LLMUser
+from capacity_plugins import plugin
+from capacity_plugins.client.users import LLMUser
 from capacity_plugins.sinks.stats import LLMStats
 from capacity_plugins.webui.history import History
 from capacity_plugins.webui.live import WorkerWatch, telemetry_summary

@@ -8,15 +8,14 @@ from pathlib import Path
 
 import pytest
 
+from capacity_plugins.client.options import LLMOptions
 from capacity_plugins.contracts.planning import SLOConfig
 from capacity_plugins.contracts.slo import judge_mix
 from capacity_plugins.corpus import load_corpus
 from capacity_plugins.dialects import RequestParams
 from capacity_plugins.errors import UserError
-from capacity_plugins.load.messages import Setup
-from capacity_plugins.load.options import LLMOptions
-from capacity_plugins.load.steps import Step, StepAccounting, StepTimeline
-from capacity_plugins.load.workloads import (
+from capacity_plugins.rehearsal.steps import Step, StepAccounting, StepTimeline
+from capacity_plugins.rehearsal.workloads import (
     ClassCorpora,
     WorkloadSpec,
     build_mix,
@@ -24,6 +23,7 @@ from capacity_plugins.load.workloads import (
     with_hashes,
 )
 from capacity_plugins.scenario import load_scenario
+from capacity_plugins.swarm.messages import Setup
 
 SHORT = "synthetic:prompt_tokens=16,n=400,seed=1"
 LONG = "synthetic:prompt_tokens=600,n=300,seed=2"

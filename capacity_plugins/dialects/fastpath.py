@@ -1,6 +1,6 @@
 """The body reader's hot path: blocks of complete lines → the dialect's parser, and their stamps.
 
-The reader (load/stream.py) hands over every complete line it has, as one block, with the time
+The reader (client/stream.py) hands over every complete line it has, as one block, with the time
 the receive that brought them returned. Everything in a block shares that stamp, so the
 bookkeeping is per block, not per chunk. What costs is recognising the chunks, and most of them
 are one shape: vLLM, SGLang and OpenAI write the same bytes for every token of a response —

@@ -1,6 +1,6 @@
 """Incremental SSE and NDJSON framing.
 
-The body reader (load/stream.py) hands complete lines here — through dialects/fastpath.py, which
+The body reader (client/stream.py) hands complete lines here — through dialects/fastpath.py, which
 frames the common `data: {...}` + blank line itself and comes here for everything else. These
 decoders only frame events; what an event means is a dialect's job. Kept free of JSON parsing so
 the hot path parses each payload at most once (in the dialect).
@@ -11,7 +11,7 @@ from __future__ import annotations
 from capacity_plugins.dialects.base import MalformedEvent
 
 # The most one SSE event may hold (its data lines together): the same 16 MiB the body reader
-# allows one line (load/stream.py), so no server can make the client buffer without bound.
+# allows one line (client/stream.py), so no server can make the client buffer without bound.
 MAX_EVENT_BYTES = 16 * 1024 * 1024
 
 

@@ -8,9 +8,9 @@
   server's group, starving it on a shared host (its timestamps late, its TTFT inflated).
 - **No load outlives its supervisor.** On Linux the kernel sends the child SIGTERM when
   `capacity run` dies (`PR_SET_PDEATHSIG`); everywhere, the child also holds the read end of a
-  pipe whose write end only `capacity run` has, and a watchdog in the child (load/supervisor.py)
+  pipe whose write end only `capacity run` has, and a watchdog in the child (swarm/supervisor.py)
   stops the run when it reads EOF — it sends nothing where the kernel's signal is armed, so the
-  child gets one SIGTERM, not two (load/supervisor.py). The child's own workers (`--processes`)
+  child gets one SIGTERM, not two (swarm/supervisor.py). The child's own workers (`--processes`)
   are stopped by it.
 """
 

@@ -1,6 +1,6 @@
 """The Locust child's command line: the scenario file plus only what this run decided itself.
 
-Every request setting stays in the scenario, which the child reads once (load/options.py); this
+Every request setting stays in the scenario, which the child reads once (client/options.py); this
 adds the target URL (the embedded simulator's, or the scenario's), the results folder, the model
 the preflight found when the scenario named none, the process layout and where things listen.
 """
@@ -14,7 +14,7 @@ from pathlib import Path
 
 from capacity_plugins.scenario import Scenario
 
-LOCUSTFILE = Path(__file__).resolve().parent.parent / "load" / "locustfile.py"
+LOCUSTFILE = Path(__file__).resolve().parent.parent / "locustfile.py"
 
 
 def _free_port() -> int:
@@ -26,7 +26,7 @@ def _free_port() -> int:
 def locust_command(s: Scenario, args: argparse.Namespace, url: str | None, model: str | None, folder: Path | None) -> list[str]:
     """The Locust child's command line: the scenario file plus only what this run decided itself
     (target URL, results folder, the model the preflight found); the child reads every other
-    setting from the scenario (load/options.py)."""
+    setting from the scenario (client/options.py)."""
     cmd = [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--scenario", str(Path(args.scenario).resolve())]
     if args.worker:
         return cmd + ["--worker", "--master-host", args.master_host, "--master-port", str(args.master_port)]

@@ -97,7 +97,7 @@ class PeakLoad(_OpenLoop):
 
 
 class CapacitySearchLoad(_OpenLoop):
-    """Find the highest level that meets the SLO (load/search.py): grow by `growth` until a step
+    """Find the highest level that meets the SLO (rehearsal/search.py): grow by `growth` until a step
     fails, then bisect between the last pass and the first fail until the bracket is within
     `tolerance` (or one user), the time budget ends, or noise stops it from narrowing."""
 

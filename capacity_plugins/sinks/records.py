@@ -2,7 +2,7 @@
 
 Local run: the process appends and flushes each record as it finishes.
 Distributed (`--processes N`, master + workers): only the master writes. A worker's writer thread
-turns its records into the same JSON lines a local run writes (scrubbed), which load/shipping.py
+turns its records into the same JSON lines a local run writes (scrubbed), which swarm/shipping.py
 sends to the master at least every second and once more (final) when the worker stops; the master
 writes them to one file as they arrive (`receive`). A worker killed hard loses at most its last
 second and the writer's interval; the master counts what it received against what each worker

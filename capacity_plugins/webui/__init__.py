@@ -1,6 +1,6 @@
 """Live view: the LLM tab in Locust's web UI, /llm/stats, downloads, and the live /metrics exporter.
 
-The plugin (load/plugin.py) calls, in its order:
+The plugin (plugin.py) calls, in its order:
 
 - `add_arguments(parser)`: `--exporter-port P` / `--exporter-host H` (default 127.0.0.1) serve the
   swarm's live Prometheus metrics on their own port, for headless runs (works with the UI too).
@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from locust.env import Environment
 
-    from capacity_plugins.load.context import RunContext
+    from capacity_plugins.client.context import RunContext
     from capacity_plugins.webui.live import LiveView
 
 log = logging.getLogger(__name__)

@@ -5,13 +5,13 @@ owns nothing the measurement core owns: LLM numbers come from `ctx.llm_stats` (m
 the current step from the rehearsal's shape (`environment.shape_class.current`), telemetry from the
 rehearsal's collector when one runs. Besides reading, it keeps two small things of its own:
 
-- the master's `SwarmMembership` (load/membership.py): which workers went missing, so a worker
+- the master's `SwarmMembership` (swarm/membership.py): which workers went missing, so a worker
   that died stays visible as lost in the UI, /llm/stats and meta.json (`workers_lost`).
 - `History`: TTFT/E2E per time bucket from every finished record, for the charts page (the
   cumulative LLMStats percentiles cannot show how latency moved during the run).
 
 After a test, the plain answer: the analysis runs in a child process when the test stops
-(load/results.py) and writes summary.json into the results folder; `answer()` reads its `answer`
+(rehearsal/results.py) and writes summary.json into the results folder; `answer()` reads its `answer`
 from there (once per new file), so the tab's first row and `/llm/stats` / `/llm/answer` say the same
 sentence as the report and the terminal.
 """
@@ -26,7 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from capacity_plugins.load.membership import SwarmMembership
+from capacity_plugins.swarm.membership import SwarmMembership
 from capacity_plugins.webui.history import History
 
 log = logging.getLogger(__name__)

@@ -6,10 +6,9 @@ import time
 import gevent
 from locust import events
 
-from capacity_plugins import rehearsal
-from capacity_plugins.load.users import LLMUser
+from capacity_plugins import LLMUser, install
 
-rehearsal.install()
+install()
 
 
 class LLM(LLMUser):

@@ -362,7 +362,7 @@ async def m_not_http(req: Request, r: asyncio.StreamReader, w: Writer, rid: str)
     return False
 
 
-CUT = 300  # what the client keeps of a server's text (load/users.py, dialects/base.py error_text)
+CUT = 300  # what the client keeps of a server's text (client/users.py, dialects/base.py error_text)
 
 
 def token_across_the_cut(req: Request, offset: int, cut: int = CUT) -> str:

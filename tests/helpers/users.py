@@ -14,10 +14,10 @@ from typing import Any
 from locust.env import Environment
 from locust.event import Events
 
+from capacity_plugins import plugin
+from capacity_plugins.client.context import RunContext
+from capacity_plugins.client.users import LLMUser
 from capacity_plugins.contracts.redaction import strip_userinfo
-from capacity_plugins.load import plugin
-from capacity_plugins.load.context import RunContext
-from capacity_plugins.load.users import LLMUser
 from helpers.scenarios import write_corpus
 
 

@@ -15,8 +15,8 @@ from typing import Any
 
 import gevent
 
-from capacity_plugins.load import messages
 from capacity_plugins.sinks.records import RecordsSink
+from capacity_plugins.swarm import messages
 
 log = logging.getLogger(__name__)
 

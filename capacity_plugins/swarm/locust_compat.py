@@ -21,7 +21,7 @@ apart) did not arrive, with no option to change it. Generators here run on busy 
 with two CPU burners, a worker just connected (and still starting up) went silent for 3–6 s and
 Locust marked it missing; with both workers at once, Locust stopped the test ("the last worker went
 missing"), in 3 of 5 runs. The master tolerates HEARTBEAT_LIVENESS_S instead. Trust does not rest
-on Locust's flag: a worker whose watch reports stop for SILENT_AFTER_S (load/authority.py)
+on Locust's flag: a worker whose watch reports stop for SILENT_AFTER_S (rehearsal/authority.py)
 invalidates the step all the same, and one that never comes back is still lost.
 
 `tests/test_locust_compat.py` checks that Locust still has the shape these rely on; when Locust

@@ -171,7 +171,7 @@ class Pacer:
 
         self._clock = clock
         self._idle_poll_s = idle_poll_s
-        # Until when the process backs off (load/backoff.py): arrivals due before then are dropped.
+        # Until when the process backs off (client/backoff.py): arrivals due before then are dropped.
         self._paused_until = paused_until
         self._queue: gevent.queue.Queue[tuple[float, int]] = gevent.queue.Queue()
         self._waiting = 0

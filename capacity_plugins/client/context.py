@@ -22,13 +22,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from capacity_plugins.client.backoff import Backoff
+from capacity_plugins.client.options import LLMOptions
+from capacity_plugins.client.tokens import TokenCountEvidence
 from capacity_plugins.contracts.redaction import Secrets, basic_auth
 from capacity_plugins.dialects import Dialect, RequestParams, get_dialect
 from capacity_plugins.errors import UserError
-from capacity_plugins.load.backoff import Backoff
-from capacity_plugins.load.options import LLMOptions
-from capacity_plugins.load.sessions import SessionStore
-from capacity_plugins.load.tokens import TokenCountEvidence
+from capacity_plugins.rehearsal.sessions import SessionStore
 from capacity_plugins.sinks.stats import LLMStats
 
 if TYPE_CHECKING:
@@ -36,11 +36,11 @@ if TYPE_CHECKING:
 
     from capacity_plugins.contracts.records import RequestRecord
     from capacity_plugins.corpus import Corpus, Sampler
-    from capacity_plugins.load.arrivals import Pacer
-    from capacity_plugins.load.membership import SwarmMembership
-    from capacity_plugins.load.workloads import ClassCorpora, WorkloadLane, WorkloadMix, WorkloadSpec
+    from capacity_plugins.rehearsal.arrivals import Pacer
+    from capacity_plugins.rehearsal.workloads import ClassCorpora, WorkloadLane, WorkloadMix, WorkloadSpec
     from capacity_plugins.scenario import Scenario
     from capacity_plugins.sinks.records import RecordsSink
+    from capacity_plugins.swarm.membership import SwarmMembership
     from capacity_plugins.telemetry.collector import TelemetryCollector
 
 log = logging.getLogger(__name__)
@@ -68,7 +68,7 @@ class RunContext:
     llm_stats: LLMStats = field(default_factory=LLMStats)
     corpus: Corpus | None = None  # None until loaded (a worker loads it at the master's setup)
     sampler: Sampler | None = None  # this process's shard of the corpus
-    # The scenario's workload classes (load/workloads.py): which class each request is, with its
+    # The scenario's workload classes (rehearsal/workloads.py): which class each request is, with its
     # own prompts and settings; None = every request from `sampler` with `params`.
     workloads: WorkloadMix | None = None
     class_corpora: ClassCorpora | None = None
@@ -83,7 +83,7 @@ class RunContext:
     pacer: Pacer | None = None
     # Trace replay: tokens per hash_ids block of the requests the pacer hands out (corpus/trace.py).
     trace_block_tokens: int = 512
-    # Multi-turn trace replay: this process's conversations (load/sessions.py); off by default.
+    # Multi-turn trace replay: this process's conversations (rehearsal/sessions.py); off by default.
     trace_sessions: bool = False
     sessions: SessionStore = field(default_factory=SessionStore)
     record_listeners: list[RecordListener] = field(default_factory=list)
@@ -105,13 +105,13 @@ class RunContext:
     secrets: Secrets = field(default_factory=Secrets, repr=False)
     # The master's view of its workers (None elsewhere): lost / joined workers invalidate steps.
     membership: SwarmMembership | None = None
-    # Connection failures pause the whole process (load/backoff.py).
+    # Connection failures pause the whole process (client/backoff.py).
     backoff: Backoff = field(default_factory=Backoff)
-    # Which output-token count is exact for this server, when it reports none (load/tokens.py).
+    # Which output-token count is exact for this server, when it reports none (client/tokens.py).
     token_evidence: TokenCountEvidence = field(default_factory=TokenCountEvidence)
     # step → [stream reads that brought output, reads that brought more than one output event]
     read_counts: dict[int, list[int]] = field(default_factory=dict)
-    # A cache probe's cache arm (load/cache_arm.py): its next prompt while a cache-arm step runs,
+    # A cache probe's cache arm (rehearsal/cache_arm.py): its next prompt while a cache-arm step runs,
     # else None (the corpus's prompt is sent).
     cache_arm: Callable[[float], Any] | None = None
 
@@ -171,7 +171,7 @@ class RunContext:
     def ensure_pacer(self) -> Pacer:
         """This process's pacer (open loop), created once; it drops arrivals during a backoff."""
         if self.pacer is None:
-            from capacity_plugins.load.arrivals import Pacer
+            from capacity_plugins.rehearsal.arrivals import Pacer
 
             self.pacer = Pacer(paused_until=lambda: self.backoff.until)
         return self.pacer

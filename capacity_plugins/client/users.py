@@ -27,13 +27,10 @@ from geventhttpclient.response import HTTPConnectionClosed, HTTPParseError
 from geventhttpclient.url import URL
 from locust import FastHttpUser, constant, task
 
-from capacity_plugins.contracts.records import RequestRecord, Timings
-from capacity_plugins.corpus.trace import trace_sample
-from capacity_plugins.dialects import MalformedEvent
-from capacity_plugins.load.backoff import retry_after_s
-from capacity_plugins.load.context import RunContext, get_context
-from capacity_plugins.load.ids import request_id
-from capacity_plugins.load.stream import (
+from capacity_plugins.client.backoff import retry_after_s
+from capacity_plugins.client.context import RunContext, get_context
+from capacity_plugins.client.ids import request_id
+from capacity_plugins.client.stream import (
     FIRST_READS,
     RequestTimeout,
     prepare_connections,
@@ -41,7 +38,10 @@ from capacity_plugins.load.stream import (
     read_stream,
     yield_to_first_reads,
 )
-from capacity_plugins.load.workloads import WorkloadLane
+from capacity_plugins.contracts.records import RequestRecord, Timings
+from capacity_plugins.corpus.trace import trace_sample
+from capacity_plugins.dialects import MalformedEvent
+from capacity_plugins.rehearsal.workloads import WorkloadLane
 
 log = logging.getLogger(__name__)
 
@@ -116,7 +116,7 @@ class LLMUser(FastHttpUser):
             gevent.sleep(0.05)
             return
         pause = ctx.backoff.remaining()
-        if pause > 0:  # the server refused connections: nobody sends for a while (load/backoff.py)
+        if pause > 0:  # the server refused connections: nobody sends for a while (client/backoff.py)
             gevent.sleep(min(pause, 0.05) if ctx.pacer is not None else pause)
             return
         scheduled_unix = None
@@ -143,7 +143,7 @@ class LLMUser(FastHttpUser):
 
     def _session_turn(self, request: Any, scheduled_unix: float | None) -> None:
         """One turn of a conversation (load.sessions): the history with the server's answers, then
-        this turn's message; the next turn of the session waits for this one (load/sessions.py)."""
+        this turn's message; the next turn of the session waits for this one (rehearsal/sessions.py)."""
         ctx = self.ctx
         sid = str(request[6])
         history = ctx.sessions.begin(sid, ctx.options.request_timeout_s)
@@ -198,7 +198,7 @@ class LLMUser(FastHttpUser):
         cancelled: BaseException | None = None
         try:
             # The gevent timeout covers waits (connect, headers, a silent server); the readers
-            # check the same deadline themselves while data keeps arriving (load/stream.py).
+            # check the same deadline themselves while data keeps arriving (client/stream.py).
             deadline_ns = t.sent_ns + int(ctx.options.request_timeout_s * 1e9)
             with gevent.Timeout(ctx.options.request_timeout_s, RequestTimeout):
                 url = URL(self._base + call.path)

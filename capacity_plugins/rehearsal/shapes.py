@@ -32,8 +32,8 @@ import gevent
 from locust import LoadTestShape
 
 from capacity_plugins.corpus.cache_arms import DISTINCT
-from capacity_plugins.load.cache_arm import cache_arm_spec
-from capacity_plugins.load.steps import Step, StepKind
+from capacity_plugins.rehearsal.cache_arm import cache_arm_spec
+from capacity_plugins.rehearsal.steps import Step, StepKind
 
 if TYPE_CHECKING:
     from capacity_plugins.scenario import Scenario

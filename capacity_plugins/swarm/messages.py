@@ -25,8 +25,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar, TypeVar
 
-from capacity_plugins.load.arrivals import ArrivalPlan
-from capacity_plugins.load.steps import Step
+from capacity_plugins.rehearsal.arrivals import ArrivalPlan
+from capacity_plugins.rehearsal.steps import Step
 
 
 @dataclass
@@ -39,7 +39,7 @@ class Setup:
     # Basic credentials from the target URL's user:password (the host workers get has none).
     # Only between the processes of one swarm; never written anywhere.
     basic_auth: str | None = field(default=None, repr=False)
-    # The scenario's workload classes (load/workloads.py WorkloadSpec.to_message); empty: none.
+    # The scenario's workload classes (rehearsal/workloads.py WorkloadSpec.to_message); empty: none.
     workloads: list[dict[str, Any]] = field(default_factory=list)
 
     def to_data(self) -> dict[str, Any]:
@@ -160,7 +160,7 @@ class StepsReset:
 
 @dataclass
 class Watch:
-    """What a generator process reports about itself (see load/watch.py)."""
+    """What a generator process reports about itself (see rehearsal/watch.py)."""
 
     TYPE: ClassVar[str] = "capacity_watch"
     worker: int

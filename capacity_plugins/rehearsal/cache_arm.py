@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING, Any
 from capacity_plugins.corpus.cache_arms import ArmSpec, RepeatArm, SharedPrefixArm, build_arm
 
 if TYPE_CHECKING:
+    from capacity_plugins.client.context import RunContext
     from capacity_plugins.corpus import Sample
-    from capacity_plugins.load.context import RunContext
-    from capacity_plugins.load.steps import StepTimeline
+    from capacity_plugins.rehearsal.steps import StepTimeline
     from capacity_plugins.scenario import Scenario
 
 # The defaults CacheProbeLoad fills in; repeated so a spec built outside a scenario agrees.

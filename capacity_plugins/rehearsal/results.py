@@ -18,10 +18,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from capacity_plugins.contracts.folders import DEFAULT_NAME, DEFAULT_PARENT, check_unused, new_results_folder
-from capacity_plugins.load import meta as meta_mod
+from capacity_plugins.rehearsal import meta as meta_mod
 
 if TYPE_CHECKING:
-    from capacity_plugins.load.context import RunContext
+    from capacity_plugins.client.context import RunContext
     from capacity_plugins.scenario import Scenario
 
 log = logging.getLogger(__name__)

@@ -9,7 +9,7 @@ the supervisor's direct child watches: Locust's own forked workers are stopped b
 On Linux the kernel's parent-death signal (runner/child.py) sends that SIGTERM itself, at the same
 moment; the watchdog then only says why the run stops and sends nothing. Both sending was the
 bug: two SIGTERMs that did not coalesce, the second thrown into the clean stop the first had
-started (load/signals.py now ignores it too). The watchdog is the path where there is no
+started (swarm/signals.py now ignores it too). The watchdog is the path where there is no
 parent-death signal (other systems, or one not armed).
 """
 

@@ -6,7 +6,7 @@
   flight, so the authority can end a drain and judge whether the generator kept up;
 - a worker learns each step from the master's messages and reports `Watch` once a second.
 
-The authority (load/authority.py) decides the steps; this side only follows them.
+The authority (rehearsal/authority.py) decides the steps; this side only follows them.
 """
 
 from __future__ import annotations
@@ -18,13 +18,13 @@ from typing import TYPE_CHECKING, Any
 
 import gevent
 
+from capacity_plugins.client.context import RunContext
 from capacity_plugins.corpus.trace import session_shard
-from capacity_plugins.load import messages
-from capacity_plugins.load.arrivals import ArrivalPlan, Pacer, shard
-from capacity_plugins.load.cache_arm import CacheArmSource
-from capacity_plugins.load.context import RunContext
-from capacity_plugins.load.steps import Step, StepTimeline
-from capacity_plugins.load.watch import WATCH_INTERVAL_S, SelfWatch
+from capacity_plugins.rehearsal.arrivals import ArrivalPlan, Pacer, shard
+from capacity_plugins.rehearsal.cache_arm import CacheArmSource
+from capacity_plugins.rehearsal.steps import Step, StepTimeline
+from capacity_plugins.rehearsal.watch import WATCH_INTERVAL_S, SelfWatch
+from capacity_plugins.swarm import messages
 
 if TYPE_CHECKING:
     from locust.env import Environment

@@ -28,9 +28,9 @@ from capacity_plugins.dialects import RequestParams
 from capacity_plugins.errors import UserError
 
 if TYPE_CHECKING:
+    from capacity_plugins.client.context import RunContext
+    from capacity_plugins.client.options import LLMOptions
     from capacity_plugins.corpus import Corpus, Sample, Sampler
-    from capacity_plugins.load.context import RunContext
-    from capacity_plugins.load.options import LLMOptions
     from capacity_plugins.scenario import Scenario
 
 
@@ -123,7 +123,7 @@ class ClassCorpora:
         key = (source, min_distinct)
         if key not in self._loaded:
             from capacity_plugins.corpus import load_corpus
-            from capacity_plugins.load.handshake import in_thread
+            from capacity_plugins.swarm.handshake import in_thread
 
             try:
                 # in gevent's thread pool, as the run's corpus (handshake.load_corpus): a worker

@@ -23,22 +23,28 @@ import gevent
 
 from capacity_plugins.contracts.slo import judge_mix, judge_step
 from capacity_plugins.corpus.cache_arms import describe as describe_arm
-from capacity_plugins.load import messages
-from capacity_plugins.load.arrivals import ArrivalPlan, offered_in_window
-from capacity_plugins.load.cache_arm import cache_arm_spec
-from capacity_plugins.load.generator import HOST, GeneratorSide
-from capacity_plugins.load.results import ResultsFolder, analyse_in_background
-from capacity_plugins.load.search import CapacitySearch
-from capacity_plugins.load.shapes import RehearsalShape, StepPlan, level_plan, plan_steps
-from capacity_plugins.load.steps import ClientLimits, Step, StepAccounting, StepTimeline, write_steps_json
-from capacity_plugins.load.watch import SelfWatch
+from capacity_plugins.rehearsal.arrivals import ArrivalPlan, offered_in_window
+from capacity_plugins.rehearsal.cache_arm import cache_arm_spec
+from capacity_plugins.rehearsal.generator import HOST, GeneratorSide
+from capacity_plugins.rehearsal.results import ResultsFolder, analyse_in_background
+from capacity_plugins.rehearsal.search import CapacitySearch
+from capacity_plugins.rehearsal.shapes import RehearsalShape, StepPlan, level_plan, plan_steps
+from capacity_plugins.rehearsal.steps import (
+    ClientLimits,
+    Step,
+    StepAccounting,
+    StepTimeline,
+    write_steps_json,
+)
+from capacity_plugins.rehearsal.watch import SelfWatch
 from capacity_plugins.scenario import CacheProbeLoad, CapacitySearchLoad
+from capacity_plugins.swarm import messages
 from capacity_plugins.telemetry.wiring import RunTelemetry
 
 if TYPE_CHECKING:
     from locust.env import Environment
 
-    from capacity_plugins.load.context import RunContext
+    from capacity_plugins.client.context import RunContext
     from capacity_plugins.scenario import Scenario
 
 log = logging.getLogger(__name__)

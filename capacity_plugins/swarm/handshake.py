@@ -20,12 +20,12 @@ from urllib.parse import quote
 
 import gevent
 
+from capacity_plugins.client.context import RunContext
+from capacity_plugins.client.options import LLMOptions
 from capacity_plugins.contracts.redaction import basic_auth
 from capacity_plugins.errors import UserError
-from capacity_plugins.load import messages
-from capacity_plugins.load import workloads as workloads_mod
-from capacity_plugins.load.context import RunContext
-from capacity_plugins.load.options import LLMOptions
+from capacity_plugins.rehearsal import workloads as workloads_mod
+from capacity_plugins.swarm import messages
 
 if TYPE_CHECKING:
     from locust.env import Environment

@@ -4,8 +4,8 @@ the plugin, with `--scenario` for a whole rehearsal.
 Kept inside the package so `capacity run` works from an installed wheel, not only a checkout.
 """
 
-from capacity_plugins.load.plugin import install
-from capacity_plugins.load.users import LLMUser
+from capacity_plugins.client.users import LLMUser
+from capacity_plugins.plugin import install
 
 install()
 
