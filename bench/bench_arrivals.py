@@ -14,7 +14,7 @@ import time
 import gevent
 import numpy as np
 
-from capacity_plugins.load.arrivals import Pacer, schedule
+from capacity_plugins.rehearsal.arrivals import Pacer, schedule
 
 RATE, SECONDS, USERS = 200.0, 5.0, 32
 

@@ -32,7 +32,7 @@ chunks it hands to the kernel and reports its own CPU time, so it is visibly not
    the streams whose rate is 80 % of that capacity. In (b) every read is a wakeup and a receive
    for one chunk, so one core takes far fewer chunks than in (a), and a burst of completions (a
    batch of equal answers ends in the same step) is hundreds of users in one loop turn.
-3. loop lag (goal 6: records never block the loop): load/watch.py's ticker in the LLMUser
+3. loop lag (goal 6: records never block the loop): rehearsal/watch.py's ticker in the LLMUser
    reader at full ingest, with and without the records sink (its native writer thread).
 
 Figures only, as ratios to the baseline and to the goals; nothing is asserted.
@@ -236,9 +236,9 @@ def llmuser_reader(port: int, window: float, concurrency: int, sink: bool, token
     from locust.env import Environment
     from locust.event import Events
 
-    from capacity_plugins.load import plugin
-    from capacity_plugins.load.users import LLMUser
-    from capacity_plugins.load.watch import LoopLagTicker
+    from capacity_plugins import plugin
+    from capacity_plugins.client.users import LLMUser
+    from capacity_plugins.rehearsal.watch import LoopLagTicker
 
     tmp = Path(tempfile.mkdtemp(prefix="bench_client_"))
     corpus = tmp / "c.jsonl"
@@ -256,15 +256,15 @@ def llmuser_reader(port: int, window: float, concurrency: int, sink: bool, token
         ctx.sink.close()
         ctx.sink = None
     shipping = wire = None
-    if worker:  # records shipped to a master every second, as a worker's are (load/shipping.py)
-        from capacity_plugins.load.shipping import WorkerShipping
+    if worker:  # records shipped to a master every second, as a worker's are (swarm/shipping.py)
         from capacity_plugins.sinks.records import RecordsSink
+        from capacity_plugins.swarm.shipping import WorkerShipping
 
         ctx.sink, wire = RecordsSink(tmp / "out", "worker", ctx.secrets), _Wire()
         ctx.sink.open()
         shipping = WorkerShipping(wire, ctx.sink, lambda: 0)
         shipping.start()
-    ticker = LoopLagTicker()  # load/watch.py's own: a 50 ms tick
+    ticker = LoopLagTicker()  # rehearsal/watch.py's own: a 50 ms tick
     ticker.start()
     # What the bench needs of each record, not the record: a worker keeps none once the sink has
     # it, and 20 k records alive (their 256-gap lists) made the GC's pauses the bench's own.
@@ -528,7 +528,7 @@ def main() -> int:
           f"{many['saturated']['chunks_per_s']:,.0f}")
     _timing_rows(many, "streams", "streams", "kept-up")
     ns = res["llmuser-nosink"]
-    print(f"6. event-loop lag at full ingest (load/watch.py ticker, 50 ms): with the records sink p50 "
+    print(f"6. event-loop lag at full ingest (rehearsal/watch.py ticker, 50 ms): with the records sink p50 "
           f"{statistics.median(r['lag_p50_ms'] for r in user['runs']):.2f} / p99 "
           f"{statistics.median(r['lag_p99_ms'] for r in user['runs']):.2f} / max "
           f"{max(r['lag_max_ms'] for r in user['runs']):.2f} ms; without p50 "

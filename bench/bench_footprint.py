@@ -60,8 +60,8 @@ def child(url: str, streams: int, plateau_s: float) -> dict[str, Any]:
     from locust.env import Environment
     from locust.event import Events
 
-    from capacity_plugins.load import plugin
-    from capacity_plugins.load.users import LLMUser
+    from capacity_plugins import plugin
+    from capacity_plugins.client.users import LLMUser
 
     tmp = Path(tempfile.mkdtemp(prefix="bench_footprint_"))
     corpus = tmp / "c.jsonl"

@@ -9,4 +9,4 @@ The user class and the wiring live in the package (the same locustfile `capacity
 checkout and an installed wheel behave the same.
 """
 
-from capacity_plugins.load.locustfile import LLM  # noqa: F401  (Locust picks up the user class)
+from capacity_plugins.locustfile import LLM  # noqa: F401  (Locust picks up the user class)
