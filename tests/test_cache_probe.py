@@ -214,7 +214,7 @@ def test_where_ttft_goes_draws_a_bar_per_arm():
     # Both arms of a level are steps at the same level: each keeps its own bar, labelled with its arm.
     import matplotlib.pyplot as plt
 
-    from capacity_plugins.analysis.report_ttft import plot_ttft_breakdown
+    from capacity_plugins.outputs.report_ttft import plot_ttft_breakdown
 
     rows = [{"level": lv, "arm": arm, "client_ttft_mean_ms": t, "server_queue_mean_ms": 1.0,
              "server_prefill_mean_ms": t - 5, "server_ttft_mean_ms": t - 2, "client_remainder_ms": 2.0}

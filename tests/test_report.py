@@ -194,7 +194,7 @@ def test_help_names_the_positional_argument():
 
 
 def test_a_value_prints_to_the_precision_of_its_interval():
-    from capacity_plugins.analysis.report_text import fmt_iv, fmt_level, fmt_num
+    from capacity_plugins.outputs.report_text import fmt_iv, fmt_level, fmt_num
 
     assert fmt_iv(8.3712, [7.566, 9.171]) == "8.4 [7.6–9.2]"  # width 1.6: one decimal
     assert fmt_iv(1176.2, [1149.0, 1251.3]) == "1,176 [1,149–1,251]"  # never rounded to tens
@@ -231,7 +231,7 @@ def test_the_plan_is_said_in_words(analysed):
     page, md = (p / "report.html").read_text(), (p / "summary.md").read_text()
     summary = json.loads((p / "summary.json").read_text())
     per_node = summary["capacity"]["per_node_rps"]
-    from capacity_plugins.analysis.report_text import fmt_num
+    from capacity_plugins.outputs.report_text import fmt_num
 
     line = (f"Plan: 30 req/s × 1.5 safety ÷ {fmt_num(per_node)} req/s per node = {fmt_num(30 * 1.5 / per_node)} "
             "→ 5 nodes (5 GPUs); you have 2")
@@ -253,7 +253,7 @@ def test_every_slo_line_is_named_in_a_legend(tmp_path):
     import matplotlib.pyplot as plt
 
     from capacity_plugins.analysis.load import load_run
-    from capacity_plugins.analysis.report import distributions_figure, throughput_latency_figure
+    from capacity_plugins.outputs.report import distributions_figure, throughput_latency_figure
 
     p = make_results(tmp_path, slo={"ttft_p95_ms": 1500, "tpot_p95_ms": 100, "e2e_p95_ms": 2000}, **SEED)
     assert cli("analyze", str(p), "--quiet").returncode == 0
@@ -288,7 +288,7 @@ def _overlaps(fig) -> list[tuple[str, str]]:
 def test_where_ttft_goes_has_no_overlapping_labels(levels, arms):
     import matplotlib.pyplot as plt
 
-    from capacity_plugins.analysis.report_ttft import plot_ttft_breakdown
+    from capacity_plugins.outputs.report_ttft import plot_ttft_breakdown
 
     def row(lv: float, arm: str | None, client: float) -> dict:
         return {"level": lv, "arm": arm, "client_ttft_mean_ms": client, "server_queue_mean_ms": client * 0.6,
@@ -306,8 +306,8 @@ def test_where_ttft_goes_has_no_overlapping_labels(levels, arms):
 
 
 def test_the_settings_that_decided_are_a_folded_list_not_part_of_the_answer(analysed):
-    from capacity_plugins.analysis.report import html_page
-    from capacity_plugins.analysis.report_text import markdown
+    from capacity_plugins.outputs.report import html_page
+    from capacity_plugins.outputs.report_text import markdown
 
     p, _ = analysed
     summary = json.loads((p / "summary.json").read_text())

@@ -1,4 +1,4 @@
-"""`capacity compare A B`: the before/after table of docs/capacity.md, each change judged against the noise.
+"""The comparison behind `capacity compare A B`: the before/after table of docs/capacity.md, each change judged against the noise.
 
 The before/after review (docs/capacity.md): capacity, throughput, P50, P99, GPU util, cost per 1k
 requests, cache hit rate — "if QPS rose and cost fell, resources are used better; if QPS did not
@@ -21,20 +21,22 @@ What moved: the bottom line lists every row judged better or worse — worse fir
 and the change's interval (the change ± the noise it had to beat, relative to the before value),
 and says `within noise` only when no row moved beyond its noise. Every judged row counts: a TTFT
 P95 that fell 85 % is an improvement even when the throughput at the compared level did not move.
+
+This module computes the comparison (a dict); the command is `cli/compare.py`, the Markdown table
+`outputs/compare.py`.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import sys
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from capacity_plugins.analysis.intervals import half_width, t_quantile
+from capacity_plugins.analysis.noise import Value, judge
 from capacity_plugins.contracts.planning import VerdictConfig
-from capacity_plugins.errors import CommandParser, UserError
+from capacity_plugins.errors import UserError
 
 # metric key in a step row, its interval key, label, higher is better (None: informational)
 LEVEL_ROWS: tuple[tuple[str, str | None, str, bool | None], ...] = (
@@ -66,13 +68,6 @@ def load_summary(path: Path, progress=None) -> dict[str, Any]:
     if not isinstance(doc, dict) or "capacity" not in doc or ("steps" not in doc and "levels" not in doc):
         raise UserError(f"{f}: not a capacity summary (no steps / capacity keys)")
     return doc
-
-
-@dataclass
-class Value:
-    value: float | None
-    half: float  # half-width of its interval (inf: unknown)
-    run_to_run: bool  # the half-width is a run-to-run spread (repeats), not a within-run interval
 
 
 class Side:
@@ -146,21 +141,6 @@ def _from_stats(st: dict[str, Any], confidence: float) -> Value:
         return Value(mean, 0.0, False)  # one repeat: a single run in all but name
     t = t_quantile(1 - (1 - confidence) / 2, n - 1)
     return Value(mean, t * sd / math.sqrt(n), True)
-
-
-def judge(before: Value, after: Value, higher_is_better: bool | None, mdd: float) -> tuple[str, float | None]:
-    """(verdict, the noise the change had to beat)."""
-    if before.value is None or after.value is None:
-        return "unknown", None
-    noise = math.hypot(before.half, after.half)
-    if not (before.run_to_run and after.run_to_run):
-        noise += mdd * abs(before.value)  # within-run intervals miss the run-to-run spread
-    if higher_is_better is None:
-        return "info", noise
-    d = after.value - before.value
-    if not math.isfinite(noise) or abs(d) <= noise:
-        return "within noise", noise
-    return ("better" if (d > 0) == higher_is_better else "worse"), noise
 
 
 def compare(a: dict[str, Any], b: dict[str, Any], mdd: float | None = None) -> dict[str, Any]:
@@ -243,7 +223,7 @@ def _moved_text(r: dict[str, Any], level: float | None) -> str:
     if r["metric"] in AT_LEVEL and level is not None:
         name += f" at level {level:g}"
     if r["change"] is None:  # a before value of zero: no relative change
-        return f"{name} {_fmt(r['before'])} → {_fmt(r['after'])} {r['verdict']}"
+        return f"{name} {fmt_value(r['before'])} → {fmt_value(r['after'])} {r['verdict']}"
     ci = r.get("change_ci")
     interval = f" [{_pct(ci[0])}, {_pct(ci[1])}]" if ci else ""
     return f"{name} {_pct(r['change'])} %{interval} {r['verdict']}"
@@ -271,7 +251,7 @@ def _lvl(v: float) -> str:
     return "none seen" if not math.isfinite(v) else f"{v:g}"
 
 
-def _fmt(v: Any) -> str:
+def fmt_value(v: Any) -> str:
     if v is None:
         return "–"
     if isinstance(v, float):
@@ -279,38 +259,3 @@ def _fmt(v: Any) -> str:
             return "∞"
         return f"{v:,.3g}" if abs(v) < 1000 else f"{v:,.0f}"
     return str(v)
-
-
-def markdown(c: dict[str, Any]) -> str:
-    head = (f"Compared at level {c['compared_level']:g}: {c['compared_where']}" if c["compared_level"] is not None
-            else c["compared_where"])
-    nb = c["noise_basis"]
-    lines = [head, f"Noise: before {nb['before']}, after {nb['after']} "
-                   f"(minimum detectable difference {nb['min_detectable_difference']:.0%})",
-             "", "| metric | before | after | change | ± noise | verdict |", "|---|---|---|---|---|---|"]
-    for r in c["rows"]:
-        ch = "–" if r["change"] is None else f"{r['change']:+.0%}"
-        lines.append(f"| {r['metric']} | {_fmt(r['before'])} | {_fmt(r['after'])} | {ch} | {_fmt(r['noise'])} | {r['verdict']} |")
-    lines += ["", f"Overall: {c['bottom_line']}"] + [f"- {a}" for a in c["advice"]]
-    return "\n".join(lines) + "\n"
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Exit 0 when compared (whatever the outcome), 2 for bad input or a side without valid steps."""
-    p = CommandParser(prog="capacity compare", description="Before/after table of two analysed runs or repeat sets.")
-    p.add_argument("before", type=Path, help="results folder, repeat set (or summary.json) of the earlier run")
-    p.add_argument("after", type=Path, help="results folder, repeat set (or summary.json) of the later run")
-    p.add_argument("--format", choices=("md", "json"), default="md")
-    p.add_argument("--out", type=Path, help="also write the comparison as JSON here")
-    p.add_argument("--min-detectable-difference", type=float,
-                   help="smallest relative change single runs can show (default: the before run's verdict setting, 0.10)")
-    args = p.parse_args(argv)
-    if args.min_detectable_difference is not None and not 0 <= args.min_detectable_difference < 1:
-        raise UserError("--min-detectable-difference: expected a share in [0, 1)")
-    c = compare(load_summary(args.before), load_summary(args.after), args.min_detectable_difference)
-    from capacity_plugins.analysis.load import dumps_json  # inf noise → null: strict JSON
-
-    if args.out:
-        args.out.write_text(dumps_json(c), encoding="utf-8")
-    sys.stdout.write(dumps_json(c) + "\n" if args.format == "json" else markdown(c))
-    return 0

@@ -136,7 +136,7 @@ def analyze(results_dir: Path, *, overrides: dict | None = None, progress: Calla
     dest.mkdir(parents=True, exist_ok=True)
     (dest / "summary.json").write_text(dumps_json(summary), encoding="utf-8")
     if report:
-        from capacity_plugins.analysis.report import write_reports
+        from capacity_plugins.outputs.report import write_reports
 
         say("writing report.html, summary.md and plots")
         write_reports(summary, run, dest)

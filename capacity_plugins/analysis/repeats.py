@@ -165,13 +165,13 @@ def analyze_set(path: Path, *, overrides: dict | None = None, progress: Callable
         where.mkdir(parents=True, exist_ok=True)
         (where / "summary.json").write_text(dumps_json(s), encoding="utf-8")
         if report:
-            from capacity_plugins.analysis.report import write_reports
+            from capacity_plugins.outputs.report import write_reports
 
             say(f"writing {f.name}/report.html")
             write_reports(s, load_run(f, overrides), where)
     (dest / "summary.json").write_text(dumps_json(summary), encoding="utf-8")
     if report:
-        from capacity_plugins.analysis.repeats_report import write_set_reports
+        from capacity_plugins.outputs.repeats_report import write_set_reports
 
         write_set_reports(summary, dest)
     return summary

@@ -12,8 +12,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from capacity_plugins.analysis import cache_probe
 from capacity_plugins.analysis.verdict import LIMIT_NAMES
+from capacity_plugins.outputs import cache_probe_text
 
 DECISION_TEXT = {"scale": "SCALE", "dont_scale_yet": "DON'T SCALE YET", "observe": "OBSERVE"}
 JUDGED_MARK = {"pass": "✓", "fail": "✗", "uncertain": "?"}
@@ -119,7 +119,7 @@ def alert_lines(summary: dict[str, Any]) -> list[str]:
 def slo_attainment_lines(summary: dict[str, Any]) -> list[str]:
     """Per SLO limit: its key, and each valid level's attainment (✓ met, ✗ missed, ? within noise)."""
     if summary.get("workloads"):
-        from capacity_plugins.analysis import workloads_text
+        from capacity_plugins.outputs import workloads_text
 
         return workloads_text.attainment_lines(summary)
     rows = [r for r in summary["steps"] if r["valid"]]
@@ -157,7 +157,7 @@ def facts_lines(summary: dict[str, Any]) -> list[str]:
         "SLO judged: " + "; ".join(run.get("slo_limits") or []),
     ]
     if summary.get("workloads"):
-        from capacity_plugins.analysis import workloads_text
+        from capacity_plugins.outputs import workloads_text
 
         lines[-1:] = workloads_text.slo_lines(summary)
     lines += slo_attainment_lines(summary)
@@ -318,8 +318,8 @@ def search_lines(summary: dict[str, Any]) -> list[str]:
 
 def probe_markdown(probe: dict[str, Any]) -> list[str]:
     """The "Prefix-cache probe" section of summary.md: the answer, how to read it, the arms per level."""
-    head, rows = cache_probe.table(probe)
-    return ([f"- {line}" for line in cache_probe.section_lines(probe)] + ["", "| " + " | ".join(head) + " |",
+    head, rows = cache_probe_text.table(probe)
+    return ([f"- {line}" for line in cache_probe_text.section_lines(probe)] + ["", "| " + " | ".join(head) + " |",
             "|" + "---|" * len(head)] + ["| " + " | ".join(r) + " |" for r in rows])
 
 
@@ -522,7 +522,7 @@ def markdown(summary: dict[str, Any]) -> str:
     if summary.get("search"):
         out += ["", "## Capacity search", ""] + [f"- {line}" for line in search_lines(summary)]
     if summary.get("workloads"):
-        from capacity_plugins.analysis import workloads_text
+        from capacity_plugins.outputs import workloads_text
 
         out += workloads_text.markdown(summary)
     if summary.get("cache_probe"):

@@ -1,7 +1,8 @@
 """The `capacity` command.
 
-Each subcommand lives in the module that owns its concern and exposes `main(argv) -> int`;
-this file only dispatches, so adding a command never touches another one's code. Imports are
+Each subcommand lives in the module that owns its concern and exposes `main(argv) -> int`
+(`capacity analyze` and `capacity compare` here, in cli/analyze.py and cli/compare.py: they
+compute with analysis/ and print with outputs/); this file only dispatches, so adding a command never touches another one's code. Imports are
 lazy: `capacity analyze` must not pay for (or be broken by) gevent/Locust imports.
 """
 
@@ -15,8 +16,8 @@ from capacity_plugins.errors import EXIT_BAD_INPUT, EXIT_RUN_FAILED, RunError, U
 
 COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("capacity_plugins.runner", "run a scenario (sweep, rate steps, peak) and analyse it"),
-    "analyze": ("capacity_plugins.analysis.cli", "analyse a results folder: knee, capacity, plan, verdict"),
-    "compare": ("capacity_plugins.analysis.compare", "compare two analysed runs (before / after)"),
+    "analyze": ("capacity_plugins.cli.analyze", "analyse a results folder: knee, capacity, plan, verdict"),
+    "compare": ("capacity_plugins.cli.compare", "compare two analysed runs (before / after)"),
     "matrix": ("capacity_plugins.matrix", "run one scenario against several server configurations, one table"),
     "simulate": ("capacity_plugins.simulator.cli", "start the embedded inference simulator"),
     "corpus": ("capacity_plugins.corpus.cli", "corpus tools: stats, build"),

@@ -163,15 +163,15 @@ def _print_summary(args: argparse.Namespace, summary: dict[str, Any], is_set: bo
     elif args.format == "answer":
         pass
     elif is_set:
-        from capacity_plugins.analysis.repeats_report import set_headline, set_markdown
+        from capacity_plugins.outputs.repeats_report import set_headline, set_markdown
 
         print(set_markdown(summary) if args.format == "md" else "\n" + "\n".join(set_headline(summary)))
     elif args.format == "md":
-        from capacity_plugins.analysis.report_text import markdown
+        from capacity_plugins.outputs.report_text import markdown
 
         print(markdown(summary))
     else:
-        from capacity_plugins.analysis.report_text import headline
+        from capacity_plugins.outputs.report_text import headline
 
         lines = headline(summary)
         # the verdict line repeats the reasons the answer block just gave

@@ -16,7 +16,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from capacity_plugins.analysis.report_text import (  # noqa: E402
+from capacity_plugins.outputs.report_text import (  # noqa: E402
     DECISION_TEXT,
     fmt,
     fmt_ci,

@@ -19,9 +19,9 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from matplotlib.ticker import LogFormatter  # noqa: E402
 
-from capacity_plugins.analysis import cache_probe  # noqa: E402
 from capacity_plugins.analysis.load import RunData  # noqa: E402
-from capacity_plugins.analysis.report_text import (  # noqa: E402
+from capacity_plugins.outputs import cache_probe_text  # noqa: E402
+from capacity_plugins.outputs.report_text import (  # noqa: E402
     DECISION_TEXT,
     TRACE_COLS,
     TTFT_LEGEND,
@@ -40,7 +40,7 @@ from capacity_plugins.analysis.report_text import (  # noqa: E402
     table_columns,
     trace_cell,
 )
-from capacity_plugins.analysis.report_ttft import plot_ttft_breakdown, section, tick_rotation  # noqa: E402
+from capacity_plugins.outputs.report_ttft import plot_ttft_breakdown, section, tick_rotation  # noqa: E402
 
 DECISION_COLOUR = {"scale": "#b3261e", "dont_scale_yet": "#1e6b35", "observe": "#8a6d00"}
 LATENCY_LINES = (("ttft_p95_ms", "TTFT P95", "C0"), ("e2e_p95_ms", "E2E P95", "C1"), ("tpot_p95_ms", "TPOT P95", "C2"),
@@ -226,9 +226,9 @@ def _img(data: bytes | None, alt: str) -> str:
 def _probe_html(probe: dict[str, Any]) -> str:
     """The "Prefix-cache probe" section: the answer, how to read it, the arms per level."""
     e = html.escape
-    head, rows = cache_probe.table(probe)
+    head, rows = cache_probe_text.table(probe)
     return ('<h2>Prefix-cache probe</h2><ul id="cache-probe">'
-            + "".join(f"<li>{e(x)}</li>" for x in cache_probe.section_lines(probe)) + "</ul><table><tr>"
+            + "".join(f"<li>{e(x)}</li>" for x in cache_probe_text.section_lines(probe)) + "</ul><table><tr>"
             + "".join(f"<th>{e(h)}</th>" for h in head) + "</tr>"
             + "".join("<tr>" + "".join(f"<td>{e(c)}</td>" for c in r) + "</tr>" for r in rows) + "</table>")
 
@@ -342,7 +342,7 @@ def _workloads_html(summary: dict[str, Any]) -> str:
     """The "Workload classes" section: each class's SLO and capacity, then a row per step and class."""
     if not summary.get("workloads"):
         return ""
-    from capacity_plugins.analysis import workloads_text
+    from capacity_plugins.outputs import workloads_text
 
     e = html.escape
     lines = "".join(f"<li>{e(x)}</li>" for x in workloads_text.workload_lines(summary))
