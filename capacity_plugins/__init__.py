@@ -29,7 +29,7 @@ _EXPORTS: dict[str, str] = {
     "Scenario": "capacity_plugins.scenario",
     "load_scenario": "capacity_plugins.scenario",
     "load_corpus": "capacity_plugins.corpus",
-    "analyze": "capacity_plugins.analysis",
+    "analyze": "capacity_plugins.outputs",
 }
 
 __all__ = [
@@ -49,13 +49,13 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from capacity_plugins.analysis import analyze
     from capacity_plugins.client.context import RunContext
     from capacity_plugins.client.options import LLMOptions
     from capacity_plugins.client.users import LLMRequestError, LLMUser
     from capacity_plugins.contracts.records import RequestRecord
     from capacity_plugins.contracts.steps import StepRow
     from capacity_plugins.corpus import load_corpus
+    from capacity_plugins.outputs import analyze
     from capacity_plugins.plugin import install, register
     from capacity_plugins.scenario import Scenario, load_scenario
 

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 from helpers.analysis_data import make_results
 
-from capacity_plugins.analysis import analyze, records
+from capacity_plugins import analyze
+from capacity_plugins.analysis import records
 from capacity_plugins.analysis.pipeline import load_run, summarise
 from capacity_plugins.errors import UserError
 

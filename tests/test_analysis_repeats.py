@@ -48,7 +48,7 @@ def test_a_set_reports_the_run_to_run_spread(tmp_path):
 
 
 def test_the_library_call_the_runner_makes_analyses_a_set(tmp_path):
-    from capacity_plugins.analysis import analyze
+    from capacity_plugins import analyze
 
     # `capacity run --repeat N` writes repeats.json with the scenario's name beside the list
     s = make_repeat_set(tmp_path / "set", 2, lambda p, i: make_results(p, levels=[1, 2, 4], rps=[5, 10, 20]))

@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 from helpers.analysis_data import make_results
 
-from capacity_plugins.analysis import analyze
+from capacity_plugins import analyze
 from capacity_plugins.analysis.ttft_breakdown import (
     ServerHistograms,
     TTFTBreakdown,

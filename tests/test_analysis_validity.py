@@ -10,7 +10,7 @@ import pytest
 from helpers.analysis_data import T0, make_results
 from helpers.processes import capacity
 
-from capacity_plugins.analysis import analyze
+from capacity_plugins import analyze
 from capacity_plugins.analysis.pipeline import load_run, summarise
 
 SLO = {"ttft_p95_ms": None, "tpot_p95_ms": None, "e2e_p95_ms": 2000.0}

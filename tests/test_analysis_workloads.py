@@ -9,7 +9,7 @@ import pytest
 import yaml
 from helpers.analysis_data import make_results, with_workloads
 
-from capacity_plugins.analysis import analyze
+from capacity_plugins import analyze
 from capacity_plugins.analysis.pipeline import load_run, summarise
 from capacity_plugins.errors import UserError
 

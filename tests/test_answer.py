@@ -18,9 +18,10 @@ import pytest
 from helpers.analysis_data import make_results
 from helpers.processes import capacity
 
+from capacity_plugins import analyze
 from capacity_plugins.analysis.answer import answer_lines, plain_answer
 from capacity_plugins.analysis.gate import gate
-from capacity_plugins.analysis.pipeline import analyze, load_run, summarise
+from capacity_plugins.analysis.pipeline import load_run, summarise
 
 SLO_E2E = {"ttft_p95_ms": None, "tpot_p95_ms": None, "e2e_p95_ms": 2000.0}
 CONFIG_KEY = re.compile(r"\b(slo|verdict|load|capacity)\.[a-z_]+")

@@ -13,7 +13,7 @@ from helpers.processes import capacity
 from helpers.results import read_steps, results_dir
 from helpers.scenarios import write_scenario
 
-from capacity_plugins.analysis import analyze
+from capacity_plugins import analyze
 from capacity_plugins.corpus import load_corpus
 from capacity_plugins.corpus.cache_arms import PROBE_TAG, ArmSpec
 from capacity_plugins.errors import UserError

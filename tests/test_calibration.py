@@ -13,8 +13,8 @@ from pathlib import Path
 from helpers.analysis_data import make_results
 from helpers.virtual_sim import LEVELS, calibration_study, true_throughput, virtual_sweep
 
+from capacity_plugins import analyze
 from capacity_plugins.analysis.knee import find_knee, requests_to_decide
-from capacity_plugins.analysis.pipeline import analyze
 
 
 def test_eight_slots_at_200_requests_per_step_intervals_cover_and_the_knee_is_found(tmp_path: Path) -> None:
@@ -38,7 +38,7 @@ def test_one_noisy_slot_never_shows_a_false_knee(tmp_path: Path) -> None:
     truth = true_throughput(1, seconds=300.0, **config)
     for seed in range(8):
         s = analyze(virtual_sweep(tmp_path / f"r{seed}", levels=LEVELS, rates=[truth] * len(LEVELS), seed=seed,
-                                  **config), report=False)
+                                  **config), formats=["json"])
         knee = s["knee"]
         assert knee["value"] in (None, 1.0), knee["reason"]
         if knee["value"] is None:
@@ -46,7 +46,7 @@ def test_one_noisy_slot_never_shows_a_false_knee(tmp_path: Path) -> None:
 
 
 def test_closed_loop_throughput_is_littles_law_and_counting_its_cross_check(tmp_path: Path) -> None:
-    s = analyze(virtual_sweep(tmp_path / "v", levels=[2, 8], rates=[3.9, 9.2], seed=1), report=False)
+    s = analyze(virtual_sweep(tmp_path / "v", levels=[2, 8], rates=[3.9, 9.2], seed=1), formats=["json"])
     for row in s["steps"]:
         assert row["rps_method"] == "littles_law" and row["rps_methods_agree"] is True
         e2e_s = row["e2e_mean_ms"] / 1000
@@ -62,7 +62,7 @@ def test_a_loop_that_is_not_closed_falls_back_to_counting(tmp_path: Path) -> Non
     """Users that idle between requests break Little's law (users / E2E is then far above the
     count): the count decides and the row says the two disagreed."""
     s = analyze(make_results(tmp_path / "m", levels=[1, 2, 4], rps=[10.0, 20.0, 40.0], e2e_p50_ms=500.0,
-                             e2e_p99_ms=600.0), report=False)
+                             e2e_p99_ms=600.0), formats=["json"])
     for row in s["steps"]:
         assert row["rps_method"] == "counting" and row["rps_methods_agree"] is False
         assert row["rps"] == row["rps_counted"]

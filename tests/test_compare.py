@@ -8,7 +8,7 @@ import pytest
 from helpers.analysis_data import make_queue_results, make_repeat_set, make_results
 from helpers.processes import capacity
 
-from capacity_plugins.analysis import analyze
+from capacity_plugins import analyze
 from capacity_plugins.analysis.compare import compare, load_summary
 from capacity_plugins.errors import UserError
 

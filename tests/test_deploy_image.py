@@ -29,7 +29,7 @@ from helpers.paths import ROOT
 from helpers.ports import free_port
 from helpers.processes import capacity, stop
 
-from capacity_plugins.cli import ANALYSIS_LIBS
+from capacity_plugins.analysis.extra import ANALYSIS_LIBS
 
 DOCKERFILE = ROOT / "Dockerfile"
 ANALYSIS = ANALYSIS_LIBS  # the `analysis` extra's libraries

@@ -1,23 +1,22 @@
-"""One pass from a results folder to summary.json / summary.md / report.html / PNGs.
+"""One pass from a results folder to its summary (what summary.json holds).
 
 load → per-step table (with intervals and validity) → knee → capacity under SLO → plan + cost →
-verdict + checklists → stability → run facts and outcome → outputs. Each stage reads the previous
-stage's output only.
+verdict + checklists → stability → run facts and outcome. Each stage reads the previous stage's
+output only. Nothing here writes a file: the registered writers (outputs/) do, asked by the
+caller (`capacity_plugins.analyze`, outputs/__init__.py).
 """
 
 from __future__ import annotations
 
-import time
 from collections import Counter
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from capacity_plugins.analysis.answer import plain_answer
 from capacity_plugins.analysis.cache_probe import cache_probe
 from capacity_plugins.analysis.capacity import capacity_under_slo
 from capacity_plugins.analysis.knee import find_knee
-from capacity_plugins.analysis.load import RunData, dumps_json, load_run
+from capacity_plugins.analysis.load import RunData, load_run
 from capacity_plugins.analysis.outcome import NO_REQUESTS, outcome
 from capacity_plugins.analysis.plan import make_cost, make_plan
 from capacity_plugins.analysis.runfacts import redact_url, run_facts
@@ -28,6 +27,9 @@ from capacity_plugins.analysis.ttft_breakdown import breakdown_notes
 from capacity_plugins.analysis.validity import meta_warnings
 from capacity_plugins.analysis.verdict import checklists, decide
 from capacity_plugins.analysis.workloads import class_warnings, mix_capacity
+
+# load_run is the pipeline's first stage, summarise the rest
+__all__ = ["SCHEMA_VERSION", "load_run", "summarise", "sweep_kind"]
 
 # 2: intervals (`*_ci*`), step validity, `run`, `outcome`, the `verdict` settings (SCHEMA.md).
 SCHEMA_VERSION = 2
@@ -120,25 +122,3 @@ def _meta(run: RunData) -> dict[str, Any]:
     meta["requests_total"] = len(run.requests)
     meta["results_dir"] = str(run.path)
     return meta
-
-
-def analyze(results_dir: Path, *, overrides: dict | None = None, progress: Callable[[str], None] | None = None,
-            report: bool = True, out: Path | None = None) -> dict[str, Any]:
-    """Analyse a results folder, write summary.json (+ summary.md, report.html, PNGs) into it, or
-    into `out` (a what-if with other SLO / capacity figures leaves the run's own files alone), and
-    return the summary."""
-    t0 = time.perf_counter()
-    say = progress or (lambda _m: None)
-    results_dir = Path(results_dir)
-    run = load_run(results_dir, overrides, say)
-    summary = summarise(run, say)
-    dest = Path(out) if out is not None else results_dir
-    dest.mkdir(parents=True, exist_ok=True)
-    (dest / "summary.json").write_text(dumps_json(summary), encoding="utf-8")
-    if report:
-        from capacity_plugins.outputs.report import write_reports
-
-        say("writing report.html, summary.md and plots")
-        write_reports(summary, run, dest)
-    say(f"analysis done in {time.perf_counter() - t0:.1f} s")
-    return summary

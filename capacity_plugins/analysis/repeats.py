@@ -21,7 +21,6 @@ from typing import Any
 import orjson
 
 from capacity_plugins.analysis.intervals import t_interval
-from capacity_plugins.analysis.load import dumps_json
 from capacity_plugins.analysis.plan import make_plan
 from capacity_plugins.analysis.settings import read_settings
 from capacity_plugins.errors import UserError
@@ -138,13 +137,13 @@ def summarise_set(path: Path, names: list[str], summaries: list[dict[str, Any]],
     }
 
 
-def analyze_set(path: Path, *, overrides: dict | None = None, progress: Callable[[str], None] | None = None,
-                report: bool = True, out: Path | None = None) -> dict[str, Any]:
-    """Analyse every repeat of a set, then write the set's summary.json (+ summary.md, report.html)
-    into the set (or `out`, with one sub-folder per repeat: a what-if leaves the set as it was).
+def summarise_repeats(path: Path, overrides: dict | None = None, progress: Callable[[str], None] | None = None
+                      ) -> tuple[dict[str, Any], list[tuple[Path, dict[str, Any]]]]:
+    """The set's summary and each repeat's (folder, summary).
 
-    Every repeat is read and judged before anything is written, so a bad repeat is exit 2 with no
-    half-written set; the reports then read each repeat once more (one run in memory at a time).
+    Every repeat is read and judged before the caller writes anything, so a bad repeat is exit 2
+    with no half-written set; each repeat's data is dropped once summarised (one run in memory at a
+    time).
     """
     from capacity_plugins.analysis.load import load_run
     from capacity_plugins.analysis.pipeline import summarise
@@ -159,19 +158,4 @@ def analyze_set(path: Path, *, overrides: dict | None = None, progress: Callable
         except UserError as e:  # name the repeat: every repeat has a requests.jsonl
             raise UserError(f"{f.name}/{e}") from None
     summary = summarise_set(path, [f.name for f in folders], summaries, overrides)
-    dest = Path(out) if out is not None else Path(path)
-    for f, s in zip(folders, summaries, strict=True):
-        where = dest / f.name
-        where.mkdir(parents=True, exist_ok=True)
-        (where / "summary.json").write_text(dumps_json(s), encoding="utf-8")
-        if report:
-            from capacity_plugins.outputs.report import write_reports
-
-            say(f"writing {f.name}/report.html")
-            write_reports(s, load_run(f, overrides), where)
-    (dest / "summary.json").write_text(dumps_json(summary), encoding="utf-8")
-    if report:
-        from capacity_plugins.outputs.repeats_report import write_set_reports
-
-        write_set_reports(summary, dest)
-    return summary
+    return summary, list(zip(folders, summaries, strict=True))

@@ -9,9 +9,9 @@ lazy: `capacity analyze` must not pay for (or be broken by) gevent/Locust import
 from __future__ import annotations
 
 import importlib
-import importlib.util
 import sys
 
+from capacity_plugins.analysis.extra import ANALYSIS_INSTALL, ANALYSIS_LIBS, missing_analysis_libs
 from capacity_plugins.errors import EXIT_BAD_INPUT, EXIT_RUN_FAILED, RunError, UserError
 
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -25,19 +25,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "gpu-agent": ("capacity_plugins.telemetry.agent", "Prometheus exporter of NVML GPU readings"),
 }
 
-
-# The `analysis` extra (pyproject.toml): a worker-only install (the container image's `worker`
-# target) lacks these, and a command that needs them says so in one line instead of a traceback.
-ANALYSIS_LIBS = ("pandas", "scipy", "matplotlib", "pyarrow")
-ANALYSIS_INSTALL = "pip install 'capacity-plugins[analysis]'"
 # Commands that always analyse. `compare` analyses only a folder without summary.json, and
 # `corpus stats` needs pandas/pyarrow only for .parquet: those are caught when they import one.
 NEEDS_ANALYSIS = ("analyze",)
-
-
-def missing_analysis_libs() -> list[str]:
-    """The analysis extra's libraries that are not installed (find_spec imports nothing)."""
-    return [name for name in ANALYSIS_LIBS if importlib.util.find_spec(name) is None]
 
 
 def _usage() -> str:

@@ -43,8 +43,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _checked(matrix: Matrix, output: str | None) -> tuple[Any, dict[str, str], Any]:
     """Everything that can be bad input, before anything starts: the scenario and what it needs."""
-    from capacity_plugins.cli import ANALYSIS_INSTALL, missing_analysis_libs
-    from capacity_plugins.runner import _check_corpus, _writable_parent, scenario_secrets
+    from capacity_plugins.analysis.extra import ANALYSIS_INSTALL, missing_analysis_libs
+    from capacity_plugins.runner.inputs import check_corpus, scenario_secrets, writable_parent
     from capacity_plugins.runner.preflight import target_headers
     from capacity_plugins.scenario import load_scenario
 
@@ -61,8 +61,8 @@ def _checked(matrix: Matrix, output: str | None) -> tuple[Any, dict[str, str], A
         found = url_path_problem(entry.url, scenario.target.dialect)
         if found is not None:
             raise UserError(f"{matrix.path}: entries[{i}].url: {found}")
-    _writable_parent("--output" if output else f"{matrix.path}: output", Path(output or matrix.output))
-    _check_corpus(scenario)
+    writable_parent("--output" if output else f"{matrix.path}: output", Path(output or matrix.output))
+    check_corpus(scenario)
     secrets = scenario_secrets(scenario)  # a secret too short to redact is bad input, as for capacity run
     return scenario, target_headers(scenario), secrets
 

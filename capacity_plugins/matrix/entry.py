@@ -4,7 +4,7 @@ The teardown runs whatever happened before it (a failed start, a run error, Ctrl
 failure becomes the entry's row with the stage it failed at and why; only an interruption stops
 the matrix. The run goes through the runner's own `main` (runner/), so its preflight, Locust
 child, Ctrl-C handling and results folder are exactly `capacity run`'s; the analysis is
-`capacity_plugins.analysis.analyze` with the entry's GPUs and price as overrides.
+`capacity_plugins.analyze` with the entry's GPUs and price as overrides.
 """
 
 from __future__ import annotations
@@ -126,7 +126,7 @@ def _run(matrix: Matrix, url: str, folder: Path, out: Outcome) -> None:
 
 
 def _analyse(out: Outcome) -> None:
-    from capacity_plugins.analysis import analyze
+    from capacity_plugins.outputs import analyze
 
     assert out.run_dir is not None
     overrides = {"gpus_per_node": out.gpus, "gpu_hour_usd": out.gpu_hour_usd}

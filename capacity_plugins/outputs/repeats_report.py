@@ -1,4 +1,5 @@
-"""A repeat set's words and page: headline, summary.md, report.html (one plot: every repeat's curve).
+"""A repeat set's words and page: headline, summary.md, report.html (one plot: every repeat's curve),
+rendered to text and bytes (outputs/writers.py writes them).
 
 Each repeat keeps its own full report in its folder; the set's page is about the spread.
 """
@@ -8,7 +9,6 @@ from __future__ import annotations
 import base64
 import html
 import io
-from pathlib import Path
 from typing import Any
 
 import matplotlib
@@ -88,7 +88,8 @@ def set_markdown(s: dict[str, Any]) -> str:
     return "\n".join(out) + "\n"
 
 
-def _plot(s: dict[str, Any]) -> bytes:
+def throughput_plot(s: dict[str, Any]) -> bytes:
+    """Every repeat's throughput curve, as PNG bytes (throughput_repeats.png, embedded in the page)."""
     fig, ax = plt.subplots(figsize=(8, 4))
     for i, name in enumerate(s["run"].get("repeats", [])):
         pts = [(e["level"], e["rps"]["values"][i]) for e in s["levels"] if e["rps"]["values"][i] is not None]
@@ -105,13 +106,11 @@ def _plot(s: dict[str, Any]) -> bytes:
     return buf.getvalue()
 
 
-def write_set_reports(s: dict[str, Any], out_dir: Path) -> None:
+def set_page(s: dict[str, Any], png: bytes) -> str:
+    """The set's report.html: the spread, each repeat linked to its own report, the plot embedded."""
     from capacity_plugins.analysis.answer import plain_answer
 
     e = html.escape
-    (out_dir / "summary.md").write_text(set_markdown(s), encoding="utf-8")
-    png = _plot(s)
-    (out_dir / "throughput_repeats.png").write_bytes(png)
     rows = "".join("<tr>" + "".join(f"<td>{e(c)}</td>" for c in _level_cells(lv)) + "</tr>" for lv in s["levels"])
     reps = "".join(f"<tr><td class=l><a href=\"{e(r['name'])}/report.html\">{e(r['name'])}</a></td><td>{e(_g(r['per_node_rps']))}"
                    f"</td><td>{e(fmt_ci(r['per_node_rps_ci'], 2))}</td><td>{e(_g(r['knee']))}</td><td>{e(r['decision'])}</td>"
@@ -134,4 +133,4 @@ td.l,th.l{{text-align:left}} img{{max-width:100%}}</style></head><body>
 <h2>Warnings</h2><ul>{''.join(f'<li>{e(w)}</li>' for w in s['warnings'])}</ul>
 </body></html>
 """
-    (out_dir / "report.html").write_text(page, encoding="utf-8")
+    return page

@@ -1,4 +1,5 @@
-"""report.html (one self-contained page, PNGs embedded as base64), summary.md and the PNGs.
+"""report.html (one self-contained page, PNGs embedded as base64) and its plots, rendered to text and
+bytes (outputs/writers.py writes them to files).
 
 Matplotlib with the Agg backend: no display, no browser needed to render. The words (headline,
 run facts, table cells, summary.md) are report_text.py's.
@@ -9,7 +10,6 @@ from __future__ import annotations
 import base64
 import html
 import io
-from pathlib import Path
 from typing import Any
 
 import matplotlib
@@ -32,11 +32,9 @@ from capacity_plugins.outputs.report_text import (  # noqa: E402
     facts_lines,
     fmt,
     fmt_level,
-    markdown,
     search_lines,
     setting_value,
     short_columns,
-    steps_csv,
     table_columns,
     trace_cell,
 )
@@ -80,17 +78,12 @@ def _legends_below(*axes: Any) -> None:
         ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -gap), ncol=2, frameon=False)
 
 
-def _save(fig: Any, out: Path) -> bytes:
+def png(fig: Any) -> bytes:
+    """A figure as PNG bytes (closed afterwards: a report renders many)."""
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=100, bbox_inches="tight")
     plt.close(fig)
-    data = buf.getvalue()
-    out.write_bytes(data)
-    return data
-
-
-def plot_throughput_latency(summary: dict[str, Any], out: Path) -> bytes:
-    return _save(throughput_latency_figure(summary), out)
+    return buf.getvalue()
 
 
 def throughput_latency_figure(summary: dict[str, Any]) -> Any:
@@ -151,10 +144,6 @@ def throughput_latency_figure(summary: dict[str, Any]) -> Any:
     return fig
 
 
-def plot_distributions(run: RunData, summary: dict[str, Any], out: Path) -> bytes:
-    return _save(distributions_figure(run, summary), out)
-
-
 def distributions_figure(run: RunData, summary: dict[str, Any]) -> Any:
     """TTFT and E2E per step as box plots, the SLO limit a dashed line named in the legend."""
     req = run.requests
@@ -185,7 +174,8 @@ def distributions_figure(run: RunData, summary: dict[str, Any]) -> Any:
     return fig
 
 
-def plot_timeline(run: RunData, out: Path, simulated: bool = False) -> bytes | None:
+def timeline_figure(run: RunData, simulated: bool = False) -> Any:
+    """The server's telemetry over the run, the steps as bands; None without telemetry."""
     t = run.telemetry
     if t is None or t.empty:
         return None
@@ -211,7 +201,21 @@ def plot_timeline(run: RunData, out: Path, simulated: bool = False) -> bytes | N
         if st.start_unix is not None:
             axes[0, 0].annotate(fmt_level(st.level), (st.start_unix - t0, axes[0, 0].get_ylim()[1]), fontsize=7, va="top")
     axes[-1, 0].set_xlabel("seconds since start (bands = steps, labels = level)")
-    return _save(fig, out)
+    return fig
+
+
+def figures(summary: dict[str, Any], run: RunData) -> dict[str, bytes | None]:
+    """The report's plots as PNG bytes by file stem (None: nothing to plot), rendered once: written as
+    PNG files and embedded in report.html."""
+    out: dict[str, bytes | None] = {
+        "throughput_latency": png(throughput_latency_figure(summary)),
+        "latency_distributions": png(distributions_figure(run, summary)),
+    }
+    timeline = timeline_figure(run, bool((summary.get("run") or {}).get("simulated")))
+    out["timeline"] = png(timeline) if timeline is not None else None
+    ttft = plot_ttft_breakdown(summary)
+    out["ttft_breakdown"] = png(ttft) if ttft is not None else None
+    return out
 
 
 # ------------------------------------------------------------------------------ page
@@ -353,16 +357,3 @@ def _workloads_html(summary: dict[str, Any]) -> str:
             f"<p>Each class judged by its own SLO, per step; struck-through rows have too few of the class's requests "
             f"(load.min_requests) or an invalid step and decide nothing for it.</p>"
             f"<table><tr>{head}</tr>{body}</table></div>")
-
-
-def write_reports(summary: dict[str, Any], run: RunData, out_dir: Path) -> None:
-    figs: dict[str, bytes | None] = {
-        "throughput_latency": plot_throughput_latency(summary, out_dir / "throughput_latency.png"),
-        "latency_distributions": plot_distributions(run, summary, out_dir / "latency_distributions.png"),
-        "timeline": plot_timeline(run, out_dir / "timeline.png", bool((summary.get("run") or {}).get("simulated"))),
-    }
-    ttft = plot_ttft_breakdown(summary)
-    figs["ttft_breakdown"] = _save(ttft, out_dir / "ttft_breakdown.png") if ttft is not None else None
-    (out_dir / "steps.csv").write_text(steps_csv(summary), encoding="utf-8")
-    (out_dir / "summary.md").write_text(markdown(summary), encoding="utf-8")
-    (out_dir / "report.html").write_text(html_page(summary, figs), encoding="utf-8")

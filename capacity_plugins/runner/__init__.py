@@ -20,14 +20,13 @@ import json
 import os
 import signal
 import sys
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from pydantic import ValidationError
 
 from capacity_plugins.contracts.folders import new_results_folder
-from capacity_plugins.contracts.redaction import Secrets, run_secrets, strip_userinfo
+from capacity_plugins.contracts.redaction import strip_userinfo
 from capacity_plugins.errors import (
     EXIT_BAD_INPUT,
     EXIT_GATE_FAILED,
@@ -39,6 +38,7 @@ from capacity_plugins.errors import (
 )
 from capacity_plugins.runner.child import run_child
 from capacity_plugins.runner.command import LOCUSTFILE, locust_command
+from capacity_plugins.runner.inputs import check_corpus, check_trace, scenario_secrets, writable_parent
 from capacity_plugins.runner.preflight import preflight
 from capacity_plugins.scenario import Scenario, load_scenario
 
@@ -79,21 +79,6 @@ def _port(flag: str, value: int | None, allow_zero: bool = False) -> None:
     low = 0 if allow_zero else 1
     if value is not None and not low <= value <= 65535:
         raise UserError(f"{flag}: must be a port between {low} and 65535, got {value}")
-
-
-def _writable_parent(flag: str, path: Path) -> None:
-    """The results go under `path`: it must be (or become) a folder this user can write."""
-    if path.exists() and not path.is_dir():
-        raise UserError(f"{flag} {path}: exists and is not a folder")
-    probe = path
-    while not probe.exists():
-        probe = probe.parent
-    if not probe.is_dir():
-        raise UserError(f"{flag} {path}: {probe} is not a folder")
-    try:  # permissions alone do not tell (root, read-only mounts, /proc): try, and leave nothing behind
-        os.rmdir(tempfile.mkdtemp(prefix=".capacity-probe-", dir=probe))
-    except OSError as e:
-        raise UserError(f"{flag} {path}: cannot create a results folder there ({e.strerror})") from None
 
 
 def _parse(argv: list[str]) -> argparse.Namespace:
@@ -143,12 +128,6 @@ def results_folder(s: Scenario, output: str | None) -> Path:
     return new_results_folder(output or s.output, s.name)
 
 
-def scenario_secrets(s: Scenario) -> Secrets:
-    """The secret values of a scenario's target (UserError, exit 2, when one is too short)."""
-    key = os.environ.get(s.target.api_key_env) if s.target.api_key_env else None
-    return run_secrets(key, s.target.headers, s.target.url, api_key_what=f"target.api_key_env {s.target.api_key_env}")
-
-
 def _mark_incomplete(folder: Path, reason: str, unless_finished: bool = False) -> None:
     """meta.json says the run is incomplete, even when Locust died before writing it.
 
@@ -166,44 +145,6 @@ def _mark_incomplete(folder: Path, reason: str, unless_finished: bool = False) -
     tmp = path.with_name("meta.json.tmp")
     tmp.write_text(json.dumps(meta, indent=2), encoding="utf-8")
     os.replace(tmp, path)
-
-
-def _check_corpus(s: Scenario) -> None:
-    """Load the corpus once here so a bad one is exit 2 before a simulator or a preflight starts."""
-    from capacity_plugins.corpus import load_corpus
-
-    where = f"{s.source_path}: " if s.source_path else ""
-    try:
-        load_corpus(s.corpus_path(), min_distinct=s.corpus.min_distinct)
-    except UserError as e:
-        raise UserError(f"{where}corpus: {e}") from None
-    for i, (w, merged) in enumerate(zip(s.workloads or (), s.workload_classes, strict=True)):
-        own = s.class_corpus_path(w)
-        if own is None and merged.corpus.min_distinct == s.corpus.min_distinct:
-            continue  # the top-level corpus, checked above
-        try:
-            load_corpus(own or s.corpus_path(), min_distinct=merged.corpus.min_distinct)
-        except UserError as e:
-            raise UserError(f"{where}workloads[{i}].corpus: {e}") from None
-
-
-def _check_trace(s: Scenario) -> None:
-    """Read a trace replay's trace once here: a bad line is exit 2 (file, line, field) before anything starts."""
-    from capacity_plugins.scenario import TraceLoad
-
-    load = s.load
-    path = s.trace_path()
-    if not isinstance(load, TraceLoad) or path is None:
-        return
-    from capacity_plugins.corpus.trace import read_trace, trace_windows
-
-    rows = read_trace(path)  # its errors name the trace file and line
-    try:
-        trace_windows(rows, speedup=load.speedup, start_s=load.start_s, duration_s=load.duration_s,
-                      loop=load.loop, window_s=load.window_s)
-    except UserError as e:
-        where = f"{s.source_path}: " if s.source_path else ""
-        raise UserError(f"{where}{e}") from None
 
 
 @dataclass
@@ -276,7 +217,7 @@ def _incomplete_reason(outcome: _Outcome) -> str | None:
 def _analyse(args: argparse.Namespace, folder: Path, answered: list[str] | None = None) -> int:
     """Analyse a run (or a repeat set); EXIT_OK, or the code the analysis or a gate gives. The plain
     answer, its reasons in words and the report's path go to `answered`: the run's last lines."""
-    from capacity_plugins.cli import ANALYSIS_INSTALL, missing_analysis_libs
+    from capacity_plugins.analysis.extra import ANALYSIS_INSTALL, missing_analysis_libs
 
     if missing_analysis_libs():
         # A worker-only install: the run is done and its folder complete; analyse it elsewhere.
@@ -287,9 +228,9 @@ def _analyse(args: argparse.Namespace, folder: Path, answered: list[str] | None 
                   file=sys.stderr, flush=True)
             return EXIT_BAD_INPUT
         return EXIT_OK
-    from capacity_plugins.analysis import analyze
     from capacity_plugins.analysis.gate import gate
     from capacity_plugins.analysis.outcome import exit_code
+    from capacity_plugins.outputs import analyze
 
     try:
         summary = analyze(folder, progress=lambda m: print(f"[capacity] {m}", flush=True))
@@ -336,9 +277,9 @@ def main(argv: list[str]) -> int:
         rc, _ = run_child(locust_command(scenario, args, None, None, None), env)
         return EXIT_OK if rc in (0, -signal.SIGTERM) else (EXIT_BAD_INPUT if rc == 2 else EXIT_RUN_FAILED)
 
-    _writable_parent("--output" if args.output else "output", Path(args.output or scenario.output))
-    _check_corpus(scenario)
-    _check_trace(scenario)
+    writable_parent("--output" if args.output else "output", Path(args.output or scenario.output))
+    check_corpus(scenario)
+    check_trace(scenario)
     scenario_secrets(scenario)  # a secret too short to redact is bad input, before anything starts
     repeats = args.repeat or scenario.repeat
     folder = results_folder(scenario, args.output)

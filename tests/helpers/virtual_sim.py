@@ -162,11 +162,11 @@ def calibration_study(workdir: Path, *, runs: int, requests_per_step: int = 200,
     the truth of the same engine over long windows: how often the stated intervals hold it, and
     where the knee was found. The knee's truth is the engine's slot count (`max_num_seqs`): a
     closed loop saturates when every slot is busy."""
-    from capacity_plugins.analysis.pipeline import analyze
+    from capacity_plugins import analyze
 
     truth = [true_throughput(n, seconds=truth_s, **config) for n in levels]
     long = analyze(virtual_sweep(workdir / "truth", levels=levels, rates=truth, requests_per_step=20 * requests_per_step,
-                                 seed=seed0 - 1, slo=STUDY_SLO, **config), report=False)
+                                 seed=seed0 - 1, slo=STUDY_SLO, **config), formats=["json"])
     true_capacity = long["capacity"]["per_node_rps"]
     covered = {n: 0 for n in levels}
     counted = {n: 0 for n in levels}
@@ -175,7 +175,7 @@ def calibration_study(workdir: Path, *, runs: int, requests_per_step: int = 200,
     capacity_covered = 0
     for i in range(runs):
         s = analyze(virtual_sweep(workdir / f"run{i}", levels=levels, rates=truth, requests_per_step=requests_per_step,
-                                  seed=seed0 + i, slo=STUDY_SLO, **config), report=False)
+                                  seed=seed0 + i, slo=STUDY_SLO, **config), formats=["json"])
         for row, x in zip(s["steps"], truth, strict=True):
             lo, hi = row["rps_ci"]
             covered[row["level"]] += lo <= x <= hi
