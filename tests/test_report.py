@@ -194,7 +194,7 @@ def test_help_names_the_positional_argument():
 
 
 def test_a_value_prints_to_the_precision_of_its_interval():
-    from capacity_plugins.outputs.report_text import fmt_iv, fmt_level, fmt_num
+    from capacity_plugins.outputs.numbers import fmt_iv, fmt_level, fmt_num
 
     assert fmt_iv(8.3712, [7.566, 9.171]) == "8.4 [7.6–9.2]"  # width 1.6: one decimal
     assert fmt_iv(1176.2, [1149.0, 1251.3]) == "1,176 [1,149–1,251]"  # never rounded to tens
@@ -231,7 +231,7 @@ def test_the_plan_is_said_in_words(analysed):
     page, md = (p / "report.html").read_text(), (p / "summary.md").read_text()
     summary = json.loads((p / "summary.json").read_text())
     per_node = summary["capacity"]["per_node_rps"]
-    from capacity_plugins.outputs.report_text import fmt_num
+    from capacity_plugins.outputs.numbers import fmt_num
 
     line = (f"Plan: 30 req/s × 1.5 safety ÷ {fmt_num(per_node)} req/s per node = {fmt_num(30 * 1.5 / per_node)} "
             "→ 5 nodes (5 GPUs); you have 2")

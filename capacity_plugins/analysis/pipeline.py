@@ -21,12 +21,12 @@ from capacity_plugins.analysis.outcome import NO_REQUESTS, outcome
 from capacity_plugins.analysis.plan import make_cost, make_plan
 from capacity_plugins.analysis.runfacts import redact_url, run_facts
 from capacity_plugins.analysis.stability import stability
-from capacity_plugins.analysis.table import step_rows
+from capacity_plugins.analysis.table import conclude, step_rows
 from capacity_plugins.analysis.trace_windows import trace_summary
 from capacity_plugins.analysis.ttft_breakdown import breakdown_notes
 from capacity_plugins.analysis.validity import meta_warnings
 from capacity_plugins.analysis.verdict import checklists, decide
-from capacity_plugins.analysis.workloads import class_warnings, mix_capacity
+from capacity_plugins.analysis.workloads import add_class_rows, class_warnings, mix_capacity
 
 # load_run is the pipeline's first stage, summarise the rest
 __all__ = ["SCHEMA_VERSION", "load_run", "summarise", "sweep_kind"]
@@ -47,6 +47,10 @@ def summarise(run: RunData, progress: Callable[[str], None] | None = None) -> di
     kind = sweep_kind(run)
     say(f"per-step table ({len(run.steps)} steps)")
     rows = step_rows(run, run.slo)
+    if run.settings.workloads:
+        # Classes: each judged by its own SLO; the step's SLO fields become the mix's.
+        add_class_rows(run, rows)
+    conclude(rows, run.slo, run.verdict)  # each step's one-line reading, once its SLO fields are final
     knee = find_knee(rows, kind)
     cap = capacity_under_slo(rows, run.slo, run.capacity, kind)
     workloads = None

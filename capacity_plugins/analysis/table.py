@@ -182,12 +182,6 @@ def step_rows(run: RunData, slo: SLOConfig) -> list[dict[str, Any]]:
         row.update(step_validity(st, requests=n, ok_requests=n_ok, window_s=window, settings=run.settings,
                                  meta=run.meta))
         rows.append(row)
-    if run.settings.workloads:
-        # Classes: each judged by its own SLO; the step's SLO fields become the mix's.
-        from capacity_plugins.analysis.workloads import add_class_rows
-
-        add_class_rows(run, rows)
-    _conclude(rows, slo, run.verdict)
     return rows
 
 
@@ -278,7 +272,7 @@ def rps_half_width(row: dict[str, Any]) -> float:
     return half_width(row.get("rps"), ci[0], ci[1])
 
 
-def _conclude(rows: list[dict[str, Any]], slo: SLOConfig, vc: VerdictConfig) -> None:
+def conclude(rows: list[dict[str, Any]], slo: SLOConfig, vc: VerdictConfig) -> None:
     """A one-line reading per step, in the method's words (GPU not saturated, queueing starts, …).
 
     A throughput change is called a gain only when it exceeds the noise of both steps.

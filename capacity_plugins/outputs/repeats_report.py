@@ -16,15 +16,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from capacity_plugins.outputs.report_text import (  # noqa: E402
-    DECISION_TEXT,
-    fmt,
-    fmt_ci,
-    fmt_iv,
-    fmt_level,
-    fmt_num,
-    plan_words,
-)
+from capacity_plugins.outputs.numbers import fmt, fmt_ci, fmt_iv, fmt_level, fmt_num  # noqa: E402
+from capacity_plugins.outputs.report_text import DECISION_TEXT, plan_words  # noqa: E402
 
 
 def _g(v: float | None) -> str:

@@ -21,6 +21,7 @@ from matplotlib.ticker import LogFormatter  # noqa: E402
 
 from capacity_plugins.analysis.load import RunData  # noqa: E402
 from capacity_plugins.outputs import cache_probe_text  # noqa: E402
+from capacity_plugins.outputs.numbers import fmt, fmt_level  # noqa: E402
 from capacity_plugins.outputs.report_text import (  # noqa: E402
     DECISION_TEXT,
     TRACE_COLS,
@@ -30,8 +31,6 @@ from capacity_plugins.outputs.report_text import (  # noqa: E402
     decision_lines,
     detail_lines,
     facts_lines,
-    fmt,
-    fmt_level,
     search_lines,
     setting_value,
     short_columns,

@@ -16,7 +16,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from capacity_plugins.outputs.report_text import fmt_level, fmt_num  # noqa: E402
+from capacity_plugins.outputs.numbers import fmt_level, fmt_num  # noqa: E402
 
 SEGMENTS = (("queue", "server queue", "#b3261e"), ("prefill", "prefill", "#1f5fa8"),
             ("server_rest", "rest of the server's TTFT", "#7ea6d8"),

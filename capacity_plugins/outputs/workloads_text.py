@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from capacity_plugins.analysis.runfacts import LIMITS
-from capacity_plugins.outputs.report_text import JUDGED_MARK, fmt_iv, fmt_level, fmt_num
+from capacity_plugins.outputs.numbers import JUDGED_MARK, fmt_iv, fmt_level, fmt_num
 
 
 def _g(v: float) -> str:
