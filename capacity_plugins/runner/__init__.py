@@ -38,7 +38,7 @@ from capacity_plugins.errors import (
 )
 from capacity_plugins.runner.child import run_child
 from capacity_plugins.runner.command import LOCUSTFILE, locust_command
-from capacity_plugins.runner.inputs import check_corpus, check_trace, scenario_secrets, writable_parent
+from capacity_plugins.runner.inputs import check_corpus, scenario_secrets, writable_parent
 from capacity_plugins.runner.preflight import preflight
 from capacity_plugins.scenario import Scenario, load_scenario
 
@@ -145,6 +145,25 @@ def _mark_incomplete(folder: Path, reason: str, unless_finished: bool = False) -
     tmp = path.with_name("meta.json.tmp")
     tmp.write_text(json.dumps(meta, indent=2), encoding="utf-8")
     os.replace(tmp, path)
+
+
+def _check_trace(s: Scenario) -> None:
+    """Read a trace replay's trace once here: a bad line is exit 2 (file, line, field) before anything starts."""
+    from capacity_plugins.scenario import TraceLoad
+
+    load = s.load
+    path = s.trace_path()
+    if not isinstance(load, TraceLoad) or path is None:
+        return
+    from capacity_plugins.corpus.trace import read_trace, trace_windows
+
+    rows = read_trace(path)  # its errors name the trace file and line
+    try:
+        trace_windows(rows, speedup=load.speedup, start_s=load.start_s, duration_s=load.duration_s,
+                      loop=load.loop, window_s=load.window_s)
+    except UserError as e:
+        where = f"{s.source_path}: " if s.source_path else ""
+        raise UserError(f"{where}{e}") from None
 
 
 @dataclass
@@ -279,7 +298,7 @@ def main(argv: list[str]) -> int:
 
     writable_parent("--output" if args.output else "output", Path(args.output or scenario.output))
     check_corpus(scenario)
-    check_trace(scenario)
+    _check_trace(scenario)
     scenario_secrets(scenario)  # a secret too short to redact is bad input, before anything starts
     repeats = args.repeat or scenario.repeat
     folder = results_folder(scenario, args.output)

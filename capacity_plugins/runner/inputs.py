@@ -46,25 +46,6 @@ def check_corpus(s: Scenario) -> None:
             raise UserError(f"{where}workloads[{i}].corpus: {e}") from None
 
 
-def check_trace(s: Scenario) -> None:
-    """Read a trace replay's trace once here: a bad line is exit 2 (file, line, field) before anything starts."""
-    from capacity_plugins.scenario import TraceLoad
-
-    load = s.load
-    path = s.trace_path()
-    if not isinstance(load, TraceLoad) or path is None:
-        return
-    from capacity_plugins.corpus.trace import read_trace, trace_windows
-
-    rows = read_trace(path)  # its errors name the trace file and line
-    try:
-        trace_windows(rows, speedup=load.speedup, start_s=load.start_s, duration_s=load.duration_s,
-                      loop=load.loop, window_s=load.window_s)
-    except UserError as e:
-        where = f"{s.source_path}: " if s.source_path else ""
-        raise UserError(f"{where}{e}") from None
-
-
 def scenario_secrets(s: Scenario) -> Secrets:
     """The secret values of a scenario's target (UserError, exit 2, when one is too short)."""
     key = os.environ.get(s.target.api_key_env) if s.target.api_key_env else None
