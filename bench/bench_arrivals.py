@@ -14,7 +14,8 @@ import time
 import gevent
 import numpy as np
 
-from capacity_plugins.rehearsal.arrivals import Pacer, schedule
+from capacity_plugins.client.pacer import Pacer
+from capacity_plugins.rehearsal.arrivals import schedule
 
 RATE, SECONDS, USERS = 200.0, 5.0, 32
 

@@ -69,7 +69,7 @@ def test_pacer_hands_arrivals_on_time_and_counts_cap_hits():
 
     import gevent
 
-    from capacity_plugins.rehearsal.arrivals import Pacer
+    from capacity_plugins.client.pacer import Pacer
 
     pacer = Pacer(idle_poll_s=0.05)
     got: list[tuple[float, float]] = []
@@ -114,7 +114,7 @@ def test_pacer_hands_each_arrival_its_trace_request_and_frees_a_user_when_done()
 
     import gevent
 
-    from capacity_plugins.rehearsal.arrivals import Pacer
+    from capacity_plugins.client.pacer import Pacer
 
     pacer = Pacer(idle_poll_s=0.05)
     got: list[tuple[float, object]] = []

@@ -191,7 +191,7 @@ def test_a_session_turn_sends_the_history_then_its_own_message():
 def test_session_store_orders_turns_and_keeps_answers():
     import gevent
 
-    from capacity_plugins.rehearsal.sessions import SessionStore
+    from capacity_plugins.client.sessions import SessionStore
 
     store = SessionStore()
     order: list[str] = []

@@ -24,20 +24,21 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from capacity_plugins.client.backoff import Backoff
 from capacity_plugins.client.options import LLMOptions
+from capacity_plugins.client.pacer import Pacer
+from capacity_plugins.client.sessions import SessionStore
 from capacity_plugins.client.tokens import TokenCountEvidence
 from capacity_plugins.contracts.redaction import Secrets, basic_auth
 from capacity_plugins.dialects import Dialect, RequestParams, get_dialect
 from capacity_plugins.errors import UserError
-from capacity_plugins.rehearsal.sessions import SessionStore
 from capacity_plugins.sinks.stats import LLMStats
 
 if TYPE_CHECKING:
     from tokenizers import Tokenizer
 
+    from capacity_plugins.client.lane import WorkloadLane
     from capacity_plugins.contracts.records import RequestRecord
     from capacity_plugins.corpus import Corpus, Sampler
-    from capacity_plugins.rehearsal.arrivals import Pacer
-    from capacity_plugins.rehearsal.workloads import ClassCorpora, WorkloadLane, WorkloadMix, WorkloadSpec
+    from capacity_plugins.rehearsal.workloads import ClassCorpora, WorkloadMix, WorkloadSpec
     from capacity_plugins.scenario import Scenario
     from capacity_plugins.sinks.records import RecordsSink
     from capacity_plugins.swarm.membership import SwarmMembership
@@ -83,7 +84,7 @@ class RunContext:
     pacer: Pacer | None = None
     # Trace replay: tokens per hash_ids block of the requests the pacer hands out (corpus/trace.py).
     trace_block_tokens: int = 512
-    # Multi-turn trace replay: this process's conversations (rehearsal/sessions.py); off by default.
+    # Multi-turn trace replay: this process's conversations (client/sessions.py); off by default.
     trace_sessions: bool = False
     sessions: SessionStore = field(default_factory=SessionStore)
     record_listeners: list[RecordListener] = field(default_factory=list)
@@ -171,8 +172,6 @@ class RunContext:
     def ensure_pacer(self) -> Pacer:
         """This process's pacer (open loop), created once; it drops arrivals during a backoff."""
         if self.pacer is None:
-            from capacity_plugins.rehearsal.arrivals import Pacer
-
             self.pacer = Pacer(paused_until=lambda: self.backoff.until)
         return self.pacer
 

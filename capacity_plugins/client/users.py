@@ -30,6 +30,7 @@ from locust import FastHttpUser, constant, task
 from capacity_plugins.client.backoff import retry_after_s
 from capacity_plugins.client.context import RunContext, get_context
 from capacity_plugins.client.ids import request_id
+from capacity_plugins.client.lane import WorkloadLane
 from capacity_plugins.client.stream import (
     FIRST_READS,
     RequestTimeout,
@@ -41,7 +42,6 @@ from capacity_plugins.client.stream import (
 from capacity_plugins.contracts.records import RequestRecord, Timings
 from capacity_plugins.corpus.trace import trace_sample
 from capacity_plugins.dialects import MalformedEvent
-from capacity_plugins.rehearsal.workloads import WorkloadLane
 
 log = logging.getLogger(__name__)
 
@@ -143,7 +143,7 @@ class LLMUser(FastHttpUser):
 
     def _session_turn(self, request: Any, scheduled_unix: float | None) -> None:
         """One turn of a conversation (load.sessions): the history with the server's answers, then
-        this turn's message; the next turn of the session waits for this one (rehearsal/sessions.py)."""
+        this turn's message; the next turn of the session waits for this one (client/sessions.py)."""
         ctx = self.ctx
         sid = str(request[6])
         history = ctx.sessions.begin(sid, ctx.options.request_timeout_s)

@@ -19,8 +19,9 @@ from typing import TYPE_CHECKING, Any
 import gevent
 
 from capacity_plugins.client.context import RunContext
+from capacity_plugins.client.pacer import Pacer
 from capacity_plugins.corpus.trace import session_shard
-from capacity_plugins.rehearsal.arrivals import ArrivalPlan, Pacer, shard
+from capacity_plugins.rehearsal.arrivals import ArrivalPlan, shard
 from capacity_plugins.rehearsal.cache_arm import CacheArmSource
 from capacity_plugins.rehearsal.steps import Step, StepTimeline
 from capacity_plugins.rehearsal.watch import WATCH_INTERVAL_S, SelfWatch

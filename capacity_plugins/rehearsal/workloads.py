@@ -24,6 +24,7 @@ import random
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from capacity_plugins.client.lane import WorkloadLane
 from capacity_plugins.dialects import RequestParams
 from capacity_plugins.errors import UserError
 
@@ -69,15 +70,6 @@ def specs_from_scenario(scenario: Scenario) -> list[WorkloadSpec]:
         out.append(WorkloadSpec(name=w.name, weight=w.weight, corpus=corpus,
                                 request=w.request.model_dump(exclude_unset=True)))
     return out
-
-
-@dataclass(frozen=True)
-class WorkloadLane:
-    name: str
-    weight: float
-    params: RequestParams
-    sampler: Sampler
-    request_name: str  # the live stats row (and Locust's request name) of this class
 
 
 class WorkloadMix:
