@@ -283,7 +283,7 @@ class _Run:
         role = self.ctx.role
         if role == "worker":
             ev.report_to_master.add_listener(self.on_report_to_master)
-            WorkerHandshake(self.env, self.ctx).attach()
+            WorkerHandshake(self.env, self.ctx, workloads_mod.apply_setup).attach()
         elif role == "master":
             ev.worker_report.add_listener(self.on_worker_report)
             self.handshake = MasterHandshake(self.env, self.ctx)

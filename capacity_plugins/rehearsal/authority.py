@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 import gevent
@@ -319,7 +320,8 @@ class StepAuthority:
                 log.warning("load.max_concurrency %d < %d workers: raise it to at least one user per worker",
                             p.users, len(workers))
             messages.send(self.runner, messages.StepStarted(
-                step=step, plan=plan, shards={w: k for k, w in enumerate(workers)}, shard_count=len(workers) or 1,
+                step=step.to_message(), plan=asdict(plan) if plan is not None else None,
+                shards={w: k for k, w in enumerate(workers)}, shard_count=len(workers) or 1,
             ))
         if self._progress is None:
             self._progress = gevent.spawn(self._progress_loop)
@@ -328,7 +330,7 @@ class StepAuthority:
         if self.generator is not None:
             self.generator.step_updated(step)
         else:
-            messages.send(self.runner, messages.StepUpdated(step=step))
+            messages.send(self.runner, messages.StepUpdated(step=step.to_message()))
 
     def _measured_for_window(self, index: int) -> int:
         """The measured requests that decide whether a step's window runs on: with workload classes

@@ -139,19 +139,20 @@ class WorkerSide(GeneratorSide):
     def attach(self) -> None:
         super().attach()
         messages.on(self.runner, messages.StepStarted, self._on_started)
-        messages.on(self.runner, messages.StepUpdated, lambda m: self.step_updated(m.step))
+        messages.on(self.runner, messages.StepUpdated, lambda m: self.step_updated(Step.from_message(m.step)))
         messages.on(self.runner, messages.StepsFinished, lambda m: self.finished())
         messages.on(self.runner, messages.StepsReset, lambda m: self.reset())
 
     def _on_started(self, m: messages.StepStarted) -> None:
         if self._reporter is None:  # a rehearsal: the master's authority listens to Watch
             self._reporter = gevent.spawn(self._report_loop)
+        step, plan = Step.from_message(m.step), ArrivalPlan(**m.plan) if m.plan else None
         k = m.shards.get(self.ctx.worker_index)
-        if m.plan is not None and k is None:
-            log.warning("worker %s has no shard of step %s's arrivals", self.ctx.worker_index, m.step.index)
-            self.timeline.upsert(m.step)
+        if plan is not None and k is None:
+            log.warning("worker %s has no shard of step %s's arrivals", self.ctx.worker_index, step.index)
+            self.timeline.upsert(step)
             return
-        self.step_started(m.step, m.plan, int(k or 0), m.shard_count)
+        self.step_started(step, plan, int(k or 0), m.shard_count)
 
     def _report_loop(self) -> None:
         while True:

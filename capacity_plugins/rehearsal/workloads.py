@@ -176,6 +176,11 @@ def apply(ctx: RunContext, specs: list[WorkloadSpec], shard_index: int, shard_co
                               shard_index=shard_index, shard_count=shard_count)
 
 
+def apply_setup(ctx: RunContext, messages: list[dict[str, Any]]) -> None:
+    """A worker's mix from the classes in the master's Setup (WorkloadSpec messages), for its shard."""
+    apply(ctx, [WorkloadSpec.from_message(w) for w in messages], ctx.worker_index, ctx.worker_count)
+
+
 def provenance(specs: list[WorkloadSpec], options: LLMOptions) -> list[dict[str, Any]]:
     """What meta.json records of the classes: name, weight, corpus source and hash, request overrides."""
     return [{"name": s.name, "weight": s.weight, "corpus": s.corpus_settings(options)[0], "sha256": s.sha256,

@@ -24,7 +24,6 @@ from capacity_plugins.client.context import RunContext
 from capacity_plugins.client.options import LLMOptions
 from capacity_plugins.contracts.redaction import basic_auth
 from capacity_plugins.errors import UserError
-from capacity_plugins.rehearsal import workloads as workloads_mod
 from capacity_plugins.swarm import messages
 
 if TYPE_CHECKING:
@@ -123,9 +122,13 @@ class MasterHandshake:
 
 
 class WorkerHandshake:
-    def __init__(self, environment: Environment, ctx: RunContext) -> None:
+    def __init__(self, environment: Environment, ctx: RunContext,
+                 apply_workloads: Callable[[RunContext, list[dict[str, Any]]], None]) -> None:
         self.env = environment
         self.ctx = ctx
+        # The rehearsal's (rehearsal/workloads.py apply_setup): this worker's mix from the classes the
+        # master sent; UserError when a class's corpus is bad here.
+        self.apply_workloads = apply_workloads
         self.runner: Any = environment.runner
         # A worker started with the scenario (capacity run --worker, --processes) loads its corpus
         # at start-up, so a test's setup only has to check it (a load can take seconds).
@@ -156,8 +159,7 @@ class WorkerHandshake:
             return
         ctx.worker_count = m.shard_count
         try:
-            specs = [workloads_mod.WorkloadSpec.from_message(w) for w in m.workloads]
-            workloads_mod.apply(ctx, specs, ctx.worker_index, ctx.worker_count)
+            self.apply_workloads(ctx, m.workloads)
         except UserError as e:
             self._refuse(f"worker {ctx.worker_index}: {e}")
             return

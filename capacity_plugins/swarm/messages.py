@@ -3,7 +3,9 @@
 Locust carries custom messages as `(type, data)` with msgpack-safe data. Each class here owns its
 type name (`TYPE`) and its conversion (`to_data` / `from_data`), so a listener receives a typed
 object, never a dict told apart by flag keys. `send()` / `on()` are the only two functions that
-touch the runner's message API.
+touch the runner's message API. What a role above the swarm owns travels in that role's message
+form — the options, the workload classes, the rehearsal's steps (`Step.to_message()`) and arrival
+plans — and that role reads it back: the swarm imports none of them.
 
 | message | direction | when |
 |---|---|---|
@@ -24,9 +26,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar, TypeVar
-
-from capacity_plugins.rehearsal.arrivals import ArrivalPlan
-from capacity_plugins.rehearsal.steps import Step
 
 
 @dataclass
@@ -97,15 +96,15 @@ class Refuse:
 @dataclass
 class StepStarted:
     TYPE: ClassVar[str] = "capacity_step_started"
-    step: Step
-    plan: ArrivalPlan | None  # open loop: the global schedule's parameters
+    step: dict[str, Any]  # rehearsal/steps.py Step.to_message()
+    plan: dict[str, Any] | None  # open loop: the global schedule's parameters (rehearsal/arrivals.py ArrivalPlan)
     shards: dict[int, int]  # worker index → its shard of the schedule
     shard_count: int
 
     def to_data(self) -> dict[str, Any]:
         return {
-            "step": self.step.to_message(),
-            "plan": asdict(self.plan) if self.plan is not None else None,
+            "step": self.step,
+            "plan": self.plan,
             "shards": {str(w): k for w, k in self.shards.items()},  # msgpack map keys: strings
             "shard_count": self.shard_count,
         }
@@ -114,8 +113,8 @@ class StepStarted:
     def from_data(cls, d: dict[str, Any]) -> StepStarted:
         plan = d.get("plan")
         return cls(
-            step=Step.from_message(d["step"]),
-            plan=ArrivalPlan(**plan) if plan else None,
+            step=dict(d["step"]),
+            plan=dict(plan) if plan else None,
             shards={int(w): int(k) for w, k in (d.get("shards") or {}).items()},
             shard_count=int(d.get("shard_count") or 1),
         )
@@ -124,14 +123,14 @@ class StepStarted:
 @dataclass
 class StepUpdated:
     TYPE: ClassVar[str] = "capacity_step_updated"
-    step: Step
+    step: dict[str, Any]  # rehearsal/steps.py Step.to_message()
 
     def to_data(self) -> dict[str, Any]:
-        return {"step": self.step.to_message()}
+        return {"step": self.step}
 
     @classmethod
     def from_data(cls, d: dict[str, Any]) -> StepUpdated:
-        return cls(step=Step.from_message(d["step"]))
+        return cls(step=dict(d["step"]))
 
 
 @dataclass
