@@ -39,6 +39,7 @@ soak: install
 lint: install
 	$(VENV)/bin/ruff check capacity_plugins tests locustfiles bench scripts
 	$(VENV)/bin/mypy capacity_plugins
+	$(VENV)/bin/lint-imports
 
 clean:
 	rm -rf $(VENV) results .pytest_cache

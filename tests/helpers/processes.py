@@ -21,6 +21,11 @@ from helpers.paths import ROOT
 
 CAPACITY: list[str] = [sys.executable, "-m", "capacity_plugins"]
 LOCUST: list[str] = [sys.executable, "-m", "locust"]
+# import-linter's `lint-imports` (it has no `python -m` entry): it reads the contracts from the
+# pyproject.toml in its working folder and imports the package found there first.
+LINT_IMPORTS: list[str] = [sys.executable, "-c",
+                           "import sys; from importlinter.cli import lint_imports_command; "
+                           "sys.exit(lint_imports_command())"]
 LOCUSTFILE = str(ROOT / "locustfiles" / "llm.py")
 
 
