@@ -12,7 +12,6 @@ from types import SimpleNamespace
 
 import orjson
 import pytest
-from capacity_plugins.contracts.records import RequestRecord, Timings
 from helpers.processes import run_locust
 from helpers.results import read_records
 from helpers.scenarios import write_corpus
@@ -21,6 +20,7 @@ from helpers.users import local_user
 
 from capacity_plugins.client.context import RunContext, load_tokenizer
 from capacity_plugins.client.options import LLMOptions
+from capacity_plugins.contracts.records import RequestRecord, Timings
 from capacity_plugins.dialects import get_dialect
 from capacity_plugins.errors import UserError
 from capacity_plugins.scenario import load_scenario
