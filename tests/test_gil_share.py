@@ -1,4 +1,4 @@
-"""GilShare (telemetry/_native.py): CPU work in a native thread beside the gevent hub gives the GIL
+"""GilShare (host.py): CPU work in a native thread beside the gevent hub gives the GIL
 back after each short slice, at a pace that leaves the hub its core, until the work is late; then
 it runs unpaced (the durability bound)."""
 
@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
+from capacity_plugins import host
+from capacity_plugins.host import GilShare, HubIdleGate, start_native_thread
 from capacity_plugins.sinks.records import RecordsSink
-from capacity_plugins.telemetry import _native
-from capacity_plugins.telemetry._native import GilShare, HubIdleGate, start_native_thread
 
 
 class _Clock:
@@ -44,8 +44,8 @@ class _TimeWith:
 @pytest.fixture
 def clock(monkeypatch: pytest.MonkeyPatch) -> _Clock:
     c = _Clock()
-    monkeypatch.setattr(_native, "time", _TimeWith(c))
-    monkeypatch.setattr(_native, "_real_sleep", c.sleep)
+    monkeypatch.setattr(host, "time", _TimeWith(c))
+    monkeypatch.setattr(host, "_real_sleep", c.sleep)
     return c
 
 

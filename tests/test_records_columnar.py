@@ -84,7 +84,7 @@ def test_the_analysis_reads_the_same_records_from_the_typed_copy(tmp_path, role)
 
 
 def test_the_writer_threads_paced_drains_write_the_same_copy(tmp_path):
-    """The writer thread drains in slices (telemetry/_native.py GilShare), the gaps converted a
+    """The writer thread drains in slices (host.py GilShare), the gaps converted a
     few records at a time: the copy is the one a single conversion makes."""
     rng = random.Random(11)
     records = [_record(i, rng) for i in range(400)]
@@ -303,7 +303,7 @@ def test_a_drain_writes_in_pieces_the_hub_can_read_between(tmp_path, monkeypatch
     """Between two `share()` calls (where the writer thread lets the hub run) a drain writes at most
     16 records' lines and 64 KiB of the typed copy: 200 records written in one piece took ~2 ms of
     a worker's only core, and first tokens waiting behind it were stamped a decode step late
-    (telemetry/_native.py GilShare)."""
+    (host.py GilShare)."""
     records = [_streamed(i) for i in range(200)]
     jsonl = tmp_path / RECORDS_FILE
     sink = RecordsSink(tmp_path, "local")  # not opened: no writer thread, the drain runs here

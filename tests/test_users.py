@@ -543,9 +543,10 @@ def test_the_portable_line_reader_measures_the_same_and_ends_the_first_read(fake
     """Should geventhttpclient's buffer ever change shape, the body is read line by line through
     its readline: the same record, and the connection stops counting as a first read due once
     its first line is in (else every other user's send would yield to it for the whole body)."""
+    from capacity_plugins import host
     from capacity_plugins.client import stream
 
-    monkeypatch.setattr(stream, "bytearray", type("NotTheBuffer", (), {}), raising=False)
+    monkeypatch.setattr(host, "bytearray", type("NotTheBuffer", (), {}), raising=False)
     due_meanwhile: list[bool] = []
     event_at = stream._event_at
 

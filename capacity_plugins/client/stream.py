@@ -9,8 +9,9 @@ moment the receive returned. Lines that came in one read share its stamp (they d
 together), and the per-chunk work is per block: dialects/fastpath.py recognises the chunk
 envelope a response repeats (vLLM, SGLang, OpenAI) and parses fully only what is not that
 envelope. It works on geventhttpclient's response buffer, with readline() as the fallback should
-that internal layout ever change. Bytes that came in the headers' read (geventhttpclient's)
-carry the moment this reader started.
+that internal layout ever change; this and every other touch of geventhttpclient's, gevent's and
+libev's internals goes through capacity_plugins/host.py, which says why each is needed. Bytes
+that came in the headers' read (geventhttpclient's) carry the moment this reader started.
 
 What a hostile or broken server cannot do to the generator:
 
@@ -44,12 +45,12 @@ from gevent.hub import Waiter
 from gevent.monkey import get_original
 from geventhttpclient.response import HTTPConnectionClosed
 
+from capacity_plugins import host
 from capacity_plugins.contracts.records import Timings
 from capacity_plugins.dialects import OUTPUT, VISIBLE, MalformedEvent
 from capacity_plugins.dialects.base import Parser
 from capacity_plugins.dialects.fastpath import BodyEvents
 from capacity_plugins.dialects.framing import NDJSONDecoder, SSEDecoder
-from capacity_plugins.telemetry._native import is_libev
 
 DEFAULT_MAX_LINE_BYTES = 16 * 1024 * 1024
 DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
@@ -82,13 +83,6 @@ _ANCILLARY_BYTES = socket.CMSG_SPACE(_TIMESPEC.size) if hasattr(socket, "CMSG_SP
 # found readable, and before everything else when its event is fed mid-turn
 # (`yield_to_first_reads`). gevent on libuv has no priorities and ignores it.
 _FIRST_READ_PRIORITY = 2
-
-
-def _read_priority(sock: Any, priority: int) -> None:
-    # closed (no watcher), or waiting: a loop changes a priority only between waits (libev says
-    # so with AttributeError, gevent's cffi watchers with ValueError)
-    with contextlib.suppress(AttributeError, ValueError):
-        sock._read_event.priority = priority
 
 
 class _FirstReads:
@@ -132,13 +126,13 @@ class _FirstReads:
             return
         self._fds[fd] = sock
         self._sent_by[gevent.getcurrent()] = fd
-        _read_priority(sock, _FIRST_READ_PRIORITY)
+        host.set_read_priority(sock, _FIRST_READ_PRIORITY)
 
     def done(self, fd: int) -> None:
         """`fd` has read its first bytes, or gave up (once or more: the later calls do nothing)."""
         sock = self._fds.pop(fd, None)
         if sock is not None:
-            _read_priority(sock, 0)
+            host.set_read_priority(sock, 0)
             with contextlib.suppress(OSError, ValueError):  # closed already: the kernel dropped it
                 self._poller.unregister(fd)
 
@@ -169,9 +163,9 @@ def yield_to_first_reads(now: int = 0, in_body: bool = False) -> None:
     one turn — 160 completions of ~0.3 ms held first tokens that arrived meanwhile for 20 ms,
     two decode steps, however often a user yielded (`gevent.idle()` waits for the turn's end;
     watcher priorities order only what one poll found). libev takes events fed in mid-turn and
-    runs the highest priority first: the waiting readers' events are fed (`closing_fd` is
-    gevent's name for libev's ev_feed_fd_event; their watchers run at _FIRST_READ_PRIORITY), then
-    this user's own resumption one level below them, above everyone else's reads.
+    runs the highest priority first: the waiting readers' events are fed (`host.feed_reads`;
+    their watchers run at _FIRST_READ_PRIORITY), then this user's own resumption one level below
+    them (`host.feed_callback`), above everyone else's reads.
 
     A fed reader does not feed in turn: against a fast server it reads its whole answer, sends
     the next request and would feed another — fed, each user fed the next and one turn ran for
@@ -184,12 +178,10 @@ def yield_to_first_reads(now: int = 0, in_body: bool = False) -> None:
     if not ready:
         return
     loop = gevent.get_hub().loop
-    if not FIRST_READS.feeding and is_libev(loop):
-        for fd in ready:
-            loop.closing_fd(fd)  # queues the readers waiting on fd, as if the poll had found it
+    if not FIRST_READS.feeding and host.is_libev(loop):
+        host.feed_reads(loop, ready)  # the readers waiting on them run first, as if polled
         waiter = Waiter()
-        resume = loop.check(False, _FIRST_READ_PRIORITY - 1)  # never started: only fed, once
-        resume.feed(0, waiter.switch, None)
+        host.feed_callback(loop, _FIRST_READ_PRIORITY - 1, waiter.switch)  # then this user
         FIRST_READS.feeding = True
         try:
             waiter.get()
@@ -226,19 +218,18 @@ class _HubShare:
     __slots__ = ("_loop", "_turn", "_since")
 
     def __init__(self) -> None:
-        loop = gevent.get_hub().loop
-        self._loop = loop if hasattr(loop, "iteration") else None
-        self._turn = self._loop.iteration if self._loop is not None else 0
+        self._loop = gevent.get_hub().loop
+        self._turn = host.loop_turn(self._loop)
         self._since = perf_counter_ns()
 
     def share(self, now: int) -> None:
-        if self._loop is not None and self._loop.iteration != self._turn:  # the hub ran meanwhile
-            self._turn, self._since = self._loop.iteration, now
+        turn = host.loop_turn(self._loop)
+        if turn is not None and turn != self._turn:  # the hub ran meanwhile
+            self._turn, self._since = turn, now
         elif now - self._since >= YIELD_NS:
             _rest_of_turn()  # timers, signals and the other users run
             self._since = perf_counter_ns()
-            if self._loop is not None:
-                self._turn = self._loop.iteration
+            self._turn = host.loop_turn(self._loop)
 
 
 def _stamp(t: Timings, parser: Parser, what: int, now: int) -> None:
@@ -262,15 +253,12 @@ def read_stream(resp: Any, parser: Parser, t: Timings, *, deadline_ns: int,
                 max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> None:
     """Read a streamed body into `parser`, stamping output events on `t`. Raises MalformedEvent,
     RequestTimeout, HTTPConnectionClosed / OSError (the caller classifies)."""
-    buf = getattr(resp, "_body_buffer", None)
-    if not isinstance(buf, bytearray) or not hasattr(resp, "feed"):
+    buf = host.take_body(resp)  # from now on every piece of the body lands here, appended in C
+    if buf is None:
         decoder = SSEDecoder() if parser.framing == "sse" else NDJSONDecoder()
         _read_by_lines(resp, parser, t, decoder, deadline_ns, max_line_bytes)
         return
     events = BodyEvents(parser, t, max_line_bytes)
-    # geventhttpclient's HTTP parser hands over every piece of a chunked body through this
-    # attribute: a C method appends it without a Python frame per HTTP chunk (vLLM: one per token).
-    resp._on_body = buf.extend
     block_size = max(getattr(resp, "block_size", 0), RECV_BYTES)
     sock = _stamping(resp)
     wall_offset = time_ns() - perf_counter_ns()  # kernel stamps (CLOCK_REALTIME) → perf_counter_ns
@@ -318,7 +306,7 @@ def read_stream(resp: Any, parser: Parser, t: Timings, *, deadline_ns: int,
         elif now - FIRST_READS.checked_ns >= FIRST_READ_CHECK_NS:
             yield_to_first_reads(now, in_body=True)
         hub.share(now)
-        current = resp._sock
+        current = host.response_socket(resp)
         if current is None:
             raise HTTPConnectionClosed("connection closed mid-body")
         try:
@@ -404,15 +392,8 @@ def _prepare_pool(pool: Any) -> None:
     """This geventhttpclient ConnectionPool (on this instance only): new connections are
     _StampedSockets from the start (its documented TCP socket factory), and a pooled connection
     is checked without yielding (`_idle_and_open`)."""
-    if pool is None:
-        return
-    with contextlib.suppress(AttributeError, TypeError):  # a pool without __dict__ stays as it is
-        own = vars(pool)
-        if _poll is not None and hasattr(type(pool), "_is_socket_alive") and own.get("_is_socket_alive") is not _idle_and_open:
-            pool._is_socket_alive = _idle_and_open
-        if (_SO_TIMESTAMPNS is not None and hasattr(type(pool), "_create_tcp_socket")
-                and own.get("_create_tcp_socket") is not _stamped_tcp_socket):
-            pool._create_tcp_socket = _stamped_tcp_socket
+    host.override_pool(pool, is_socket_alive=_idle_and_open if _poll is not None else None,
+                       create_tcp_socket=_stamped_tcp_socket if _SO_TIMESTAMPNS is not None else None)
 
 
 def prepare_connections(client_pool: Any) -> None:
@@ -426,7 +407,7 @@ def prepare_connections(client_pool: Any) -> None:
 
     def prepared_get_client(url: Any) -> Any:
         client = get_client(url)
-        _prepare_pool(getattr(client, "_connection_pool", None))
+        _prepare_pool(host.connection_pool(client))
         return client
 
     client_pool.get_client = prepared_get_client
@@ -438,10 +419,10 @@ def _stamping(resp: Any) -> _StampedSocket | None:
     same file descriptor in a subclass of gevent's socket; the pool gets it back when the
     response is released. None where it cannot: TLS (the stamp would be the encrypted record's,
     SSL sockets have no recvmsg), other systems, a connection already gone."""
-    sock = getattr(resp, "_sock", None)
+    sock = host.response_socket(resp)
     if type(sock) is _StampedSocket:
         return sock
-    _prepare_pool(getattr(resp, "_pool", None))  # this user's next connections, from their first response
+    _prepare_pool(host.response_pool(resp))  # this user's next connections, from their first response
     if _SO_TIMESTAMPNS is None or sock is None or type(sock) is not gevent.socket.socket:
         return None
     try:
@@ -451,7 +432,7 @@ def _stamping(resp: Any) -> _StampedSocket | None:
         stamped.settimeout(timeout)
     except (OSError, ValueError, AttributeError):
         return None
-    resp._sock = stamped
+    host.replace_response_socket(resp, stamped)
     return stamped
 
 

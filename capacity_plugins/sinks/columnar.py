@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from capacity_plugins.contracts.records import JSONL_BYTES, JSONL_FROM, RequestRecord, columnar_schema
-from capacity_plugins.telemetry._native import no_share
+from capacity_plugins.host import no_share
 
 log = logging.getLogger(__name__)
 
@@ -119,7 +119,7 @@ class ColumnarWriter:
               share: Callable[[], None] = no_share) -> None:
         """Add `items`, written to requests.jsonl just before, from byte `jsonl_from` to its end
         at `jsonl_bytes`; a batch is written once enough rows wait. `share` is called between
-        pieces of the work (telemetry/_native.py GilShare): no single step holds the GIL for long."""
+        pieces of the work (host.py GilShare): no single step holds the GIL for long."""
         if self.failed or not items:
             return
         try:

@@ -13,7 +13,7 @@ body does not put it into the file. No Locust or gevent here: transport is the l
 
 Writing is off the event loop: `add` / `receive` only append to a list (under a real lock;
 `receive` parses a worker's lines once, for the live views); a native thread
-(telemetry/_native.py) serialises, scrubs and writes it every `FLUSH_INTERVAL_S` and flushes, so
+(host.py) serialises, scrubs and writes it every `FLUSH_INTERVAL_S` and flushes, so
 a master ingesting thousands of records a second never delays its heartbeats. On a worker the
 same thread turns the records into lines for the shipping loop, which only hands bytes on. It does
 so in short slices (records serialised and written 16 at a time), each started when the hub is
@@ -37,8 +37,8 @@ import orjson
 from capacity_plugins.contracts.folders import COLUMNAR_FILE, RECORDS_FILE
 from capacity_plugins.contracts.records import RequestRecord
 from capacity_plugins.contracts.redaction import Secrets
+from capacity_plugins.host import GilShare, HubIdleGate, NativeLoop, no_share, real_lock
 from capacity_plugins.sinks.columnar import ColumnarWriter
-from capacity_plugins.telemetry._native import GilShare, HubIdleGate, NativeLoop, no_share, real_lock
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +52,7 @@ log = logging.getLogger(__name__)
 # often costs the writer a wakeup per interval; requests.arrow still gets big batches
 # (sinks/columnar.py).
 FLUSH_INTERVAL_S = 0.05
-# How long a drain goes at the pace that leaves the hub its core (telemetry/_native.py GilShare)
+# How long a drain goes at the pace that leaves the hub its core (host.py GilShare)
 # before it finishes at full speed: a record is in the file at most FLUSH_INTERVAL_S + POLITE_S
 # + the rest of its drain's work after it finished.
 POLITE_S = 0.25

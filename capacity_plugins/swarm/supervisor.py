@@ -24,7 +24,7 @@ import signal
 import sys
 
 from capacity_plugins.contracts.processes import SUPERVISOR_FD_ENV, SUPERVISOR_PID_ENV
-from capacity_plugins.telemetry._native import start_native_thread
+from capacity_plugins.host import start_native_thread
 
 log = logging.getLogger(__name__)
 

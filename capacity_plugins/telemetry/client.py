@@ -25,7 +25,7 @@ from typing import Any
 
 import psutil
 
-from capacity_plugins.telemetry._native import NativeLoop, real_lock
+from capacity_plugins.host import NativeLoop, real_lock
 
 # 1 h at 1 Hz per process; step windows are far shorter, old samples are only needed for a soak report.
 _MAX_SAMPLES = 3600 * 4

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from capacity_plugins.errors import UserError
-from capacity_plugins.telemetry._native import NativeLoop, real_lock
+from capacity_plugins.host import NativeLoop, real_lock
 from capacity_plugins.telemetry.files import (
     RAW_COLUMNS,
     RAW_FILE,

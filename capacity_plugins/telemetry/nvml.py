@@ -3,7 +3,7 @@
 A host without a driver or GPU is normal (the load generator usually runs on a CPU box): the
 sampler logs one info line, reports `available = False` and returns no readings; it never
 raises. Calls a device does not support return None for that field only. NVML calls are
-blocking C calls, so periodic sampling runs in a native thread (see `_native.py`).
+blocking C calls, so periodic sampling runs in a native thread (see `host.py`).
 
 Units in a reading: percent, bytes, °C, watts (NVML's mW / 1000), MHz. `clock_event_reasons` is
 NVML's bitmask; `clock_event_reason_names` decodes it (SwPowerCap or a thermal bit means the
@@ -25,7 +25,7 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
-from capacity_plugins.telemetry._native import NativeLoop, real_lock
+from capacity_plugins.host import NativeLoop, real_lock
 
 logger = logging.getLogger(__name__)
 
