@@ -19,14 +19,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-from helpers.processes import run_locust  # noqa: E402
-from helpers.results import read_records  # noqa: E402
-from helpers.scenarios import write_corpus  # noqa: E402
+from helpers.processes import run_locust
+from helpers.results import read_records
+from helpers.scenarios import write_corpus
 
-from capacity_plugins.contracts.percentiles import quantile  # noqa: E402
-from capacity_plugins.simulator.config import SimConfig  # noqa: E402
-from capacity_plugins.simulator.launch import SimulatorProcess  # noqa: E402
-from capacity_plugins.simulator.truth import read_truth  # noqa: E402
+from capacity_plugins.contracts.percentiles import quantile
+from capacity_plugins.simulator.config import SimConfig
+from capacity_plugins.simulator.launch import SimulatorProcess
+from capacity_plugins.simulator.truth import read_truth
 
 MAX_TOKENS = 24
 SECONDS = 10

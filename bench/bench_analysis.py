@@ -33,10 +33,10 @@ import orjson
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from capacity_plugins.analysis.records import _batches  # noqa: E402
-from capacity_plugins.contracts.folders import COLUMNAR_FILE  # noqa: E402
-from capacity_plugins.contracts.records import columnar_schema  # noqa: E402
-from capacity_plugins.sinks.columnar import ColumnarWriter  # noqa: E402
+from capacity_plugins.analysis.records import _batches  # noqa: E402 - after sys.path names this checkout
+from capacity_plugins.contracts.folders import COLUMNAR_FILE  # noqa: E402 - after sys.path names this checkout
+from capacity_plugins.contracts.records import columnar_schema  # noqa: E402 - after sys.path names this checkout
+from capacity_plugins.sinks.columnar import ColumnarWriter  # noqa: E402 - after sys.path names this checkout
 
 GOAL_S = 5.0
 LEVELS = [1, 2, 4, 8, 16, 32, 64, 128]
@@ -207,7 +207,7 @@ def main() -> int:
                     help="the long-soak memory case (0: skip); its folder takes ~13 GB of /tmp and ~7 min to write once")
     args = ap.parse_args()
     try:
-        import pyarrow  # noqa: F401
+        import pyarrow  # noqa: F401 - only whether it is installed
 
         reader = "pyarrow"
     except ImportError:

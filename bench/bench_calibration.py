@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-from helpers.virtual_sim import LEVELS, calibration_study  # noqa: E402
+from helpers.virtual_sim import LEVELS, calibration_study
 
 RUNS = 200
 NOISY_RUNS = 100

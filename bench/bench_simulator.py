@@ -34,11 +34,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from capacity_plugins.simulator.config import SimConfig  # noqa: E402
-from capacity_plugins.simulator.engine import jitter_factors  # noqa: E402
-from capacity_plugins.simulator.launch import SimulatorProcess  # noqa: E402
-from capacity_plugins.simulator.rawclient import Connection, request  # noqa: E402
-from capacity_plugins.simulator.truth import read_truth  # noqa: E402
+from capacity_plugins.simulator.config import SimConfig
+from capacity_plugins.simulator.engine import jitter_factors
+from capacity_plugins.simulator.launch import SimulatorProcess
+from capacity_plugins.simulator.rawclient import Connection, request
+from capacity_plugins.simulator.truth import read_truth
 
 TARGET_TOKENS_PER_S = 20_000
 

@@ -28,14 +28,14 @@ import gevent
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-from helpers import fake_nvml  # noqa: E402
-from helpers.canned_metrics import dcgm_text, vllm_text  # noqa: E402
-from helpers.servers import canned_metrics_server  # noqa: E402
+from helpers import fake_nvml
+from helpers.canned_metrics import dcgm_text, vllm_text
+from helpers.servers import canned_metrics_server
 
-from capacity_plugins.telemetry.client import ClientSampler  # noqa: E402
-from capacity_plugins.telemetry.collector import TelemetryCollector  # noqa: E402
-from capacity_plugins.telemetry.maps import SeriesTracker, normalize  # noqa: E402
-from capacity_plugins.telemetry.scrape import ScrapeTarget, parse_exposition  # noqa: E402
+from capacity_plugins.telemetry.client import ClientSampler
+from capacity_plugins.telemetry.collector import TelemetryCollector
+from capacity_plugins.telemetry.maps import SeriesTracker, normalize
+from capacity_plugins.telemetry.scrape import ScrapeTarget, parse_exposition
 
 
 def parse_cost() -> None:

@@ -1,6 +1,6 @@
 # Locust monkey-patches the stdlib on import; importing requests/urllib3 before it crashes
 # (gevent must patch ssl before they import it). This line must stay first.
-import locust  # noqa: F401, I001
+import locust  # noqa: F401, I001 - for its patching, before every other import (above)
 
 import signal
 import sys

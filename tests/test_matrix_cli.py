@@ -119,7 +119,7 @@ def test_the_readiness_check_sends_url_credentials_and_never_prints_them(tmp_pat
     want = "Basic " + base64.b64encode(b"ops:s3cret-pass").decode()
 
     class Handler(BaseHTTPRequestHandler):
-        def do_GET(self):  # noqa: N802 - http.server's name
+        def do_GET(self):
             self.send_response(200 if self.headers.get("Authorization") == want and self.path == "/v1/models" else 401)
             self.end_headers()
 

@@ -131,7 +131,7 @@ def test_preflight_checks_readiness_the_model_and_one_request_with_the_models_na
 class _NotReady(BaseHTTPRequestHandler):
     seen: list[str] = []
 
-    def do_GET(self) -> None:  # noqa: N802 (the stdlib's name)
+    def do_GET(self) -> None:
         self.seen.append(self.path)
         body = b'{"error":"model ensemble is not ready"}' if self.path == "/v2/health/ready" else b"{}"
         self.send_response(503 if self.path == "/v2/health/ready" else 200)

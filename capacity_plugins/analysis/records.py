@@ -110,7 +110,7 @@ def _first_bad_line(f: Path, limit: int | None = None) -> tuple[int, str]:
 
 def _arrow_available() -> bool:
     try:
-        import pyarrow.json  # noqa: F401
+        import pyarrow.json  # noqa: F401 - only whether it is installed
     except ImportError:
         return False
     return True

@@ -204,7 +204,7 @@ def _parse_csv(raw: bytes, label: str) -> list[Sample]:
 
 def _parse_parquet(path: Path, label: str) -> list[Sample]:
     try:
-        import pyarrow  # noqa: F401
+        import pyarrow  # noqa: F401 - only whether it is installed (pandas reads the file with it)
     except ImportError:
         raise UserError(f"{label}: reading Parquet needs pyarrow, which is not installed (pip install pyarrow)") from None
     import pandas as pd

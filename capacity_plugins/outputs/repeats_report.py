@@ -14,10 +14,10 @@ from typing import Any
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.pyplot as plt
 
-from capacity_plugins.outputs.numbers import fmt, fmt_ci, fmt_iv, fmt_level, fmt_num  # noqa: E402
-from capacity_plugins.outputs.report_text import DECISION_TEXT, plan_words  # noqa: E402
+from capacity_plugins.outputs.numbers import fmt, fmt_ci, fmt_iv, fmt_level, fmt_num
+from capacity_plugins.outputs.report_text import DECISION_TEXT, plan_words
 
 
 def _g(v: float | None) -> str:

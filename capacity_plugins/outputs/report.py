@@ -15,14 +15,14 @@ from typing import Any
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-from matplotlib.ticker import LogFormatter  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
+from matplotlib.ticker import LogFormatter
 
-from capacity_plugins.analysis.load import RunData  # noqa: E402
-from capacity_plugins.outputs import cache_probe_text  # noqa: E402
-from capacity_plugins.outputs.numbers import fmt, fmt_level  # noqa: E402
-from capacity_plugins.outputs.report_text import (  # noqa: E402
+from capacity_plugins.analysis.load import RunData
+from capacity_plugins.outputs import cache_probe_text
+from capacity_plugins.outputs.numbers import fmt, fmt_level
+from capacity_plugins.outputs.report_text import (
     DECISION_TEXT,
     TRACE_COLS,
     TTFT_LEGEND,
@@ -37,7 +37,7 @@ from capacity_plugins.outputs.report_text import (  # noqa: E402
     table_columns,
     trace_cell,
 )
-from capacity_plugins.outputs.report_ttft import plot_ttft_breakdown, section, tick_rotation  # noqa: E402
+from capacity_plugins.outputs.report_ttft import plot_ttft_breakdown, section, tick_rotation
 
 DECISION_COLOUR = {"scale": "#b3261e", "dont_scale_yet": "#1e6b35", "observe": "#8a6d00"}
 LATENCY_LINES = (("ttft_p95_ms", "TTFT P95", "C0"), ("e2e_p95_ms", "E2E P95", "C1"), ("tpot_p95_ms", "TPOT P95", "C2"),

@@ -14,9 +14,9 @@ from typing import Any
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.pyplot as plt
 
-from capacity_plugins.outputs.numbers import fmt_level, fmt_num  # noqa: E402
+from capacity_plugins.outputs.numbers import fmt_level, fmt_num
 
 SEGMENTS = (("queue", "server queue", "#b3261e"), ("prefill", "prefill", "#1f5fa8"),
             ("server_rest", "rest of the server's TTFT", "#7ea6d8"),

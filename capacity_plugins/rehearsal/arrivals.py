@@ -28,10 +28,10 @@ def _unit_renewal(kind: ArrivalKind, cv: float, horizon: float, rng: np.random.G
     if kind == "constant":
         return np.arange(0.0, horizon, 1.0)
     if kind == "poisson" or (kind == "gamma" and cv == 1.0):
-        draw: Callable[[int], np.ndarray] = lambda n: rng.exponential(1.0, n)  # noqa: E731
+        draw: Callable[[int], np.ndarray] = lambda n: rng.exponential(1.0, n)  # noqa: E731 - one name bound per kind
     elif kind == "gamma":
         shape = 1.0 / (cv * cv)
-        draw = lambda n: rng.gamma(shape, 1.0 / shape, n)  # noqa: E731
+        draw = lambda n: rng.gamma(shape, 1.0 / shape, n)  # noqa: E731 - as above
     else:  # pragma: no cover - the scenario model only lets the three kinds through
         raise ValueError(f"unknown arrival kind {kind!r}")
     chunks: list[np.ndarray] = []

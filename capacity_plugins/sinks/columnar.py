@@ -95,7 +95,7 @@ class ColumnarWriter:
         self.failed = False
         try:
             import pyarrow as pa
-            import pyarrow.ipc  # noqa: F401
+            import pyarrow.ipc  # for pa.ipc (a submodule)
         except ImportError:  # worker-only install: JSONL alone
             self.failed = True
             return
@@ -204,9 +204,9 @@ class _Rows:
 
     def add(self, pa: Any, items: list[RequestRecord | dict[str, Any]], share: Callable[[], None]) -> None:
         if all(type(r) is RequestRecord for r in items):  # this process's own: C-level getters
-            column: Any = lambda name: list(map(attrgetter(name), items))  # noqa: E731
+            column: Any = lambda name: list(map(attrgetter(name), items))  # noqa: E731 - one name bound per branch, called per column below
         else:  # records that came from workers, as dicts (or a mix)
-            column = lambda name: [_value(r, name) for r in items]  # noqa: E731
+            column = lambda name: [_value(r, name) for r in items]  # noqa: E731 - as above
         for name, kind, arrays in zip(self.names, self.types, self.scalars, strict=True):
             arrays.append(pa.array(column(name), type=kind))  # a master's drain can be 1000s of rows
             share()

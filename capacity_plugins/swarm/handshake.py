@@ -60,7 +60,7 @@ def in_thread(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     def run() -> tuple[T | None, BaseException | None]:
         try:
             return fn(*args, **kwargs), None
-        except Exception as e:  # noqa: BLE001  # re-raised in the caller, below
+        except Exception as e:  # re-raised in the caller, below
             return None, e
 
     result, error = gevent.get_hub().threadpool.apply(run)

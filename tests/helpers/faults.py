@@ -34,7 +34,7 @@ class FaultServer(ServerProcess):
         super().__init__(FAULT_SERVER, "0", "--exit-on-stdin-eof", hold_stdin=True)
 
     def _get(self, route: str) -> Any:
-        with urllib.request.urlopen(self.url + route, timeout=10) as r:  # noqa: S310 - loopback
+        with urllib.request.urlopen(self.url + route, timeout=10) as r:
             return json.loads(r.read())
 
     def seen(self) -> Counter[str]:
