@@ -224,7 +224,10 @@ class HubIdleGate:
     the timeout alone. The watcher does not keep the loop alive and costs one check per loop
     turn, so it is never stopped; and there is one per hub (`of_this_hub`, called on the hub's
     thread: libev is not thread-safe): two at the lowest priority would each see the other
-    pending and neither would ever open. A second thread waiting at once waits its timeout.
+    pending and neither would ever open. Threads waiting at once go through one per idle turn,
+    and one's wait ending never closes the gate on another (the hub's gate is shared: a process
+    with more than one records sink, as a test process has, had a waiter stranded until its
+    timeout by another thread's short wait ending).
     """
 
     _by_loop: dict[int, HubIdleGate] = {}
@@ -245,7 +248,8 @@ class HubIdleGate:
     def __init__(self, loop: Any) -> None:
         self._lock = real_lock()
         self._lock.acquire()  # closed: wait() blocks until the hub opens it
-        self._waiting = False
+        self._waiters: set[object] = set()  # one token per wait() under way (add / discard: atomic)
+        self._opened = False  # released for a waiter, not taken yet: one opening at a time
         self._loop = loop
         if loop is not None and is_libev(loop):  # libev can say what is pending; libuv's always says 0
             # after gevent's own prepare watcher, which runs the queued callbacks
@@ -253,17 +257,26 @@ class HubIdleGate:
             watcher.start(self._before_poll)
             self._watcher = watcher  # a stopped-by-GC watcher would never fire
 
+    @property
+    def waiting(self) -> bool:
+        """Whether a thread waits here now."""
+        return bool(self._waiters)
+
     def _before_poll(self) -> None:
-        if self._waiting and _nothing_queued(self._loop):
-            self._waiting = False
+        if self._waiters and not self._opened and _nothing_queued(self._loop):
+            self._opened = True
             with contextlib.suppress(RuntimeError):  # still open: a waiter had timed out before
                 self._lock.release()
 
     def wait(self, timeout_s: float) -> None:
         """Block this native thread until the hub is next about to block, or `timeout_s`."""
-        self._waiting = True
-        self._lock.acquire(timeout=timeout_s)
-        self._waiting = False
+        token = object()
+        self._waiters.add(token)
+        try:
+            if self._lock.acquire(timeout=timeout_s):
+                self._opened = False  # this wait took the opening (or one a timed-out wait left)
+        finally:
+            self._waiters.discard(token)
 
 
 class GilShare:

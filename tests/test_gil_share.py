@@ -120,9 +120,9 @@ def test_the_hub_opens_the_gate_when_it_has_nothing_to_run_and_not_before(tmp_pa
 
     start_native_thread(waiter)
     deadline = time.monotonic() + 10
-    while not gate._waiting and time.monotonic() < deadline:
+    while not gate.waiting and time.monotonic() < deadline:
         gevent.sleep(0)  # busy: a callback always queued
-    assert gate._waiting, "the native thread never started waiting"
+    assert gate.waiting, "the native thread never started waiting"
     busy_until = time.monotonic() + 0.3
     while time.monotonic() < busy_until:
         gevent.sleep(0)
@@ -131,4 +131,40 @@ def test_the_hub_opens_the_gate_when_it_has_nothing_to_run_and_not_before(tmp_pa
     while not waited and time.monotonic() < deadline:
         gevent.sleep(0.01)  # idle: the hub blocks in its poll
     sink.close()
+    assert waited and waited[0] < 10, "not opened when the hub went idle (its timeout was 30 s)"
+
+
+def test_a_short_wait_ending_does_not_close_the_gate_on_another_thread(tmp_path: Path) -> None:
+    """The hub's gate is shared by every native thread of the process: another records sink's
+    writer pausing (GilShare's 2 ms waits) while this thread waits must not strand this one
+    until its timeout (it did, in a test process full of sinks: a flag the short wait cleared)."""
+    import gevent
+
+    gate = HubIdleGate.of_this_hub()
+    waited: list[float] = []
+    short_waits: list[int] = []
+
+    def waiter() -> None:
+        t0 = time.monotonic()
+        gate.wait(30.0)
+        waited.append(time.monotonic() - t0)
+
+    def pausing_writer() -> None:
+        for _ in range(20):
+            gate.wait(GilShare.PAUSE_S)  # the hub stays busy: each times out
+        short_waits.append(20)
+
+    start_native_thread(waiter)
+    deadline = time.monotonic() + 10
+    while not gate.waiting and time.monotonic() < deadline:
+        gevent.sleep(0)  # busy: a callback always queued
+    assert gate.waiting, "the native thread never started waiting"
+    start_native_thread(pausing_writer)
+    deadline = time.monotonic() + 10
+    while not short_waits and time.monotonic() < deadline:
+        gevent.sleep(0)  # still busy while the other thread's waits come and go
+    assert short_waits and waited == [], "opened while the hub still had work queued"
+    deadline = time.monotonic() + 10
+    while not waited and time.monotonic() < deadline:
+        gevent.sleep(0.01)  # idle: the hub blocks in its poll
     assert waited and waited[0] < 10, "not opened when the hub went idle (its timeout was 30 s)"
