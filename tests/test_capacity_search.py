@@ -12,7 +12,7 @@ from helpers.scenarios import write_scenario
 from capacity_plugins.contracts.percentiles import share_interval
 from capacity_plugins.contracts.slo import min_requests_to_show
 from capacity_plugins.errors import UserError
-from capacity_plugins.rehearsal.search import CapacitySearch
+from capacity_plugins.kinds.capacity_search import CapacitySearch
 from capacity_plugins.scenario import load_scenario
 
 

@@ -18,19 +18,15 @@ from pydantic import BaseModel, ValidationError
 
 from capacity_plugins.contracts.planning import CapacityConfig, SLOConfig, VerdictConfig
 from capacity_plugins.errors import UserError
+from capacity_plugins.kinds.base import DEFAULT_MAX_LOOP_LAG_P99_MS, DEFAULT_MIN_REQUESTS, LoadKind
 from capacity_plugins.scenario.files import format_loc
-from capacity_plugins.scenario.loads import (
-    DEFAULT_MAX_LOOP_LAG_P99_MS,
-    DEFAULT_MIN_REQUESTS,
-    ConcurrencySweepLoad,
-)
 from capacity_plugins.scenario.sections import RequestConfig
 from capacity_plugins.scenario.workloads import WorkloadConfig, merged, problems
 
 SCENARIO_FILE = "scenario.yaml"
 # The load section's own default (every load kind shares it), not a second copy of the number.
-DEFAULT_MAX_SCHEDULE_LAG_P99_MS: float = ConcurrencySweepLoad.model_fields["max_schedule_lag_p99_ms"].default
-DEFAULT_MAX_CLIENT_CPU_PCT: float = ConcurrencySweepLoad.model_fields["max_client_cpu_pct"].default
+DEFAULT_MAX_SCHEDULE_LAG_P99_MS: float = LoadKind.model_fields["max_schedule_lag_p99_ms"].default
+DEFAULT_MAX_CLIENT_CPU_PCT: float = LoadKind.model_fields["max_client_cpu_pct"].default
 
 SECTIONS: tuple[tuple[str, type[BaseModel]], ...] = (
     ("slo", SLOConfig), ("capacity", CapacityConfig), ("verdict", VerdictConfig))

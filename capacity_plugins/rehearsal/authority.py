@@ -23,13 +23,10 @@ from typing import TYPE_CHECKING, Any
 import gevent
 
 from capacity_plugins.contracts.slo import judge_mix, judge_step
-from capacity_plugins.corpus.cache_arms import describe as describe_arm
 from capacity_plugins.rehearsal.arrivals import ArrivalPlan, offered_in_window
-from capacity_plugins.rehearsal.cache_arm import cache_arm_spec
 from capacity_plugins.rehearsal.generator import HOST, GeneratorSide
 from capacity_plugins.rehearsal.results import ResultsFolder, analyse_in_background
-from capacity_plugins.rehearsal.search import CapacitySearch
-from capacity_plugins.rehearsal.shapes import RehearsalShape, StepPlan, level_plan, plan_steps
+from capacity_plugins.rehearsal.shapes import RehearsalShape, StepPlan, extended, plan_steps
 from capacity_plugins.rehearsal.steps import (
     ClientLimits,
     Step,
@@ -38,7 +35,6 @@ from capacity_plugins.rehearsal.steps import (
     write_steps_json,
 )
 from capacity_plugins.rehearsal.watch import SelfWatch
-from capacity_plugins.scenario import CacheProbeLoad, CapacitySearchLoad
 from capacity_plugins.swarm import messages
 from capacity_plugins.telemetry.wiring import RunTelemetry
 
@@ -46,6 +42,7 @@ if TYPE_CHECKING:
     from locust.env import Environment
 
     from capacity_plugins.client.context import RunContext
+    from capacity_plugins.kinds import NextSteps
     from capacity_plugins.scenario import Scenario
 
 log = logging.getLogger(__name__)
@@ -76,7 +73,9 @@ class StepAuthority:
         self.ready = ready  # every worker applied the test's setup (the master's handshake)
         self.plans: list[StepPlan] = plan_steps(scenario)
         self.timeline = generator.timeline if generator is not None else StepTimeline()
-        self.search = self._new_search()  # capacity_search: the levels are chosen as it goes
+        # The load kind's chooser of further steps (a capacity search's levels), or None.
+        self.next_steps: NextSteps | None = scenario.load.next_steps(scenario)
+        self.described: dict[str, Any] = {}  # what the load kind adds to meta.json and steps.json
         # Workload classes: a step's window runs on until its thinnest class has load.min_requests.
         self.class_names = [c.name for c in scenario.workload_classes]
         self.accounting = self._new_accounting()
@@ -90,26 +89,20 @@ class StepAuthority:
 
     def _new_accounting(self) -> StepAccounting:
         return StepAccounting(self.timeline, ClientLimits.from_load(self.scenario.load),
-                              keep_slo_views=self.search is not None)
-
-    def _new_search(self) -> CapacitySearch | None:
-        load = self.scenario.load
-        if not isinstance(load, CapacitySearchLoad):
-            return None
-        return CapacitySearch(start=load.start, max_level=load.max_level, growth=load.growth,
-                              tolerance=load.tolerance, integer=load.loop == "closed", budget_s=load.budget_s)
+                              keep_slo_views=self.next_steps is not None)
 
     def _next_plan(self, finished: Step) -> StepPlan | None:
-        """A capacity search's next step, judged from the finished one (contracts/slo.py)."""
-        if self.search is None:
+        """The load kind's next step (a capacity search's), judged from the finished one (contracts/slo.py)."""
+        chooser = self.next_steps
+        if chooser is None:
             return None
-        unit = self.search.result()["unit"]
+        unit = chooser.unit
         invalid = self._invalid_reason(finished)
         if invalid is not None:
-            self.search.halt(finished.level, invalid)
+            chooser.halt(finished.level, invalid)
             print(f"[capacity] search: {finished.level:g} {unit} → invalid ({invalid}); done: the search cannot "
                   "steer by a step that decides nothing", flush=True)
-            self.ctx.extra_meta["search"] = self.search.result()
+            self.ctx.extra_meta.update(chooser.meta())
             return None
         views, requests, errors = self.accounting.slo_sample(finished.index)
         classes = self.scenario.workload_classes
@@ -125,12 +118,12 @@ class StepAuthority:
             # too few requests to claim a pass (the analysis calls the step insufficient)
             judged, limiting = "uncertain", f"{requests} requests < load.min_requests {self.scenario.load.min_requests}"
         spent = time.time() - (self.timeline.steps[0].start_unix if self.timeline.steps else time.time())
-        level = self.search.next(finished.level, judged, limiting, spent_s=spent)
+        plan = chooser.next(finished.level, judged, limiting, spent_s=spent)
         print(f"[capacity] search: {finished.level:g} {unit} → {judged}"
               + (f" ({limiting})" if limiting else "")
-              + (f"; next {level:g}" if level is not None else f"; done: {self.search.stopped}"), flush=True)
-        self.ctx.extra_meta["search"] = self.search.result()
-        return level_plan(self.scenario, level) if level is not None else None
+              + (f"; next {plan.level:g}" if plan is not None else f"; done: {chooser.stopped}"), flush=True)
+        self.ctx.extra_meta.update(chooser.meta())
+        return extended(plan, self.scenario.load) if plan is not None else None
 
     def _invalid_reason(self, finished: Step) -> str | None:
         """Why the analysis will call this step invalid, judged from the same row steps.json gets."""
@@ -183,9 +176,9 @@ class StepAuthority:
         env.events.quitting.add_listener(self._on_quitting)
         if not getattr(env.parsed_options, "headless", False):
             env.events.test_stop.add_listener(self._on_ui_test_stop)
-        if isinstance(sc.load, CacheProbeLoad) and self.ctx.corpus is not None:
-            # What the cache arm shares, estimated from the corpus: meta.json and steps.json.
-            self.ctx.extra_meta["cache_probe"] = describe_arm(self.ctx.corpus, cache_arm_spec(sc))
+        if self.ctx.corpus is not None:
+            self.described = sc.load.describe(sc, self.ctx.corpus)
+            self.ctx.extra_meta.update(self.described)
         self.results.on_switch.append(self._restart_telemetry)
         self.results.write_scenario_copy()
         self._restart_telemetry(self.results.path)
@@ -282,17 +275,16 @@ class StepAuthority:
         p = self.plans[index]
         if not p.open_loop:
             return None
-        load = self.scenario.load
         if p.trace is not None:  # a trace window: its own arrivals and requests, not a random schedule
             return ArrivalPlan(arrival="constant", rate=float(p.target_rps or 0.0), duration_s=p.duration_s,
                                offsets=p.trace.offsets, requests=p.trace.requests, block_tokens=p.block_tokens,
                                sessions=p.sessions)
         return ArrivalPlan(
-            arrival=getattr(load, "arrival", "poisson"),
+            arrival=p.arrival,
             rate=float(p.target_rps or 0.0),
             duration_s=p.longest_s,  # arrivals for the longest the window may run (min_requests)
-            cv=float(getattr(load, "cv", 1.0)),
-            seed=int(getattr(load, "seed", 0)),
+            cv=p.cv,
+            seed=p.seed,
             ramp_s=p.ramp_s,
         )
 
@@ -380,7 +372,7 @@ class StepAuthority:
         used = bool(self.timeline.steps)
         self.timeline.steps.clear()
         self.timeline.finished = False
-        self.search = self._new_search()
+        self.next_steps = self.scenario.load.next_steps(self.scenario)
         self.accounting = self._new_accounting()
         if used:
             self.results.switch()
@@ -428,10 +420,9 @@ class StepAuthority:
             path = self.results.path / "steps.json"
             path.parent.mkdir(parents=True, exist_ok=True)
             extra: dict[str, Any] = {"scenario": self.scenario.name}
-            if self.search is not None:
-                extra["search"] = self.search.result()
-            if "cache_probe" in self.ctx.extra_meta:
-                extra["cache_probe"] = self.ctx.extra_meta["cache_probe"]
+            if self.next_steps is not None:
+                extra.update(self.next_steps.meta())
+            extra.update(self.described)
             write_steps_json(path, self.accounting.document(extra))
         except Exception:
             log.exception("writing steps.json failed")

@@ -1,4 +1,4 @@
-"""A cache probe on a generator process: which prompts the running step's arm sends.
+"""A cache probe (kinds/cache_probe.py) on a generator process: which prompts the running step's arm sends.
 
 The distinct arm takes the process's corpus shard as any step does (`RunContext.sampler`). A
 cache-arm step carries its `ArmSpec` (`Step.arm_spec`), so a worker needs no scenario of its own:
@@ -18,18 +18,6 @@ if TYPE_CHECKING:
     from capacity_plugins.client.context import RunContext
     from capacity_plugins.corpus import Sample
     from capacity_plugins.rehearsal.steps import StepTimeline
-    from capacity_plugins.scenario import Scenario
-
-# The defaults CacheProbeLoad fills in; repeated so a spec built outside a scenario agrees.
-DEFAULT_PREFIX_TOKENS = 1024
-DEFAULT_POOL_SIZE = 8
-
-
-def cache_arm_spec(scenario: Scenario) -> ArmSpec:
-    """The cache arm a `cache_probe` scenario asks for (its prompts drawn with `corpus.seed`)."""
-    load: Any = scenario.load
-    return ArmSpec(load.arm, prefix_tokens=load.prefix_tokens or DEFAULT_PREFIX_TOKENS,
-                   pool_size=load.pool_size or DEFAULT_POOL_SIZE, seed=scenario.corpus.seed)
 
 
 class CacheArmSource:

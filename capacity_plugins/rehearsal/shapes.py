@@ -1,7 +1,8 @@
-"""Load shapes for rehearsals: concurrency sweep, open-loop rate sweep, peak rehearsal.
+"""The rehearsal's shape: walks the steps a scenario's load kind plans.
 
-`plan_steps(scenario)` turns a scenario's `load` section into a list of `StepPlan`s; `RehearsalShape`
-(a Locust `LoadTestShape`) walks them on the master / local process:
+`plan_steps(scenario)` asks the scenario's load kind (capacity_plugins/kinds/) for its `StepPlan`s
+and lets each run on until it has `load.min_requests`; `RehearsalShape` (a Locust `LoadTestShape`)
+walks them on the master / local process:
 
     prepare (the test has started, so the master's workers get their options; ends when every
     generator is ready and, for an open-loop first step, its user pool is up — arrivals must not
@@ -25,56 +26,20 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from dataclasses import replace
+from typing import TYPE_CHECKING
 
 import gevent
 from locust import LoadTestShape
 
-from capacity_plugins.corpus.cache_arms import DISTINCT
-from capacity_plugins.rehearsal.cache_arm import cache_arm_spec
-from capacity_plugins.rehearsal.steps import Step, StepKind
+from capacity_plugins.kinds import StepPlan
+from capacity_plugins.rehearsal.steps import Step
 
 if TYPE_CHECKING:
+    from capacity_plugins.kinds import LoadKind
     from capacity_plugins.scenario import Scenario
 
 logger = logging.getLogger(__name__)
-
-# Users started per second in an open-loop pool: they only wait for arrivals, so start them fast.
-POOL_SPAWN_RATE = 200.0
-
-
-@dataclass(frozen=True)
-class StepPlan:
-    kind: StepKind
-    level: float  # users, or target rps
-    users: int  # Locust users to run (the pool size in open loop)
-    spawn_rate: float
-    duration_s: float  # from the step's start to the end of its measured window
-    warmup_s: float  # excluded from the step's numbers (includes any ramp)
-    target_rps: float | None = None
-    ramp_s: float = 0.0  # open-loop peak: arrival rate ramps 0 → target over this time
-    # The window runs past duration_s until the step has min_requests measured requests, but
-    # never past max_duration_s from the step's start (0: no extension).
-    min_requests: int = 0
-    max_duration_s: float = 0.0
-    # A cache probe's arm and, for the cache arm, its build spec (Step.arm, Step.arm_spec).
-    arm: str | None = None
-    arm_spec: dict[str, Any] | None = None
-    # Trace replay: the window's arrivals and requests (corpus.trace.TraceWindow); never extended.
-    trace: Any = None
-    block_tokens: int = 0
-    sessions: bool = False
-
-    @property
-    def open_loop(self) -> bool:
-        return self.target_rps is not None
-
-    @property
-    def longest_s(self) -> float:
-        """How long the window may last (the open-loop schedule is generated this far)."""
-        return max(self.duration_s, self.max_duration_s)
-
 
 # A step short of min_requests runs on up to this many times its planned length (load.max_step_s).
 DEFAULT_MAX_STEP_FACTOR = 5.0
@@ -83,95 +48,16 @@ EXTEND_LOOKAHEAD_S = 2.5
 
 
 def plan_steps(scenario: Scenario) -> list[StepPlan]:
-    load = scenario.load
-    plans = _planned(scenario)
-
-    def longest(duration_s: float) -> float:
-        cap = load.max_step_s if load.max_step_s is not None else DEFAULT_MAX_STEP_FACTOR * duration_s
-        return max(cap, duration_s)
-
-    return [replace(p, min_requests=load.min_requests,
-                    max_duration_s=p.duration_s if p.trace is not None else longest(p.duration_s)) for p in plans]
+    """The scenario's planned steps (its load kind's `plan`), each allowed to run on for min_requests."""
+    return [extended(p, scenario.load) for p in scenario.load.plan(scenario)]
 
 
-def level_plan(scenario: Scenario, level: float) -> StepPlan:
-    """One step at `level` for a load kind with a `loop` (capacity_search, cache_probe)."""
-    from capacity_plugins.scenario import CacheProbeLoad, CapacitySearchLoad
-
-    load = scenario.load
-    assert isinstance(load, CapacitySearchLoad | CacheProbeLoad)
-    if load.loop == "closed":
-        users = max(1, int(round(level)))
-        plan = StepPlan("concurrency", float(users), users, load.spawn_rate, load.step_s, load.warmup_s)
-    else:
-        pool = load.max_concurrency
-        plan = StepPlan("rate", float(level), pool, max(POOL_SPAWN_RATE, float(pool)), load.step_s, load.warmup_s,
-                        float(level))
+def extended(plan: StepPlan, load: LoadKind) -> StepPlan:
+    """`plan` with the load's min_requests and how long it may run to reach them (a trace window: never)."""
+    if plan.trace is not None:
+        return replace(plan, min_requests=load.min_requests, max_duration_s=plan.duration_s)
     cap = load.max_step_s if load.max_step_s is not None else DEFAULT_MAX_STEP_FACTOR * plan.duration_s
     return replace(plan, min_requests=load.min_requests, max_duration_s=max(cap, plan.duration_s))
-
-
-def _planned(scenario: Scenario) -> list[StepPlan]:
-    """The steps as the load section plans them (before any extension for min_requests)."""
-    from capacity_plugins.scenario import (
-        CacheProbeLoad,
-        CapacitySearchLoad,
-        ConcurrencySweepLoad,
-        PeakLoad,
-        RateSweepLoad,
-        TraceLoad,
-    )
-
-    load = scenario.load
-    if isinstance(load, TraceLoad):
-        return trace_plans(scenario)
-    if isinstance(load, CapacitySearchLoad):  # the first level only; the search picks the rest
-        return [level_plan(scenario, load.start)]
-    if isinstance(load, CacheProbeLoad):
-        # Each level twice, back to back, on the same load: the distinct arm first (the one that
-        # counts), then the cache arm. The cache arm's prompts never begin like a corpus prompt
-        # (corpus/cache_arms.py), so what it leaves cached cannot flatter the next level's distinct arm.
-        spec = cache_arm_spec(scenario).to_message()
-        return [replace(level_plan(scenario, lv), arm=arm, arm_spec=None if arm == DISTINCT else spec)
-                for lv in load.levels for arm in (DISTINCT, load.arm)]
-    if isinstance(load, ConcurrencySweepLoad):
-        return [
-            StepPlan("concurrency", float(n), n, load.spawn_rate, load.step_s, load.warmup_s) for n in load.levels
-        ]
-    if isinstance(load, RateSweepLoad):
-        pool = load.max_concurrency
-        return [
-            StepPlan("rate", float(r), pool, max(POOL_SPAWN_RATE, float(pool)), load.step_s, load.warmup_s, float(r))
-            for r in load.levels
-        ]
-    assert isinstance(load, PeakLoad)
-    duration = load.ramp_s + load.hold_s
-    warmup = load.ramp_s + load.warmup_s
-    if load.users is not None:
-        rate = load.users / load.ramp_s if load.ramp_s > 0 else POOL_SPAWN_RATE
-        return [StepPlan("peak", float(load.users), load.users, rate, duration, warmup)]
-    rps = scenario.peak_rps
-    assert rps is not None
-    pool = load.max_concurrency
-    return [StepPlan("peak", rps, pool, max(POOL_SPAWN_RATE, float(pool)), duration, warmup, rps, load.ramp_s)]
-
-
-def trace_plans(scenario: Scenario) -> list[StepPlan]:
-    """One step per window of a replayed trace: its level is the window's offered rate (requests/s)."""
-    from capacity_plugins.corpus.trace import read_trace, trace_windows
-    from capacity_plugins.scenario import TraceLoad
-
-    load = scenario.load
-    assert isinstance(load, TraceLoad)
-    path = scenario.trace_path()
-    assert path is not None
-    windows = trace_windows(read_trace(path), speedup=load.speedup, start_s=load.start_s,
-                            duration_s=load.duration_s, loop=load.loop, window_s=load.window_s)
-    pool = load.max_concurrency
-    spawn = max(POOL_SPAWN_RATE, float(pool))
-    # A window shorter than the warmup (the last one) keeps none: it would measure nothing.
-    return [StepPlan("trace", w.offered_rps, pool, spawn, w.wall_s, min(load.warmup_s, w.wall_s / 2), w.offered_rps,
-                     trace=w, block_tokens=load.block_tokens, sessions=load.sessions) for w in windows]
 
 
 # Callbacks the wiring installs; all optional.

@@ -147,25 +147,6 @@ def _mark_incomplete(folder: Path, reason: str, unless_finished: bool = False) -
     os.replace(tmp, path)
 
 
-def _check_trace(s: Scenario) -> None:
-    """Read a trace replay's trace once here: a bad line is exit 2 (file, line, field) before anything starts."""
-    from capacity_plugins.scenario import TraceLoad
-
-    load = s.load
-    path = s.trace_path()
-    if not isinstance(load, TraceLoad) or path is None:
-        return
-    from capacity_plugins.corpus.trace import read_trace, trace_windows
-
-    rows = read_trace(path)  # its errors name the trace file and line
-    try:
-        trace_windows(rows, speedup=load.speedup, start_s=load.start_s, duration_s=load.duration_s,
-                      loop=load.loop, window_s=load.window_s)
-    except UserError as e:
-        where = f"{s.source_path}: " if s.source_path else ""
-        raise UserError(f"{where}{e}") from None
-
-
 @dataclass
 class _Outcome:
     folder: Path
@@ -298,7 +279,7 @@ def main(argv: list[str]) -> int:
 
     writable_parent("--output" if args.output else "output", Path(args.output or scenario.output))
     check_corpus(scenario)
-    _check_trace(scenario)
+    scenario.load.check_inputs(scenario)  # a trace's bad line is exit 2 before anything starts
     scenario_secrets(scenario)  # a secret too short to redact is bad input, before anything starts
     repeats = args.repeat or scenario.repeat
     folder = results_folder(scenario, args.output)

@@ -8,7 +8,7 @@ results folder's scenario copy is exactly what `capacity analyze` reads back.
 | module | owns |
 |---|---|
 | `sections` | target, corpus, request, telemetry |
-| `loads` | the `load` kinds |
+| `loads` | the `load` section: the union of the registered load kinds (`capacity_plugins/kinds/`) |
 | `workloads` | `workloads:`: request classes, the key-by-key merge over the top-level sections |
 | `model` | `Scenario`: the sections, derived values, the redacted copy |
 | `files` | YAML, `${VAR}`, validation errors, `load_scenario` |
@@ -16,16 +16,14 @@ results folder's scenario copy is exactly what `capacity analyze` reads back.
 No Locust import here: the runner, the analysis and the tests read scenarios without gevent.
 """
 
+from capacity_plugins.kinds.cache_probe import CacheProbeLoad
+from capacity_plugins.kinds.capacity_search import CapacitySearchLoad
+from capacity_plugins.kinds.concurrency_sweep import ConcurrencySweepLoad
+from capacity_plugins.kinds.peak import PeakLoad
+from capacity_plugins.kinds.rate_sweep import RateSweepLoad
+from capacity_plugins.kinds.trace import TraceLoad
 from capacity_plugins.scenario.files import format_loc, load_scenario, parse_scenario
-from capacity_plugins.scenario.loads import (
-    CacheProbeLoad,
-    CapacitySearchLoad,
-    ConcurrencySweepLoad,
-    LoadConfig,
-    PeakLoad,
-    RateSweepLoad,
-    TraceLoad,
-)
+from capacity_plugins.scenario.loads import LoadConfig
 from capacity_plugins.scenario.model import Scenario
 from capacity_plugins.scenario.sections import (
     BUILTIN_PREFIXES,

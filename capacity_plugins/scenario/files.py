@@ -16,12 +16,13 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from capacity_plugins import kinds
 from capacity_plugins.errors import UserError, did_you_mean
 from capacity_plugins.scenario.model import Scenario, _resolve_corpus
 
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 # The load kinds, as pydantic names the union members in an error location.
-_LOAD_TAGS = ("concurrency_sweep", "rate_sweep", "peak", "capacity_search", "cache_probe", "trace")
+_LOAD_TAGS = kinds.names()
 
 
 def _expand_env(obj: Any, loc: str, used: set[str]) -> Any:
@@ -137,7 +138,7 @@ def _first_error(e: ValidationError, model: type[BaseModel] = BaseModel, raw: An
         if named and named.group(1) in _known_keys(model, where):
             where, msg = (*where, named.group(1)), named.group(2)
     elif err["type"] == "union_tag_invalid":
-        msg = f"kind must be one of {', '.join(_LOAD_TAGS)}"
+        msg = kinds.unknown((err.get("ctx") or {}).get("tag"))
     written = _written(raw, where)
     if isinstance(written, str) and "${" in written:
         msg += f" (from {written})"  # the value came from the environment: name the variable

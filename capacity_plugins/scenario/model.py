@@ -9,6 +9,7 @@ from typing import Any
 import yaml
 from pydantic import Field, model_validator
 
+from capacity_plugins import kinds
 from capacity_plugins.contracts.planning import CapacityConfig, SLOConfig, VerdictConfig
 from capacity_plugins.contracts.redaction import (
     REDACTED,
@@ -17,16 +18,7 @@ from capacity_plugins.contracts.redaction import (
     strip_userinfo,
     url_password,
 )
-from capacity_plugins.contracts.slo import min_requests_to_show
-from capacity_plugins.scenario.loads import (
-    CacheProbeLoad,
-    CapacitySearchLoad,
-    ConcurrencySweepLoad,
-    LoadConfig,
-    PeakLoad,
-    RateSweepLoad,
-    TraceLoad,
-)
+from capacity_plugins.scenario.loads import LoadConfig
 from capacity_plugins.scenario.sections import (
     EMBEDDED,
     CorpusConfig,
@@ -44,7 +36,7 @@ class Scenario(_Strict):
     target: TargetConfig
     corpus: CorpusConfig = Field(default_factory=CorpusConfig)
     request: RequestConfig = Field(default_factory=RequestConfig)
-    load: LoadConfig = Field(default_factory=ConcurrencySweepLoad)
+    load: LoadConfig = Field(default_factory=kinds.default_load)
     slo: SLOConfig = Field(default_factory=SLOConfig)
     capacity: CapacityConfig = Field(default_factory=CapacityConfig)
     # The thresholds of the analysis's decisions (verdict, intervals, plan refusal, compare).
@@ -65,33 +57,27 @@ class Scenario(_Strict):
     @model_validator(mode="before")
     @classmethod
     def _default_kind(cls, data: Any) -> Any:
-        # The discriminated union needs `kind`; a load section without it is a concurrency sweep.
+        # The discriminated union needs `kind`; a load section without it is the default kind.
         if isinstance(data, dict) and isinstance(data.get("load"), dict) and "kind" not in data["load"]:
-            data = {**data, "load": {**data["load"], "kind": "concurrency_sweep"}}
+            data = {**data, "load": {**data["load"], "kind": kinds.DEFAULT}}
         return data
 
     @model_validator(mode="before")
     @classmethod
-    def _probe_turns_on_the_simulators_cache(cls, data: Any) -> Any:
-        # A cache probe on the embedded simulator needs its prefix-cache model, or there is nothing
-        # to find; set here so the results folder's copy says so. An explicit `prefix_cache` stays.
-        if not isinstance(data, dict) or not isinstance(data.get("load"), dict) \
-                or data["load"].get("kind") != "cache_probe" or not isinstance(data.get("target"), dict):
+    def _kind_sets_the_simulator(cls, data: Any) -> Any:
+        # A kind may need settings of the embedded simulator (a cache probe: its prefix-cache model);
+        # set here so the results folder's copy says so. A setting the file gives stays.
+        if not isinstance(data, dict) or not isinstance(data.get("load"), dict) or not isinstance(data.get("target"), dict):
             return data
+        kind = kinds.find(data["load"].get("kind"))
         target = data["target"]
         sim = target.get("simulator")
-        if target.get("url") != EMBEDDED or not (sim is None or isinstance(sim, dict)) or "prefix_cache" in (sim or {}):
+        if kind is None or target.get("url") != EMBEDDED or not (sim is None or isinstance(sim, dict)):
             return data
-        return {**data, "target": {**target, "simulator": {**(sim or {}), "prefix_cache": True}}}
-
-    @model_validator(mode="after")
-    def _peak_has_target(self) -> Scenario:
-        peak = self.load
-        if isinstance(peak, PeakLoad) and peak.target_rps is None and peak.users is None and self.capacity.peak_qps is None:
-            raise ValueError(
-                "load: kind peak needs target_rps, users, or capacity.peak_qps (ramped to peak_qps × safety_factor)"
-            )
-        return self
+        missing = {k: v for k, v in kind.simulator_settings.items() if k not in (sim or {})}
+        if not missing:
+            return data
+        return {**data, "target": {**target, "simulator": {**(sim or {}), **missing}}}
 
     @model_validator(mode="after")
     def _workloads_valid(self) -> Scenario:
@@ -102,20 +88,9 @@ class Scenario(_Strict):
         return self
 
     @model_validator(mode="after")
-    def _search_can_pass(self) -> Scenario:
-        # A search judges each step with the step's own interval: below this many requests not
-        # even a step with every request under the limits can show the attainment, so every step
-        # would be "uncertain" and the search would stop at its first one.
-        if isinstance(self.load, CapacitySearchLoad):
-            # With workload classes each class is judged on its own requests, by its own attainment.
-            attainment = max([c.slo.attainment for c in self.workload_classes] or [self.slo.attainment])
-            need = min_requests_to_show(attainment, self.verdict.confidence)
-            if self.load.min_requests < need:
-                per = " of every workload class" if self.workloads else ""
-                raise ValueError(
-                    f"load.min_requests: {self.load.min_requests} is too few for a capacity search: showing "
-                    f"{attainment:.0%} attainment at {self.verdict.confidence:.0%} confidence takes at least "
-                    f"{need} requests{per} per step")
+    def _load_fits(self) -> Scenario:
+        # What the load kind needs of the other sections (a peak's rate, a search's sample size).
+        self.load.check(self)
         return self
 
     # -- derived values the load side and the runner use -------------------------------------------------
@@ -127,24 +102,19 @@ class Scenario(_Strict):
     @property
     def peak_rps(self) -> float | None:
         """The open-loop rate a peak rehearsal holds (None for a closed-loop peak or another kind)."""
-        if not isinstance(self.load, PeakLoad) or self.load.users is not None:
-            return None
-        if self.load.target_rps is not None:
-            return self.load.target_rps
-        assert self.capacity.peak_qps is not None
-        return self.capacity.peak_qps * self.capacity.safety_factor
+        return self.load.held_rps(self)
 
     @property
     def open_loop(self) -> bool:
-        if isinstance(self.load, CapacitySearchLoad | CacheProbeLoad):
-            return self.load.loop == "open"
-        return isinstance(self.load, RateSweepLoad | TraceLoad) or self.peak_rps is not None
+        return self.load.open_loop(self)
 
     def trace_path(self) -> Path | None:
         """load.path of a trace replay, made absolute (relative to the scenario file); None otherwise."""
-        if not isinstance(self.load, TraceLoad):
-            return None
-        return _resolve_corpus(self.load.path, self.source_path)
+        return self.load.replay_file(self)
+
+    def resolve_path(self, path: str) -> Path:
+        """A file the scenario names, made absolute (relative to the scenario file)."""
+        return _resolve_corpus(path, self.source_path)
 
     def corpus_path(self) -> str:
         """The corpus spec with a file path made absolute (relative to the scenario file)."""

@@ -1,4 +1,4 @@
-"""Capacity search: the highest level (users or requests/s) that meets the SLO, found by measuring.
+"""`kind: capacity_search`: the highest level (users or requests/s) that meets the SLO, found by measuring.
 
 Each step is judged as the analysis judges it (contracts/slo.py): `pass`, `fail`, or `uncertain`
 when the step's own interval straddles the SLO. The search then:
@@ -17,19 +17,104 @@ when the step's own interval straddles the SLO. The search then:
    decides nothing in the analysis, so steering by it would aim the next level at the load
    generator's limit instead of the server's (`halt`).
 
-Pure and clock-free (the shape and the authority drive it), so it is tested without a server.
+`CapacitySearch` is pure and clock-free (the step authority judges each step and asks it for the
+next, through `SearchSteps`), so it is tested without a server.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-from capacity_plugins.contracts.slo import Judgement
+from pydantic import Field, model_validator
+
+from capacity_plugins.contracts.slo import Judgement, min_requests_to_show
+from capacity_plugins.kinds.base import LoadKind, OpenLoop, PositiveFloat, StepPlan, check_warmup, level_plan
+
+if TYPE_CHECKING:
+    from capacity_plugins.scenario import Scenario
 
 # Two consecutive steps the SLO could not be told on: the bracket has reached the noise.
 NOISE_STOP = 2
+
+
+@LoadKind.register("capacity_search")
+class CapacitySearchLoad(OpenLoop):
+    """Find the highest level that meets the SLO: grow by `growth` until a step fails, then bisect
+    between the last pass and the first fail until the bracket is within `tolerance` (or one user),
+    the time budget ends, or noise stops it from narrowing."""
+
+    summary_section: ClassVar[str | None] = "search"
+
+    kind: Literal["capacity_search"] = "capacity_search"
+    loop: Literal["closed", "open"] = "closed"  # closed: levels are users; open: requests/s
+    start: PositiveFloat = 1.0
+    max_level: PositiveFloat = 512.0
+    growth: float = Field(default=2.0, gt=1)
+    tolerance: float = Field(default=0.05, gt=0, lt=1)
+    budget_s: float | None = Field(default=None, gt=0)
+    step_s: float = Field(default=60.0, gt=0)
+    spawn_rate: float = Field(default=100.0, gt=0)  # closed loop: users started per second
+
+    @model_validator(mode="after")
+    def _sane(self) -> CapacitySearchLoad:
+        check_warmup(self.warmup_s, self.step_s)
+        if self.start > self.max_level:
+            raise ValueError(f"start ({self.start:g}) must not exceed max_level ({self.max_level:g})")
+        return self
+
+    def check(self, scenario: Scenario) -> None:
+        # A search judges each step with the step's own interval: below this many requests not
+        # even a step with every request under the limits can show the attainment, so every step
+        # would be "uncertain" and the search would stop at its first one.
+        # With workload classes each class is judged on its own requests, by its own attainment.
+        attainment = max([c.slo.attainment for c in scenario.workload_classes] or [scenario.slo.attainment])
+        need = min_requests_to_show(attainment, scenario.verdict.confidence)
+        if self.min_requests < need:
+            per = " of every workload class" if scenario.workloads else ""
+            raise ValueError(
+                f"load.min_requests: {self.min_requests} is too few for a capacity search: showing "
+                f"{attainment:.0%} attainment at {scenario.verdict.confidence:.0%} confidence takes at least "
+                f"{need} requests{per} per step")
+
+    def open_loop(self, scenario: Scenario) -> bool:
+        return self.loop == "open"
+
+    def plan(self, scenario: Scenario) -> list[StepPlan]:
+        return [level_plan(self, self.start)]  # the first level only; the search picks the rest
+
+    def next_steps(self, scenario: Scenario) -> SearchSteps:
+        return SearchSteps(self, CapacitySearch(start=self.start, max_level=self.max_level, growth=self.growth,
+                                                tolerance=self.tolerance, integer=self.loop == "closed",
+                                                budget_s=self.budget_s))
+
+
+@dataclass
+class SearchSteps:
+    """The search as the step authority drives it (kinds/base.py `NextSteps`): a judged level in,
+    the next level's step out."""
+
+    load: CapacitySearchLoad
+    search: CapacitySearch
+
+    @property
+    def unit(self) -> str:
+        return "users" if self.search.integer else "rps"
+
+    @property
+    def stopped(self) -> str | None:
+        return self.search.stopped
+
+    def next(self, level: float, judged: Judgement, limiting: str | None, spent_s: float) -> StepPlan | None:
+        chosen = self.search.next(level, judged, limiting, spent_s=spent_s)
+        return level_plan(self.load, chosen) if chosen is not None else None
+
+    def halt(self, level: float, reason: str) -> None:
+        self.search.halt(level, reason)
+
+    def meta(self) -> dict[str, Any]:
+        return {"search": self.search.result()}
 
 
 @dataclass
