@@ -45,6 +45,7 @@ def loaded(module: str, forbidden: list[str], *, walk: bool = True) -> list[str]
     "capacity_plugins.corpus",
     "capacity_plugins.contracts",
     "capacity_plugins.scenario",
+    "capacity_plugins.kinds",
     "capacity_plugins.telemetry.maps",
 ])
 def test_layers_below_the_load_never_import_locust_or_gevent(module):
