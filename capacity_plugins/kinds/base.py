@@ -212,17 +212,9 @@ def get(name: str) -> type[LoadKind]:
     return found
 
 
-class Levelled(Protocol):
-    """A kind whose steps are levels of one loop, closed (users) or open (requests/s)."""
+class Pooled(Protocol):
+    """A load whose open-loop steps draw arrivals on a pool of users (`OpenLoop`'s keys)."""
 
-    @property
-    def loop(self) -> Literal["closed", "open"]: ...
-    @property
-    def step_s(self) -> float: ...
-    @property
-    def warmup_s(self) -> float: ...
-    @property
-    def spawn_rate(self) -> float: ...
     @property
     def max_concurrency(self) -> int: ...
     @property
@@ -233,6 +225,19 @@ class Levelled(Protocol):
     def seed(self) -> int: ...
 
 
+class Levelled(Pooled, Protocol):
+    """A kind whose steps are levels of one loop, closed (users) or open (requests/s)."""
+
+    @property
+    def loop(self) -> Literal["closed", "open"]: ...
+    @property
+    def step_s(self) -> float: ...
+    @property
+    def warmup_s(self) -> float: ...
+    @property
+    def spawn_rate(self) -> float: ...
+
+
 def level_plan(load: Levelled, level: float) -> StepPlan:
     """One step at `level`: whole users in closed loop, a rate over a user pool in open loop."""
     if load.loop == "closed":
@@ -241,7 +246,7 @@ def level_plan(load: Levelled, level: float) -> StepPlan:
     return open_plan("rate", float(level), load, load.step_s, load.warmup_s)
 
 
-def open_plan(kind: StepKind, rps: float, load: Levelled | Any, duration_s: float, warmup_s: float,
+def open_plan(kind: StepKind, rps: float, load: Pooled, duration_s: float, warmup_s: float,
               ramp_s: float = 0.0) -> StepPlan:
     """An open-loop step: `rps` arrivals a second on the load's pool of max_concurrency users."""
     pool = load.max_concurrency
