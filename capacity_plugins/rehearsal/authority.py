@@ -23,10 +23,11 @@ from typing import TYPE_CHECKING, Any
 import gevent
 
 from capacity_plugins.contracts.slo import judge_mix, judge_step
+from capacity_plugins.kinds import NextSteps, StepPlan
 from capacity_plugins.rehearsal.arrivals import ArrivalPlan, offered_in_window
 from capacity_plugins.rehearsal.generator import HOST, GeneratorSide
 from capacity_plugins.rehearsal.results import ResultsFolder, analyse_in_background
-from capacity_plugins.rehearsal.shapes import RehearsalShape, StepPlan, extended, plan_steps
+from capacity_plugins.rehearsal.shapes import RehearsalShape, extended, plan_steps
 from capacity_plugins.rehearsal.steps import (
     ClientLimits,
     Step,
@@ -42,7 +43,6 @@ if TYPE_CHECKING:
     from locust.env import Environment
 
     from capacity_plugins.client.context import RunContext
-    from capacity_plugins.kinds import NextSteps
     from capacity_plugins.scenario import Scenario
 
 log = logging.getLogger(__name__)
