@@ -69,7 +69,7 @@ def child(url: str, streams: int, plateau_s: float) -> dict[str, Any]:
     corpus.write_text("".join(json.dumps({"id": f"p{i}", "prompt": f"question {i}", "max_tokens": 8 + i % 17}) + "\n"
                               for i in range(2000)))
     ns = argparse.Namespace(dialect="openai-chat", model="sim-model", corpus=str(corpus), min_distinct=1,
-                            max_tokens=MAX_TOKENS, results_dir=str(tmp / "out"), request_timeout=120.0)
+                            max_tokens=MAX_TOKENS, results_dir=str(tmp / "out"), timeout_s=120.0)
     user_class = type("FootprintUser", (LLMUser,), {"host": url})
     env = Environment(user_classes=[user_class], events=Events(), host=url, parsed_options=ns)
     env.create_local_runner()

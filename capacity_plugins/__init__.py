@@ -23,7 +23,7 @@ _EXPORTS: dict[str, str] = {
     "install": "capacity_plugins.plugin",
     "register": "capacity_plugins.plugin",
     "RunContext": "capacity_plugins.client.context",
-    "LLMOptions": "capacity_plugins.client.options",
+    "LLMOptions": "capacity_plugins.contracts.options",
     "RequestRecord": "capacity_plugins.contracts.records",
     "StepRow": "capacity_plugins.contracts.steps",
     "Scenario": "capacity_plugins.scenario",
@@ -50,8 +50,8 @@ __all__ = [
 
 if TYPE_CHECKING:
     from capacity_plugins.client.context import RunContext
-    from capacity_plugins.client.options import LLMOptions
     from capacity_plugins.client.users import LLMRequestError, LLMUser
+    from capacity_plugins.contracts.options import LLMOptions
     from capacity_plugins.contracts.records import RequestRecord
     from capacity_plugins.contracts.steps import StepRow
     from capacity_plugins.corpus import load_corpus

@@ -3,8 +3,9 @@
 A locustfile calls `install()` once (module level); it adds two listeners:
 
 - `init_command_line_parser`: the LLM options, `--scenario`, the live view's exporter flags. With
-  `--scenario FILE` the scenario is loaded here and its values become the parser's defaults, so a
-  flag typed on the command line wins and the web UI form shows the scenario (client/options.py).
+  `--scenario FILE` the scenario is loaded and parsed into typed options here, once per process;
+  the flags show its values as their defaults (the web UI form), and only what someone typed
+  replaces a field of it (client/options.py `overridden`).
 - `init`: `register(environment)` builds this process's run in an explicit order —
   options → results folder → context (dialect, corpus, secrets) → records sink and its transport →
   live view (web UI tab, /metrics) → rehearsal (step authority or worker side) — and attaches each
@@ -31,9 +32,10 @@ import locust
 from locust.runners import MasterRunner, WorkerRunner
 
 from capacity_plugins.client.context import Role, RunContext
-from capacity_plugins.client.options import LLMOptions, add_arguments, redact_headers, redacted_options
+from capacity_plugins.client.options import add_arguments, overridden, redact_headers, redacted_options
 from capacity_plugins.client.tokens import TokenCountAudit
 from capacity_plugins.contracts.dialects import url_path_problem
+from capacity_plugins.contracts.options import LLMOptions
 from capacity_plugins.contracts.redaction import strip_userinfo
 from capacity_plugins.errors import UserError
 from capacity_plugins.rehearsal import meta as meta_mod
@@ -77,17 +79,13 @@ def install(events: Events | None = None) -> None:
 def _on_parser(parser: Any, **_: Any) -> None:
     from capacity_plugins import webui
 
-    add_arguments(parser)
+    path = _scenario_argument(sys.argv[1:])
+    add_arguments(parser, _base_options_or_exit(path))
     parser.add_argument("--scenario", default="", include_in_web_ui=False,
                         help="Capacity rehearsal YAML (scenarios/*.yaml): load shape, arrivals, request settings, SLO")
     webui.add_arguments(parser)
-    path = _scenario_argument(sys.argv[1:])
-    if path:
-        scenario = _scenario_or_exit(path)
-        defaults = LLMOptions.from_scenario(scenario).parser_defaults()
-        if not scenario.target.embedded:
-            defaults["host"] = scenario.target.url
-        parser.set_defaults(**defaults)
+    if path and not _load_scenario(path).target.embedded:
+        parser.set_defaults(host=_load_scenario(path).target.url)
 
 
 def _scenario_argument(argv: list[str]) -> str:
@@ -105,9 +103,15 @@ def _load_scenario(path: str) -> Scenario:
     return load_scenario(path)
 
 
-def _scenario_or_exit(path: str) -> Scenario:
+@functools.cache
+def _base_options(path: str) -> LLMOptions:
+    """What this process's options start from: its scenario's, parsed once, or the plain defaults."""
+    return _load_scenario(path).options() if path else LLMOptions()
+
+
+def _base_options_or_exit(path: str) -> LLMOptions:
     try:
-        return _load_scenario(path)
+        return _base_options(path)
     except UserError as e:
         _exit_bad_input(e)
 
@@ -152,7 +156,8 @@ def register(environment: Environment) -> RunContext:
     parsed = environment.parsed_options
     path = str(getattr(parsed, "scenario", "") or "")
     scenario = _load_scenario(path) if path else None
-    options = LLMOptions.from_parsed(parsed)
+    base = _base_options(path)
+    options = overridden(base, parsed)
     if role != "worker" and environment.host:
         # The dialect appends its own path: --host http://h:8000/v1 would load /v1/v1/chat/completions.
         found = url_path_problem(environment.host, options.dialect)
@@ -178,7 +183,7 @@ def register(environment: Environment) -> RunContext:
         ctx.corpus = load_corpus(options)
         workloads_mod.prepare(ctx)  # the classes' corpora too: a bad one is exit 2 before any load
     environment.capacity = ctx  # type: ignore[attr-defined]  # the plugin's documented attachment point
-    run = _Run(environment, ctx, ResultsFolder(ctx, parsed))
+    run = _Run(environment, ctx, ResultsFolder(ctx, parsed), base)
 
     # 2. records: written here (local, master) or shipped to the master (worker)
     if runner is not None:
@@ -259,9 +264,10 @@ def _attach_rehearsal(environment: Environment, ctx: RunContext, run: _Run, scen
 class _Run:
     """This process's test lifecycle: start/stop times, the server probe, meta.json, clean close."""
 
-    def __init__(self, environment: Environment, ctx: RunContext, results: ResultsFolder) -> None:
+    def __init__(self, environment: Environment, ctx: RunContext, results: ResultsFolder, base: LLMOptions) -> None:
         self.env = environment
         self.ctx = ctx
+        self.base = base  # what the web UI form's values replace fields of, at each test start
         self.results = results
         self.runner: Any = environment.runner
         self.start_unix: float | None = None
@@ -313,7 +319,7 @@ class _Run:
             return
         # the web UI form may have changed options since init
         try:
-            options = LLMOptions.from_parsed(self.env.parsed_options)
+            options = overridden(self.base, self.env.parsed_options)
             if options.corpus != ctx.options.corpus or options.min_distinct != ctx.options.min_distinct:
                 ctx.corpus = load_corpus(options)
             ctx.reconfigure(options)
@@ -383,7 +389,7 @@ class _Run:
         meta: dict[str, Any] = {
             "tool": "capacity-plugins",
             "versions": meta_mod.versions(),
-            "options": redacted_options(self.env.parsed_options),
+            "options": redacted_options(self.env.parsed_options, ctx.options),
             "extra_headers": redact_headers(ctx.options.headers),
             "dialect": ctx.options.dialect,
             "model": ctx.options.model,

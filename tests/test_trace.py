@@ -214,7 +214,7 @@ def test_a_session_turn_against_a_server_without_usage_keeps_the_answer(start_si
     from helpers.users import local_user
 
     sim = start_simulator(no_usage=True)  # no server count: the answer's text is still kept
-    u = local_user(sim.url, tmp_path, model="sim-model", max_tokens=16, request_timeout=10.0, retries=0, header=[],
+    u = local_user(sim.url, tmp_path, model="sim-model", max_tokens=16, timeout_s=10.0, retries=0, headers=[],
                    api_key_env="", insecure=False, sampling="shuffle", seed=0)
     first = (0, 40, 5, [1], None, "chat", "s1", 1)
     second = (1, 10, 5, [], None, "chat", "s1", 2)

@@ -13,7 +13,7 @@ from helpers.users import local_user
 
 
 def make(url, tmp_path: Path, **opts):
-    options = dict(model="ok", max_tokens=16, request_timeout=10.0, retries=0, header=[], api_key_env="",
+    options = dict(model="ok", max_tokens=16, timeout_s=10.0, retries=0, headers=[], api_key_env="",
                    insecure=False, sampling="shuffle", seed=0)
     u = local_user(url, tmp_path, sampler="shuffle", corpus_size=50, **{**options, **opts})
     return u.env, u.ctx, u.user, u.fired
@@ -27,7 +27,7 @@ def lines(ctx):
 @pytest.mark.parametrize("dialect", ["openai-chat", "openai-completions", "tgi", "ollama", "ollama-generate"])
 @pytest.mark.parametrize("stream", [True, False])
 def test_every_dialect_streaming_and_not(fake_llm, tmp_path, dialect, stream):
-    env, ctx, user, fired = make(fake_llm, tmp_path, dialect=dialect, model="ok", no_stream=not stream)
+    env, ctx, user, fired = make(fake_llm, tmp_path, dialect=dialect, model="ok", stream=stream)
     rec = user.call(ctx.next_sample())
     assert rec.ok, rec.error
     assert rec.output_tokens == FAKE_TOKENS
@@ -74,7 +74,7 @@ def test_error_classes_are_records_and_locust_failures(fake_llm, tmp_path, model
 
 
 def test_timeout_and_connect_refused(fake_llm, tmp_path):
-    env, ctx, user, fired = make(fake_llm, tmp_path, model="hang", request_timeout=0.5)
+    env, ctx, user, fired = make(fake_llm, tmp_path, model="hang", timeout_s=0.5)
     rec = user.call(ctx.next_sample())
     assert rec.error_kind == "timeout" and rec.e2e_ms >= 450
     env2, ctx2, user2, fired2 = make(f"http://127.0.0.1:{free_port()}", tmp_path / "b")
@@ -106,7 +106,7 @@ def test_retries_record_every_attempt(fake_llm, tmp_path):
 def test_api_key_sent_but_never_written(fake_llm, tmp_path, monkeypatch):
     monkeypatch.setenv("FAKE_LLM_KEY", "sk-very-secret-123")
     env, ctx, user, fired = make(
-        fake_llm, tmp_path, api_key_env="FAKE_LLM_KEY", header=["X-Api-Key: hdr-secret-456", "X-Team: blue"]
+        fake_llm, tmp_path, api_key_env="FAKE_LLM_KEY", headers=["X-Api-Key: hdr-secret-456", "X-Team: blue"]
     )
     assert "sk-very-secret-123" not in repr(ctx)
     user.call(ctx.next_sample())
@@ -563,14 +563,14 @@ def test_the_portable_line_reader_measures_the_same_and_ends_the_first_read(fake
     assert len(due_meanwhile) > FAKE_TOKENS and not any(due_meanwhile)
 
 
-@pytest.mark.parametrize(("model", "no_stream"), [("ok", False), ("ok", True), ("http-503", False), ("cut", False),
-                                               ("malformed", False)])
-def test_no_connection_is_left_waiting_for_a_first_read(fake_llm, tmp_path, model, no_stream):
+@pytest.mark.parametrize(("model", "stream"), [("ok", True), ("ok", False), ("http-503", True), ("cut", True),
+                                            ("malformed", True)])
+def test_no_connection_is_left_waiting_for_a_first_read(fake_llm, tmp_path, model, stream):
     """Every attempt ends its connection's wait, however it ended: one left watched would have
     data (the server's close) one day, and every send after would yield for nothing."""
     from capacity_plugins.client.stream import FIRST_READS
 
-    env, ctx, user, fired = make(fake_llm, tmp_path, model=model, no_stream=no_stream)
+    env, ctx, user, fired = make(fake_llm, tmp_path, model=model, stream=stream)
     for _ in range(3):
         user.call(ctx.next_sample())
     assert not FIRST_READS._fds

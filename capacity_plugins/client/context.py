@@ -23,10 +23,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from capacity_plugins.client.backoff import Backoff
-from capacity_plugins.client.options import LLMOptions
 from capacity_plugins.client.pacer import Pacer
 from capacity_plugins.client.sessions import SessionStore
 from capacity_plugins.client.tokens import TokenCountEvidence
+from capacity_plugins.contracts.options import LLMOptions
 from capacity_plugins.contracts.redaction import Secrets, basic_auth
 from capacity_plugins.dialects import Dialect, RequestParams, get_dialect
 from capacity_plugins.errors import UserError
@@ -140,7 +140,7 @@ class RunContext:
             temperature=options.temperature,
             top_p=options.top_p,
             stream=options.stream,
-            include_usage=options.include_usage,
+            include_usage=options.usage,
             ignore_eos=options.ignore_eos,
         )
         self.request_name = options.dialect

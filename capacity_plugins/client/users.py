@@ -94,8 +94,8 @@ class LLMUser(FastHttpUser):
         ctx = get_context(environment)
         # FastHttpUser builds its session from these attributes in __init__: set them first.
         self.insecure = ctx.options.insecure  # verify TLS unless --insecure
-        self.network_timeout = ctx.options.request_timeout_s
-        self.connection_timeout = ctx.options.request_timeout_s
+        self.network_timeout = ctx.options.timeout_s
+        self.connection_timeout = ctx.options.timeout_s
         super().__init__(environment)
         self.ctx: RunContext = ctx
         self._pool = self.client.client.clientpool
@@ -146,7 +146,7 @@ class LLMUser(FastHttpUser):
         this turn's message; the next turn of the session waits for this one (client/sessions.py)."""
         ctx = self.ctx
         sid = str(request[6])
-        history = ctx.sessions.begin(sid, ctx.options.request_timeout_s)
+        history = ctx.sessions.begin(sid, ctx.options.timeout_s)
         sample = trace_sample(request, ctx.trace_block_tokens, history=history)
         answer = None
         try:
@@ -199,8 +199,8 @@ class LLMUser(FastHttpUser):
         try:
             # The gevent timeout covers waits (connect, headers, a silent server); the readers
             # check the same deadline themselves while data keeps arriving (client/stream.py).
-            deadline_ns = t.sent_ns + int(ctx.options.request_timeout_s * 1e9)
-            with gevent.Timeout(ctx.options.request_timeout_s, RequestTimeout):
+            deadline_ns = t.sent_ns + int(ctx.options.timeout_s * 1e9)
+            with gevent.Timeout(ctx.options.timeout_s, RequestTimeout):
                 url = URL(self._base + call.path)
                 client = self._pool.get_client(url)
                 resp = client.request(call.method, url.request_uri, body=call.body, headers=headers)
@@ -230,13 +230,13 @@ class LLMUser(FastHttpUser):
                     elif params.stream and not parser.done:
                         kind, error = "stream_cut", "stream ended before the server said it was done"
         except RequestTimeout:
-            kind, error = "timeout", f"no complete response within {ctx.options.request_timeout_s:g} s"
+            kind, error = "timeout", f"no complete response within {ctx.options.timeout_s:g} s"
         except MalformedEvent as e:
             kind, error = "malformed", str(e)
         except GreenletExit as e:  # the test is stopping: record, then let the kill proceed
             kind, error, cancelled = "cancelled", "test stopped while the request was in flight", e
         except TimeoutError:
-            kind, error = "timeout", f"socket read timed out after {ctx.options.request_timeout_s:g} s"
+            kind, error = "timeout", f"socket read timed out after {ctx.options.timeout_s:g} s"
         except ssl.SSLError as e:
             kind, error = "connect", f"TLS: {e.__class__.__name__}: {e}"[:300]
         except HTTPParseError as e:

@@ -30,7 +30,7 @@ from capacity_plugins.errors import UserError
 
 if TYPE_CHECKING:
     from capacity_plugins.client.context import RunContext
-    from capacity_plugins.client.options import LLMOptions
+    from capacity_plugins.contracts.options import LLMOptions
     from capacity_plugins.corpus import Corpus, Sample, Sampler
     from capacity_plugins.scenario import Scenario
 

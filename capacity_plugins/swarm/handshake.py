@@ -21,7 +21,7 @@ from urllib.parse import quote
 import gevent
 
 from capacity_plugins.client.context import RunContext
-from capacity_plugins.client.options import LLMOptions
+from capacity_plugins.contracts.options import LLMOptions
 from capacity_plugins.contracts.redaction import basic_auth
 from capacity_plugins.errors import UserError
 from capacity_plugins.swarm import messages
@@ -109,7 +109,7 @@ class MasterHandshake:
         ctx.worker_count = shard_count
         self.workers_seen.update(indices)
         self.ready_workers.clear()
-        messages.send(runner, messages.Setup(options=ctx.options.to_message(), sha256=ctx.corpus.sha256,
+        messages.send(runner, messages.Setup(options=ctx.options, sha256=ctx.corpus.sha256,
                                              shard_count=shard_count, open_loop=self.open_loop,
                                              basic_auth=basic_auth(ctx.target_url),
                                              workloads=[s.to_message() for s in ctx.workload_specs]))
@@ -141,7 +141,7 @@ class WorkerHandshake:
     def _on_setup(self, m: messages.Setup) -> None:
         ctx = self.ctx
         try:
-            options = LLMOptions.from_message(m.options)
+            options = m.options
             if m.basic_auth and ctx.target_url is None:
                 ctx.target_url = _with_credentials(self.env.host or "", m.basic_auth)
             ctx.reconfigure(options)

@@ -46,7 +46,7 @@ def local_user(url: str, tmp_path: Path, *, sampler: str = "sequential", corpus_
     if "corpus" not in options and not corpus.exists():
         write_corpus(corpus, corpus_size)
     ns = argparse.Namespace(dialect="openai-chat", corpus=str(corpus), min_distinct=1,
-                            results_dir=str(tmp_path / "out"), no_stream=False)
+                            results_dir=str(tmp_path / "out"))
     for k, v in options.items():
         setattr(ns, k, v)
     # the user's class gets the URL without user:password, as the plugin leaves environment.host
