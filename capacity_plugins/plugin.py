@@ -32,6 +32,7 @@ import locust
 from locust.runners import MasterRunner, WorkerRunner
 
 from capacity_plugins.client.context import Role, RunContext
+from capacity_plugins.client.events import CapacityEvents
 from capacity_plugins.client.options import add_arguments, overridden, redact_headers, redacted_options
 from capacity_plugins.client.tokens import TokenCountAudit
 from capacity_plugins.contracts.dialects import url_path_problem
@@ -183,11 +184,13 @@ def register(environment: Environment) -> RunContext:
         ctx.corpus = load_corpus(options)
         workloads_mod.prepare(ctx)  # the classes' corpora too: a bad one is exit 2 before any load
     environment.capacity = ctx  # type: ignore[attr-defined]  # the plugin's documented attachment point
-    run = _Run(environment, ctx, ResultsFolder(ctx, parsed), base)
+    events = CapacityEvents()
+    environment.capacity_events = events  # type: ignore[attr-defined]  # the suite's own events
+    run = _Run(environment, ctx, ResultsFolder(ctx, parsed, events), base)
 
     # 2. records: written here (local, master) or shipped to the master (worker)
     if runner is not None:
-        sink = RecordsSink(folder, role, ctx.secrets, emit=ctx.emit)
+        sink = RecordsSink(folder, role, ctx.secrets, emit=lambda record: events.record.fire(record=record))
         ctx.sink = sink
         sink.open()
         if role == "worker":
@@ -195,7 +198,7 @@ def register(environment: Environment) -> RunContext:
             run.shipping.start()
         elif role == "master":
             tolerate_slow_heartbeats()
-            ctx.membership = SwarmMembership(runner)
+            ctx.membership = SwarmMembership(runner, events)
             ctx.membership.start()
             environment.events.test_start.add_listener(ctx.membership.test_started)
             environment.events.test_stopping.add_listener(ctx.membership.test_stopping)
@@ -295,7 +298,8 @@ class _Run:
             self.handshake = MasterHandshake(self.env, self.ctx)
             self.handshake.attach()
         if role != "worker":
-            self.ctx.record_listeners.append(self.token_audit.add)
+            self.env.capacity_events.record.add_listener(  # type: ignore[attr-defined]
+                lambda record, **_: self.token_audit.add(record))
         if role != "worker" and self.env.host:
             gevent.spawn(self._probe)
 

@@ -166,8 +166,9 @@ def test_seams_pacer_step_provider_listeners_extra_meta(fake_llm, tmp_path):
     ctx.pacer = Pacer()
     ctx.step_provider = lambda now: (3, True)
     seen = []
-    ctx.record_listeners.append(seen.append)
-    ctx.record_listeners.insert(0, lambda r: 1 / 0)  # a broken listener must not lose the record
+    events = env.capacity_events
+    events.record.add_listener(lambda record: 1 / 0)  # a broken listener must not lose the record
+    events.record.add_listener(lambda record: seen.append(record))
     ctx.extra_meta["scenario"] = "unit"
     user.llm_request()  # pacer says "nothing now": no request
     assert fired == []

@@ -12,6 +12,7 @@ from locust.env import Environment
 from locust.event import Events
 
 from capacity_plugins import plugin
+from capacity_plugins.client.events import CapacityEvents
 from capacity_plugins.client.users import LLMUser
 from capacity_plugins.sinks.stats import LLMStats
 from capacity_plugins.webui.history import History
@@ -161,7 +162,9 @@ def test_worker_watch_keeps_lost_workers_after_locust_forgets_them():
     runner = SimpleNamespace(clients=SimpleNamespace(all=clients.values()),
                              get_worker_index=lambda cid: {"a": 0, "b": 1}[cid])
     changes = []
-    watch = WorkerWatch(runner, changes.append)
+    events = CapacityEvents()
+    events.worker_lost.add_listener(lambda lost: changes.append(lost))
+    watch = WorkerWatch(runner, events)
     watch.test_started()  # only a worker that goes while a test runs is lost
     watch.check(100.0)
     assert watch.snapshot()["count"] == 2 and changes == []

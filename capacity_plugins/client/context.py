@@ -8,8 +8,6 @@ the telemetry change *who sends when* and *who sees records* without touching us
 - `pacer`: None = closed loop. Otherwise `pacer.wait_next() -> float | None` blocks (gevent) until
   this user's next scheduled send and returns its scheduled_unix; None = no arrival now (the user
   idles briefly and asks again).
-- `record_listeners`: called with every finished RequestRecord in the process that writes
-  requests.jsonl (local or master). Listeners must be fast and must not raise.
 - `extra_meta`: merged into meta.json at the end of the run.
 """
 
@@ -36,7 +34,6 @@ if TYPE_CHECKING:
     from tokenizers import Tokenizer
 
     from capacity_plugins.client.lane import WorkloadLane
-    from capacity_plugins.contracts.records import RequestRecord
     from capacity_plugins.corpus import Corpus, Sampler
     from capacity_plugins.rehearsal.workloads import ClassCorpora, WorkloadMix, WorkloadSpec
     from capacity_plugins.scenario import Scenario
@@ -47,7 +44,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 StepProvider = Callable[[float], tuple[int | None, bool]]
-RecordListener = Callable[["RequestRecord"], None]
 # The running step for live views: {"step", "of", "level", "unit", "target_rps", "phase"}.
 StepInfo = Callable[[], "dict[str, Any] | None"]
 Role = Literal["local", "master", "worker"]
@@ -87,7 +83,6 @@ class RunContext:
     # Multi-turn trace replay: this process's conversations (client/sessions.py); off by default.
     trace_sessions: bool = False
     sessions: SessionStore = field(default_factory=SessionStore)
-    record_listeners: list[RecordListener] = field(default_factory=list)
     extra_meta: dict[str, Any] = field(default_factory=dict)
     # The telemetry collector (master/local, when the scenario scrapes endpoints or NVML): its
     # .latest() feeds the web UI tab and the live exporter. None when telemetry is off.
@@ -196,14 +191,6 @@ class RunContext:
         if self.workloads is None:
             return self.next_sample(), None
         return self.workloads.next(self.step_provider(now_unix)[0])
-
-    def emit(self, record: RequestRecord) -> None:
-        """A finished record in the writing process: hand it to every listener."""
-        for listener in list(self.record_listeners):
-            try:
-                listener(record)
-            except Exception:  # a broken exporter must not lose the record or stop the swarm
-                log.exception("record listener %r failed", listener)
 
 
 def load_tokenizer(path: str) -> Tokenizer:

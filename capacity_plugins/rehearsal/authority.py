@@ -46,6 +46,7 @@ if TYPE_CHECKING:
     from locust.env import Environment
 
     from capacity_plugins.client.context import RunContext
+    from capacity_plugins.client.events import CapacityEvents
     from capacity_plugins.scenario import Scenario
 
 log = logging.getLogger(__name__)
@@ -70,6 +71,7 @@ class StepAuthority:
         self.scenario = scenario
         self.results = results
         self.runner: Any = environment.runner
+        self.events: CapacityEvents = environment.capacity_events  # type: ignore[attr-defined]
         # The local runner generates load itself; a master hears from its workers instead.
         self.generator = generator
         self.master = generator is None
@@ -169,7 +171,7 @@ class StepAuthority:
         # Drains stop every user at once on purpose (see shapes._drain_tuple); Locust's warning
         # about spawn rates > 100 would print at every step and hide the progress lines.
         logging.getLogger("locust.runners").addFilter(_QuietHighSpawnRate())
-        self.ctx.record_listeners.append(self.accounting_add)
+        self.events.record.add_listener(self.accounting_add)
         self.ctx.step_info = self.step_info
         self.ctx.extra_meta.update(
             {"scenario": sc.name, "load_kind": sc.load.kind, "steps_planned": len(self.plans), "complete": False}
@@ -186,11 +188,11 @@ class StepAuthority:
         if isinstance(sc.load, CacheProbeLoad) and self.ctx.corpus is not None:
             # What the cache arm shares, estimated from the corpus: meta.json and steps.json.
             self.ctx.extra_meta["cache_probe"] = describe_arm(self.ctx.corpus, cache_arm_spec(sc))
-        self.results.on_switch.append(self._restart_telemetry)
+        self.events.results_switched.add_listener(self._restart_telemetry)
         self.results.write_scenario_copy()
         self._restart_telemetry(self.results.path)
 
-    def _restart_telemetry(self, folder: Any) -> None:
+    def _restart_telemetry(self, folder: Any, **_: Any) -> None:
         self.telemetry.stop()
         self.ctx.telemetry = self.telemetry.start(folder)
 
@@ -210,7 +212,7 @@ class StepAuthority:
         }
 
     # -- inputs ------------------------------------------------------------------------------------------
-    def accounting_add(self, record: Any) -> None:
+    def accounting_add(self, record: Any, **_: Any) -> None:
         self.accounting.add_record(record)
 
     def _on_watch(self, w: messages.Watch) -> None:
@@ -325,6 +327,7 @@ class StepAuthority:
             ))
         if self._progress is None:
             self._progress = gevent.spawn(self._progress_loop)
+        self.events.step_started.fire(step=step)
 
     def _announce(self, step: Step) -> None:
         if self.generator is not None:
@@ -362,6 +365,7 @@ class StepAuthority:
     def _on_drain_end(self, step: Step) -> None:
         self._announce(step)
         self.write_steps()
+        self.events.step_ended.fire(step=step)
 
     def _on_finished(self) -> None:
         self.timeline.finished = True
@@ -451,6 +455,7 @@ class StepAuthority:
             if plan is not None:  # offered = arrivals scheduled in the window actually measured
                 p = self.plans[step.index]
                 step.offered = offered_in_window(plan.schedule(step.index), p.warmup_s, step.end_unix - step.start_unix)
+            self.events.step_ended.fire(step=step)
 
     def _on_quitting(self, **_: Any) -> None:
         self._clip_interrupted()

@@ -13,7 +13,6 @@ from __future__ import annotations
 import logging
 import subprocess
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -22,6 +21,7 @@ from capacity_plugins.rehearsal import meta as meta_mod
 
 if TYPE_CHECKING:
     from capacity_plugins.client.context import RunContext
+    from capacity_plugins.client.events import CapacityEvents
     from capacity_plugins.scenario import Scenario
 
 log = logging.getLogger(__name__)
@@ -40,11 +40,10 @@ def choose_folder(explicit: Path | None, scenario: Scenario | None) -> Path:
 
 
 class ResultsFolder:
-    def __init__(self, ctx: RunContext, parsed_options: Any) -> None:
+    def __init__(self, ctx: RunContext, parsed_options: Any, events: CapacityEvents) -> None:
         self.ctx = ctx
         self.parsed = parsed_options
-        # Called with the new folder after a switch (the authority restarts its telemetry there).
-        self.on_switch: list[Callable[[Path], None]] = []
+        self.events = events  # results_switched: the authority restarts its telemetry in the new folder
 
     @property
     def path(self) -> Path:
@@ -62,8 +61,7 @@ class ResultsFolder:
             self.ctx.sink.rotate(folder)
         self.ctx.results_dir = folder
         self.write_scenario_copy()
-        for listener in self.on_switch:
-            listener(folder)
+        self.events.results_switched.fire(folder=folder)
         print(f"[capacity] new test: results → {folder}", flush=True)
         return folder
 

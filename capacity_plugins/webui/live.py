@@ -94,11 +94,12 @@ class LiveView:
         self.exporter: Any = None  # the --exporter-port server, when asked for
         if ctx.role == "master":
             self.workers = ctx.membership or SwarmMembership(environment.runner)
-            self.workers.on_change = self._on_lost
         self._answer_cache: tuple[Any, dict[str, Any] | None] = (None, None)
 
     def attach(self) -> None:
-        self.ctx.record_listeners.append(self.history.add)
+        events = self.env.capacity_events
+        events.record.add_listener(lambda record, **_: self.history.add(record))
+        events.worker_lost.add_listener(self._on_lost)
         self.env.events.reset_stats.add_listener(self._on_reset)
         self.env.events.quitting.add_listener(self._on_quitting)
         if self.workers is not None:
@@ -107,7 +108,7 @@ class LiveView:
     def _on_reset(self, **_: Any) -> None:
         self.history.reset()
 
-    def _on_lost(self, lost: list[dict[str, Any]]) -> None:
+    def _on_lost(self, lost: list[dict[str, Any]], **_: Any) -> None:
         # meta.json merges extra_meta when it is written (at quitting): lost workers are in it.
         self.ctx.extra_meta["workers_lost"] = lost
 
