@@ -18,7 +18,7 @@ from helpers.scenarios import write_corpus
 from helpers.tokenizer import count, make_tokenizer, sim_text
 from helpers.users import local_user
 
-from capacity_plugins.client.context import RunContext, load_tokenizer
+from capacity_plugins.client.client import LLMClient, load_tokenizer
 from capacity_plugins.client.options import overridden, shown
 from capacity_plugins.contracts.options import LLMOptions
 from capacity_plugins.contracts.records import RequestRecord, Timings
@@ -181,20 +181,20 @@ def test_option_and_scenario_key_reach_llm_options(tmp_path, tokenizer_json):
     assert load_scenario(tmp_path / "s2.yaml").options().tokenizer is None
 
 
-def test_context_loads_once_and_rejects_bad_files(tmp_path, tokenizer_json):
-    ctx = RunContext.from_options(LLMOptions(tokenizer=str(tokenizer_json)))
-    tok = ctx.tokenizer
-    assert ctx.count_tokens(" the of and to in") == count(tokenizer_json, " the of and to in") == 7
-    ctx.reconfigure(LLMOptions(tokenizer=str(tokenizer_json), model="other"))  # a worker's reconfigure
-    assert ctx.tokenizer is tok
-    ctx.reconfigure(LLMOptions())
-    assert ctx.tokenizer is None
+def test_client_loads_once_and_rejects_bad_files(tmp_path, tokenizer_json):
+    client = LLMClient(LLMOptions(tokenizer=str(tokenizer_json)))
+    tok = client.tokenizer
+    assert client.count_tokens(" the of and to in") == count(tokenizer_json, " the of and to in") == 7
+    client.configure(LLMOptions(tokenizer=str(tokenizer_json), model="other"))  # a worker's reconfigure
+    assert client.tokenizer is tok
+    client.configure(LLMOptions())
+    assert client.tokenizer is None
     with pytest.raises(UserError, match=r"--tokenizer: .*nope\.json: no such file"):
         load_tokenizer(str(tmp_path / "nope.json"))
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
     with pytest.raises(UserError, match=r"--tokenizer: .*bad\.json: not a Hugging Face tokenizer\.json") as e:
-        RunContext.from_options(LLMOptions(tokenizer=str(bad)))
+        LLMClient(LLMOptions(tokenizer=str(bad)))
     assert "\n" not in str(e.value)
 
 

@@ -29,12 +29,14 @@ from locust.event import Events
 from tokenizers import Tokenizer
 
 from capacity_plugins import plugin
+from capacity_plugins.client.client import LLMClient
 from capacity_plugins.client.options import overridden, shown
 from capacity_plugins.client.users import LLMUser
 from capacity_plugins.contracts.dialects import TritonFields
 from capacity_plugins.contracts.options import LLMOptions
 from capacity_plugins.contracts.percentiles import quantile
 from capacity_plugins.errors import RunError, UserError
+from capacity_plugins.rehearsal.source import RequestSource
 from capacity_plugins.runner.preflight import preflight
 from capacity_plugins.scenario import load_scenario
 from capacity_plugins.scenario.files import parse_scenario
@@ -173,11 +175,12 @@ def calls(sim_url: str, tmp_path: Path, n: int, **opts: Any):
     user_class = type("U", (_U,), {"host": sim_url})
     env = Environment(user_classes=[user_class], events=Events(), host=sim_url, parsed_options=ns)
     env.create_local_runner()
-    ctx = plugin.register(env)
-    ctx.sampler = ctx.corpus.sampler("sequential", 0, 0, 1)
+    plugin.register(env)
+    source = RequestSource.of(env)
+    source.sampler = source.corpus.sampler("sequential", 0, 0, 1)
     user = user_class(env)
-    recs = [user.call(ctx.next_sample()) for _ in range(n)]
-    ctx.sink.close()
+    recs = [user.call(source.next_sample()) for _ in range(n)]
+    LLMClient.of(env).records.close()
     return recs
 
 

@@ -22,6 +22,8 @@ from locust.event import EventHook
 
 log = logging.getLogger(__name__)
 
+ATTRIBUTE = "capacity_events"  # where register() attaches them on the Locust environment
+
 
 class _Hook(EventHook):
     def fire(self, *, reverse: bool = False, **kwargs: Any) -> None:
@@ -71,6 +73,24 @@ class CapacityEvents:
     :param lost: every worker lost so far, as meta.json's `workers_lost` lists them
     """
 
+    writing_meta: EventHook
+    """
+    meta.json is about to be written (at the end of a test, and when the process quits): add what
+    you know to it. Fired in the process that writes the results folder (local runner or master).
+
+    :param meta: the document, a dict of JSON-safe values; a listener adds or replaces its keys
+    """
+
     def __init__(self) -> None:
         for name in self.__annotations__:
             setattr(self, name, _Hook())
+
+    @classmethod
+    def of(cls, environment: Any) -> CapacityEvents:
+        found = getattr(environment, ATTRIBUTE, None)
+        if not isinstance(found, cls):
+            raise RuntimeError("capacity plugin not registered on this environment (capacity_plugins.install)")
+        return found
+
+    def attach(self, environment: Any) -> None:
+        setattr(environment, ATTRIBUTE, self)

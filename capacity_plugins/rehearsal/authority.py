@@ -45,9 +45,10 @@ from capacity_plugins.telemetry.wiring import RunTelemetry
 if TYPE_CHECKING:
     from locust.env import Environment
 
-    from capacity_plugins.client.context import RunContext
     from capacity_plugins.client.events import CapacityEvents
+    from capacity_plugins.rehearsal.source import RequestSource
     from capacity_plugins.scenario import Scenario
+    from capacity_plugins.swarm.membership import SwarmMembership
 
 log = logging.getLogger(__name__)
 
@@ -64,10 +65,12 @@ class _QuietHighSpawnRate(logging.Filter):
 
 
 class StepAuthority:
-    def __init__(self, environment: Environment, ctx: RunContext, scenario: Scenario, results: ResultsFolder,
-                 generator: GeneratorSide | None, ready: Callable[[], bool] = lambda: True) -> None:
+    def __init__(self, environment: Environment, scenario: Scenario, results: ResultsFolder, source: RequestSource,
+                 generator: GeneratorSide | None, ready: Callable[[], bool] = lambda: True,
+                 membership: SwarmMembership | None = None) -> None:
         self.env = environment
-        self.ctx = ctx
+        self.source = source  # the run's corpus (a cache probe describes its arm from it)
+        self.membership = membership  # the master's view of its workers (None on a local runner)
         self.scenario = scenario
         self.results = results
         self.runner: Any = environment.runner
@@ -87,6 +90,8 @@ class StepAuthority:
         self.master_watch = SelfWatch("master") if self.master else None
         self.step_workers: dict[int, list[int]] = {}  # step → workers connected when it started
         self.telemetry = RunTelemetry(scenario, environment.host, lambda t: self.timeline.lookup(t)[0])
+        # What meta.json learns from the rehearsal (written into it on `writing_meta`).
+        self.meta: dict[str, Any] = {}
         self.shape: RehearsalShape | None = None
         self._progress: Any = None
 
@@ -111,7 +116,7 @@ class StepAuthority:
             self.search.halt(finished.level, invalid)
             print(f"[capacity] search: {finished.level:g} {unit} → invalid ({invalid}); done: the search cannot "
                   "steer by a step that decides nothing", flush=True)
-            self.ctx.extra_meta["search"] = self.search.result()
+            self.meta["search"] = self.search.result()
             return None
         views, requests, errors = self.accounting.slo_sample(finished.index)
         classes = self.scenario.workload_classes
@@ -131,7 +136,7 @@ class StepAuthority:
         print(f"[capacity] search: {finished.level:g} {unit} → {judged}"
               + (f" ({limiting})" if limiting else "")
               + (f"; next {level:g}" if level is not None else f"; done: {self.search.stopped}"), flush=True)
-        self.ctx.extra_meta["search"] = self.search.result()
+        self.meta["search"] = self.search.result()
         return level_plan(self.scenario, level) if level is not None else None
 
     def _invalid_reason(self, finished: Step) -> str | None:
@@ -172,8 +177,9 @@ class StepAuthority:
         # about spawn rates > 100 would print at every step and hide the progress lines.
         logging.getLogger("locust.runners").addFilter(_QuietHighSpawnRate())
         self.events.record.add_listener(self.accounting_add)
-        self.ctx.step_info = self.step_info
-        self.ctx.extra_meta.update(
+        self.events.writing_meta.add_listener(lambda meta, **_: meta.update(self.meta))
+        self.telemetry.attach(env)  # the live view reads its latest readings
+        self.meta.update(
             {"scenario": sc.name, "load_kind": sc.load.kind, "steps_planned": len(self.plans), "complete": False}
         )
         if self.master:
@@ -185,31 +191,16 @@ class StepAuthority:
         env.events.quitting.add_listener(self._on_quitting)
         if not getattr(env.parsed_options, "headless", False):
             env.events.test_stop.add_listener(self._on_ui_test_stop)
-        if isinstance(sc.load, CacheProbeLoad) and self.ctx.corpus is not None:
+        if isinstance(sc.load, CacheProbeLoad) and self.source.corpus is not None:
             # What the cache arm shares, estimated from the corpus: meta.json and steps.json.
-            self.ctx.extra_meta["cache_probe"] = describe_arm(self.ctx.corpus, cache_arm_spec(sc))
+            self.meta["cache_probe"] = describe_arm(self.source.corpus, cache_arm_spec(sc))
         self.events.results_switched.add_listener(self._restart_telemetry)
         self.results.write_scenario_copy()
         self._restart_telemetry(self.results.path)
 
     def _restart_telemetry(self, folder: Any, **_: Any) -> None:
         self.telemetry.stop()
-        self.ctx.telemetry = self.telemetry.start(folder)
-
-    def step_info(self) -> dict[str, Any] | None:
-        """The running step for live views (web UI tab, exporter); None before the first step."""
-        shape = self.shape
-        if shape is None or shape.current is None:
-            return None
-        step = shape.current
-        return {
-            "step": step.index,
-            "of": len(self.plans),
-            "level": step.level,
-            "unit": "rps" if step.target_rps is not None else "users",
-            "target_rps": step.target_rps,
-            "phase": shape.phase,
-        }
+        self.telemetry.start(folder)
 
     # -- inputs ------------------------------------------------------------------------------------------
     def accounting_add(self, record: Any, **_: Any) -> None:
@@ -227,13 +218,13 @@ class StepAuthority:
             self.accounting.set_counters(name, step, counters)
 
     def _connected_workers(self) -> list[int]:
-        if self.ctx.membership is not None:
-            return self.ctx.membership.connected()
+        if self.membership is not None:
+            return self.membership.connected()
         return []
 
     def _check_membership(self, step: Step, now: float) -> None:
         """A worker lost, joined or silent during the step's window makes the step invalid."""
-        membership = self.ctx.membership
+        membership = self.membership
         if membership is None:
             return
         membership.check(now)
@@ -369,7 +360,7 @@ class StepAuthority:
 
     def _on_finished(self) -> None:
         self.timeline.finished = True
-        self.ctx.extra_meta["complete"] = True
+        self.meta["complete"] = True
         if self.generator is not None:
             self.generator.finished()
         else:
@@ -388,7 +379,7 @@ class StepAuthority:
         self.accounting = self._new_accounting()
         if used:
             self.results.switch()
-        self.ctx.extra_meta["complete"] = False
+        self.meta["complete"] = False
         if self.master:
             messages.send(self.runner, messages.StepsReset())
 
@@ -434,8 +425,8 @@ class StepAuthority:
             extra: dict[str, Any] = {"scenario": self.scenario.name}
             if self.search is not None:
                 extra["search"] = self.search.result()
-            if "cache_probe" in self.ctx.extra_meta:
-                extra["cache_probe"] = self.ctx.extra_meta["cache_probe"]
+            if "cache_probe" in self.meta:
+                extra["cache_probe"] = self.meta["cache_probe"]
             write_steps_json(path, self.accounting.document(extra))
         except Exception:
             log.exception("writing steps.json failed")
@@ -462,13 +453,13 @@ class StepAuthority:
         current = self.shape.current if self.shape is not None else None
         if current is not None:
             self._check_membership(current, min(time.time(), current.end_unix))
-        self.ctx.extra_meta["complete"] = self.timeline.finished
-        self.ctx.extra_meta["steps_run"] = len(self.timeline.steps)
+        self.meta["complete"] = self.timeline.finished
+        self.meta["steps_run"] = len(self.timeline.steps)
         if not self.timeline.finished:
-            self.ctx.extra_meta["incomplete_reason"] = "stopped before the last step finished (interrupted)"
+            self.meta["incomplete_reason"] = "stopped before the last step finished (interrupted)"
         self.write_steps()
         if self.master_watch is not None:
             self.master_watch.stop()
         telemetry = self.telemetry.stop()
         if telemetry is not None:
-            self.ctx.extra_meta["telemetry"] = telemetry
+            self.meta["telemetry"] = telemetry
