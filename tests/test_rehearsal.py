@@ -15,7 +15,7 @@ from helpers.scenarios import write_scenario
 
 pytestmark = pytest.mark.slow
 
-LOCUSTFILE = ROOT / "capacity_plugins" / "load" / "locustfile.py"
+LOCUSTFILE = ROOT / "capacity_plugins" / "locustfile.py"
 HOG = TESTS / "data_rehearsal" / "hog_locustfile.py"
 
 
