@@ -204,19 +204,23 @@ def register(environment: Environment) -> None:
     client.attach(environment)
     source.attach(environment)  # last: a user waiting for the plugin starts once it is there
     results = ResultsFolder(folder, scenario, client, events, parsed)
-    run = _Run(environment, client, source, results, scenario, base, role)
-
+    # the records' transport: shipped to the master (worker), received from the workers (master)
+    shipping = membership = None
+    if sink is not None and role == "worker":
+        shipping = WorkerShipping(runner, sink, lambda: source.worker_index)
+    elif sink is not None and role == "master":
+        membership = SwarmMembership(runner, events)
+    run = _Run(environment, client, source, results, scenario, base, role, shipping=shipping,
+               membership=membership)
     if sink is not None:
         sink.open()
-        if role == "worker":
-            run.shipping = WorkerShipping(runner, sink, lambda: source.worker_index)
-            run.shipping.start()
-        elif role == "master":
+        if shipping is not None:
+            shipping.start()
+        if membership is not None:
             tolerate_slow_heartbeats()
-            run.membership = SwarmMembership(runner, events)
-            run.membership.start()
-            environment.events.test_start.add_listener(run.membership.test_started)
-            environment.events.test_stopping.add_listener(run.membership.test_stopping)
+            membership.start()
+            environment.events.test_start.add_listener(membership.test_started)
+            environment.events.test_stopping.add_listener(membership.test_stopping)
             receiving = MasterReceiving(runner, sink)
             receiving.attach()
             wait_for_workers_before_quit(runner, lambda: run.ran, receiving.wait_for_finals)
@@ -283,7 +287,8 @@ class _Run:
     """This process's test lifecycle: start/stop times, the server probe, meta.json, clean close."""
 
     def __init__(self, environment: Environment, client: LLMClient, source: RequestSource, results: ResultsFolder,
-                 scenario: Scenario | None, base: LLMOptions, role: Role) -> None:
+                 scenario: Scenario | None, base: LLMOptions, role: Role, *,
+                 shipping: WorkerShipping | None = None, membership: SwarmMembership | None = None) -> None:
         self.env = environment
         self.client = client
         self.source = source
@@ -298,9 +303,9 @@ class _Run:
         self.server: dict[str, Any] = {}
         self.ran = False
         self.finished = False
-        self.shipping: WorkerShipping | None = None
-        self.handshake: MasterHandshake | None = None
-        self.membership: SwarmMembership | None = None  # the master's view of its workers
+        self.shipping = shipping  # a worker's records on their way to the master
+        self.membership = membership  # the master's view of its workers
+        self.handshake: MasterHandshake | None = None  # the master's, made in attach()
         # chunk vs tokenizer counts over every record written here (servers without usage)
         self.token_audit = TokenCountAudit()
 
