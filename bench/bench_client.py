@@ -237,7 +237,9 @@ def llmuser_reader(port: int, window: float, concurrency: int, sink: bool, token
     from locust.event import Events
 
     from capacity_plugins import plugin
+    from capacity_plugins.client.client import LLMClient
     from capacity_plugins.client.users import LLMUser
+    from capacity_plugins.rehearsal.source import RequestSource
     from capacity_plugins.rehearsal.watch import LoopLagTicker
 
     tmp = Path(tempfile.mkdtemp(prefix="bench_client_"))
@@ -249,20 +251,21 @@ def llmuser_reader(port: int, window: float, concurrency: int, sink: bool, token
     user_class = type("BenchUser", (LLMUser,), {"host": url})
     env = Environment(user_classes=[user_class], events=Events(), host=url, parsed_options=ns)
     env.create_local_runner()
-    ctx = plugin.register(env)
-    ctx.sampler = ctx.corpus.sampler("random", 0, 0, 1)
+    plugin.register(env)
+    llm, source = LLMClient.of(env), RequestSource.of(env)
+    source.sampler = source.corpus.sampler("random", 0, 0, 1)
     if not sink or worker:
-        assert ctx.sink is not None
-        ctx.sink.close()
-        ctx.sink = None
+        assert llm.records is not None
+        llm.records.close()
+        llm.records = None
     shipping = wire = None
     if worker:  # records shipped to a master every second, as a worker's are (swarm/shipping.py)
         from capacity_plugins.sinks.records import RecordsSink
         from capacity_plugins.swarm.shipping import WorkerShipping
 
-        ctx.sink, wire = RecordsSink(tmp / "out", "worker", ctx.secrets), _Wire()
-        ctx.sink.open()
-        shipping = WorkerShipping(wire, ctx.sink, lambda: 0)
+        llm.records, wire = RecordsSink(tmp / "out", "worker", llm.secrets), _Wire()
+        llm.records.open()
+        shipping = WorkerShipping(wire, llm.records, lambda: 0)
         shipping.start()
     ticker = LoopLagTicker()  # rehearsal/watch.py's own: a 50 ms tick
     ticker.start()
@@ -275,7 +278,7 @@ def llmuser_reader(port: int, window: float, concurrency: int, sink: bool, token
     def loop() -> None:
         user = user_class(env)
         while time.perf_counter() < stop[0]:
-            rec = user.call(ctx.next_sample())
+            rec = user.call(source.next_sample())
             if not rec.ok:
                 failed.append(f"{rec.error_kind} {rec.error}")
             complete = (rec.ok and rec.output_tokens == tokens and len(rec.itl_ms) + 1 == tokens
@@ -291,15 +294,15 @@ def llmuser_reader(port: int, window: float, concurrency: int, sink: bool, token
     ticker.stop()
     if shipping is not None:
         shipping.stop()
-    if ctx.sink is not None:
-        ctx.sink.close()
+    if llm.records is not None:
+        llm.records.close()
     lags = sorted(lag for unix, lag in ticker.samples if unix > ready_unix)
     complete = sum(1 for r in records if r[3])
     written = None
     if wire is not None:
         written = wire.lines
     elif sink:
-        written = sum(1 for _ in (Path(ctx.results_dir) / "requests.jsonl").open("rb"))
+        written = sum(1 for _ in (Path(ns.results_dir) / "requests.jsonl").open("rb"))
     shutil.rmtree(tmp, ignore_errors=True)
     out: dict[str, Any] = {
         "requests": len(records), "complete": complete, "failed": failed[:3], "records_written": written,

@@ -61,7 +61,9 @@ def child(url: str, streams: int, plateau_s: float) -> dict[str, Any]:
     from locust.event import Events
 
     from capacity_plugins import plugin
+    from capacity_plugins.client.client import LLMClient
     from capacity_plugins.client.users import LLMUser
+    from capacity_plugins.rehearsal.source import RequestSource
 
     tmp = Path(tempfile.mkdtemp(prefix="bench_footprint_"))
     corpus = tmp / "c.jsonl"
@@ -69,12 +71,13 @@ def child(url: str, streams: int, plateau_s: float) -> dict[str, Any]:
     corpus.write_text("".join(json.dumps({"id": f"p{i}", "prompt": f"question {i}", "max_tokens": 8 + i % 17}) + "\n"
                               for i in range(2000)))
     ns = argparse.Namespace(dialect="openai-chat", model="sim-model", corpus=str(corpus), min_distinct=1,
-                            max_tokens=MAX_TOKENS, results_dir=str(tmp / "out"), request_timeout=120.0)
+                            max_tokens=MAX_TOKENS, results_dir=str(tmp / "out"), timeout_s=120.0)
     user_class = type("FootprintUser", (LLMUser,), {"host": url})
     env = Environment(user_classes=[user_class], events=Events(), host=url, parsed_options=ns)
     env.create_local_runner()
-    ctx = plugin.register(env)
-    ctx.sampler = ctx.corpus.sampler("random", 0, 0, 1)
+    plugin.register(env)
+    llm, source = LLMClient.of(env), RequestSource.of(env)
+    source.sampler = source.corpus.sampler("random", 0, 0, 1)
     records: list[Any] = []
     state = {"inflight": 0, "started": 0, "stop": False}
 
@@ -84,7 +87,7 @@ def child(url: str, streams: int, plateau_s: float) -> dict[str, Any]:
             state["inflight"] += 1
             state["started"] += 1
             try:
-                records.append(user.call(ctx.next_sample()))
+                records.append(user.call(source.next_sample()))
             finally:
                 state["inflight"] -= 1
 
@@ -111,9 +114,9 @@ def child(url: str, streams: int, plateau_s: float) -> dict[str, Any]:
     state["stop"] = True
     gevent.joinall(greenlets, timeout=180)
     cpu_s = time.process_time() - cpu0
-    assert ctx.sink is not None
-    ctx.sink.close()
-    lines = sum(1 for _ in (Path(ctx.results_dir) / "requests.jsonl").open("rb"))
+    assert llm.records is not None
+    llm.records.close()
+    lines = sum(1 for _ in (Path(ns.results_dir) / "requests.jsonl").open("rb"))
     ok = [r for r in records if r.ok]
     complete = sum(1 for r in ok if r.output_tokens == r.max_tokens and r.output_tokens_source == "usage"
                    and len(r.itl_ms) + 1 == r.max_tokens)

@@ -22,8 +22,8 @@ _EXPORTS: dict[str, str] = {
     "LLMRequestError": "capacity_plugins.client.users",
     "install": "capacity_plugins.plugin",
     "register": "capacity_plugins.plugin",
-    "RunContext": "capacity_plugins.client.context",
-    "LLMOptions": "capacity_plugins.client.options",
+    "CapacityEvents": "capacity_plugins.client.events",
+    "LLMOptions": "capacity_plugins.contracts.options",
     "RequestRecord": "capacity_plugins.contracts.records",
     "StepRow": "capacity_plugins.contracts.steps",
     "Scenario": "capacity_plugins.scenario",
@@ -33,11 +33,11 @@ _EXPORTS: dict[str, str] = {
 }
 
 __all__ = [
+    "CapacityEvents",
     "LLMOptions",
     "LLMRequestError",
     "LLMUser",
     "RequestRecord",
-    "RunContext",
     "Scenario",
     "StepRow",
     "__version__",
@@ -49,9 +49,9 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from capacity_plugins.client.context import RunContext
-    from capacity_plugins.client.options import LLMOptions
+    from capacity_plugins.client.events import CapacityEvents
     from capacity_plugins.client.users import LLMRequestError, LLMUser
+    from capacity_plugins.contracts.options import LLMOptions
     from capacity_plugins.contracts.records import RequestRecord
     from capacity_plugins.contracts.steps import StepRow
     from capacity_plugins.corpus import load_corpus

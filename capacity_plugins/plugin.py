@@ -3,12 +3,16 @@
 A locustfile calls `install()` once (module level); it adds two listeners:
 
 - `init_command_line_parser`: the LLM options, `--scenario`, the live view's exporter flags. With
-  `--scenario FILE` the scenario is loaded here and its values become the parser's defaults, so a
-  flag typed on the command line wins and the web UI form shows the scenario (client/options.py).
+  `--scenario FILE` the scenario is loaded and parsed into typed options here, once per process;
+  the flags show its values as their defaults (the web UI form), and only what someone typed
+  replaces a field of it (client/options.py `overridden`).
 - `init`: `register(environment)` builds this process's run in an explicit order —
-  options → results folder → context (dialect, corpus, secrets) → records sink and its transport →
-  live view (web UI tab, /metrics) → rehearsal (step authority or worker side) — and attaches each
-  part's listeners to Locust's public events.
+  options → results folder → events → client (dialect, headers, secrets) and its records sink →
+  request source (corpus, shard) → the run's lifecycle and its transport → live view (web UI tab,
+  /metrics) → rehearsal (step authority or worker side). Each part is a small object owned by one
+  role, attached to the environment where others need it (`capacity_events`, `capacity_client`,
+  `capacity_source`, `capacity_live`), and adds its own listeners to Locust's events and the
+  suite's (client/events.py).
 
 Per role: the *local* runner and the *master* own the results folder and write every file; the
 master sends each test's options to its workers (swarm/handshake.py); a *worker* generates load,
@@ -24,23 +28,26 @@ import sys
 import time
 import weakref
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, Literal, NoReturn
 
 import gevent
 import locust
 from locust.runners import MasterRunner, WorkerRunner
 
-from capacity_plugins.client.context import Role, RunContext
-from capacity_plugins.client.options import LLMOptions, add_arguments, redact_headers, redacted_options
+from capacity_plugins.client.client import LLMClient
+from capacity_plugins.client.events import CapacityEvents
+from capacity_plugins.client.options import add_arguments, overridden, redact_headers, redacted_options
 from capacity_plugins.client.tokens import TokenCountAudit
 from capacity_plugins.contracts.dialects import url_path_problem
+from capacity_plugins.contracts.options import LLMOptions
 from capacity_plugins.contracts.redaction import strip_userinfo
 from capacity_plugins.errors import UserError
 from capacity_plugins.rehearsal import meta as meta_mod
 from capacity_plugins.rehearsal import workloads as workloads_mod
 from capacity_plugins.rehearsal.results import ResultsFolder, choose_folder
+from capacity_plugins.rehearsal.source import RequestSource
 from capacity_plugins.sinks.records import RecordsSink
-from capacity_plugins.swarm.handshake import MasterHandshake, WorkerHandshake, load_corpus
+from capacity_plugins.swarm.handshake import MasterHandshake, WorkerHandshake
 from capacity_plugins.swarm.locust_compat import (
     stop_csv_writers,
     tolerate_slow_heartbeats,
@@ -57,6 +64,8 @@ if TYPE_CHECKING:
     from capacity_plugins.scenario import Scenario
 
 log = logging.getLogger(__name__)
+
+Role = Literal["local", "master", "worker"]
 
 _installed_on: weakref.WeakSet[Events] = weakref.WeakSet()
 
@@ -77,17 +86,13 @@ def install(events: Events | None = None) -> None:
 def _on_parser(parser: Any, **_: Any) -> None:
     from capacity_plugins import webui
 
-    add_arguments(parser)
+    path = _scenario_argument(sys.argv[1:])
+    add_arguments(parser, _base_options_or_exit(path))
     parser.add_argument("--scenario", default="", include_in_web_ui=False,
                         help="Capacity rehearsal YAML (scenarios/*.yaml): load shape, arrivals, request settings, SLO")
     webui.add_arguments(parser)
-    path = _scenario_argument(sys.argv[1:])
-    if path:
-        scenario = _scenario_or_exit(path)
-        defaults = LLMOptions.from_scenario(scenario).parser_defaults()
-        if not scenario.target.embedded:
-            defaults["host"] = scenario.target.url
-        parser.set_defaults(**defaults)
+    if path and not _load_scenario(path).target.embedded:
+        parser.set_defaults(host=_load_scenario(path).target.url)
 
 
 def _scenario_argument(argv: list[str]) -> str:
@@ -105,9 +110,15 @@ def _load_scenario(path: str) -> Scenario:
     return load_scenario(path)
 
 
-def _scenario_or_exit(path: str) -> Scenario:
+@functools.cache
+def _base_options(path: str) -> LLMOptions:
+    """What this process's options start from: its scenario's, parsed once, or the plain defaults."""
+    return _load_scenario(path).options() if path else LLMOptions()
+
+
+def _base_options_or_exit(path: str) -> LLMOptions:
     try:
-        return _load_scenario(path)
+        return _base_options(path)
     except UserError as e:
         _exit_bad_input(e)
 
@@ -145,86 +156,102 @@ def _role(runner: Any) -> Role:
     return "local"
 
 
-def register(environment: Environment) -> RunContext:
-    """Build this process's run on `environment` and attach its listeners. Raises UserError."""
+def register(environment: Environment) -> None:
+    """Build this process's run on `environment` and attach its parts and listeners. Raises UserError.
+
+    What it attaches, each part owned by one role (docs/architecture.md):
+    `environment.capacity_events` (the suite's own events, client/events.py),
+    `environment.capacity_client` (how to make a request and where its record goes, client/client.py),
+    `environment.capacity_source` (what to send next and when, rehearsal/source.py) and, on the
+    writing process, `environment.capacity_live` (the live view, webui/)."""
     runner = environment.runner
     role = _role(runner)
     parsed = environment.parsed_options
     path = str(getattr(parsed, "scenario", "") or "")
     scenario = _load_scenario(path) if path else None
-    options = LLMOptions.from_parsed(parsed)
+    base = _base_options(path)
+    options = overridden(base, parsed)
     if role != "worker" and environment.host:
         # The dialect appends its own path: --host http://h:8000/v1 would load /v1/v1/chat/completions.
         found = url_path_problem(environment.host, options.dialect)
         if found is not None:
             raise UserError(f"--host: {found}")
 
-    # 1. results folder (writing processes only) and the context the users read
+    # 1. the results folder (writing processes only), the events, the client and its records sink
     folder = choose_folder(options.results_dir, scenario) if role != "worker" else Path(".")
     if role != "worker" and parsed is not None:
         parsed.results_dir = str(folder)
-    ctx = RunContext.from_options(options, role=role, results_dir=folder, target_url=environment.host)
-    ctx.scenario = scenario
+    events = CapacityEvents()
+    events.attach(environment)
+    target_url = environment.host  # with user:password, if given: the client turns them into a header
+    sink = None
+    if runner is not None:  # written here (local, master) or shipped to the master (worker)
+        sink = RecordsSink(folder, role, options.secrets(target_url),
+                           emit=lambda record: events.record.fire(record=record))
+    client = LLMClient(options, target_url=target_url, records=sink)
     if environment.host and environment.host != strip_userinfo(environment.host):
-        # user:password in the URL becomes a Basic header (ctx.auth_headers); everything that shows
+        # user:password in the URL becomes a Basic header (the client's); everything that shows
         # the host — Locust's report and web UI, meta.json, the workers — sees it without them
         environment.host = strip_userinfo(environment.host)
         if parsed is not None:
             parsed.host = environment.host
-    if role == "worker":
-        ctx.worker_index = int(getattr(runner, "worker_index", 0) or 0)
+    source = RequestSource(client, worker_index=int(getattr(runner, "worker_index", 0) or 0)
+                           if role == "worker" else 0)
     if role != "worker" or scenario is not None:
         # A worker with its own scenario loads the corpus now; the master's setup only checks it.
-        ctx.corpus = load_corpus(options)
-        workloads_mod.prepare(ctx)  # the classes' corpora too: a bad one is exit 2 before any load
-    environment.capacity = ctx  # type: ignore[attr-defined]  # the plugin's documented attachment point
-    run = _Run(environment, ctx, ResultsFolder(ctx, parsed))
-
-    # 2. records: written here (local, master) or shipped to the master (worker)
-    if runner is not None:
-        sink = RecordsSink(folder, role, ctx.secrets, emit=ctx.emit)
-        ctx.sink = sink
+        source.load(options)
+        source.prepare_classes(scenario, options)  # the classes' corpora too: a bad one is exit 2
+    client.attach(environment)
+    source.attach(environment)  # last: a user waiting for the plugin starts once it is there
+    results = ResultsFolder(folder, scenario, client, events, parsed)
+    # the records' transport: shipped to the master (worker), received from the workers (master)
+    shipping = membership = None
+    if sink is not None and role == "worker":
+        shipping = WorkerShipping(runner, sink, lambda: source.worker_index)
+    elif sink is not None and role == "master":
+        membership = SwarmMembership(runner, events)
+    run = _Run(environment, client, source, results, scenario, base, role, shipping=shipping,
+               membership=membership)
+    if sink is not None:
         sink.open()
-        if role == "worker":
-            run.shipping = WorkerShipping(runner, sink, lambda: ctx.worker_index)
-            run.shipping.start()
-        elif role == "master":
+        if shipping is not None:
+            shipping.start()
+        if membership is not None:
             tolerate_slow_heartbeats()
-            ctx.membership = SwarmMembership(runner)
-            ctx.membership.start()
-            environment.events.test_start.add_listener(ctx.membership.test_started)
-            environment.events.test_stopping.add_listener(ctx.membership.test_stopping)
+            membership.start()
+            environment.events.test_start.add_listener(membership.test_started)
+            environment.events.test_stopping.add_listener(membership.test_stopping)
             receiving = MasterReceiving(runner, sink)
             receiving.attach()
             wait_for_workers_before_quit(runner, lambda: run.ran, receiving.wait_for_finals)
 
     # Locust fires `quitting` in reverse order of registration: attaching the run's lifecycle
     # before the live view and the rehearsal makes its meta.json the last thing written, after
-    # they have added what they know (completeness, lost workers, telemetry provenance).
+    # they have added what they know (completeness, telemetry provenance).
     run.attach()
 
-    # 3. the live view (web UI tab, /llm/stats, /metrics) on the writing process
+    # 2. the live view (web UI tab, /llm/stats, /metrics) on the writing process
     if runner is not None and role != "worker":
         from capacity_plugins import webui
 
         try:
-            webui.register(environment, ctx)
+            webui.register(environment, client, results, role, run.membership)
         except OSError as e:
             opts = environment.parsed_options
             where = f"{getattr(opts, 'exporter_port', '')} on {getattr(opts, 'exporter_host', '')}"
             raise UserError(f"--exporter-port {where}: {e.strerror or e}") from None
 
-    # 4. the rehearsal: steps from the scenario (authority) or from the master (worker)
+    # 3. the rehearsal: steps from the scenario (authority) or from the master (worker)
     if runner is not None:
-        _attach_rehearsal(environment, ctx, run, scenario)
-    return ctx
+        _attach_rehearsal(environment, run)
 
 
-def _attach_rehearsal(environment: Environment, ctx: RunContext, run: _Run, scenario: Scenario | None) -> None:
+def _attach_rehearsal(environment: Environment, run: _Run) -> None:
     from capacity_plugins.rehearsal.generator import GeneratorSide, WorkerSide
 
-    if ctx.role == "worker":
-        WorkerSide(environment, ctx).attach()
+    scenario = run.scenario
+    if run.role == "worker":
+        WorkerSide(environment, run.source, run.client).attach()
         return
     if scenario is None:
         return  # a plain -u/-r/-t run: no steps
@@ -238,13 +265,13 @@ def _attach_rehearsal(environment: Environment, ctx: RunContext, run: _Run, scen
     from capacity_plugins.rehearsal.authority import StepAuthority
 
     generator = None
-    if ctx.role == "local":
-        generator = GeneratorSide(environment, ctx, "local")
+    if run.role == "local":
+        generator = GeneratorSide(environment, run.source, run.client, "local")
         generator.attach()
         if scenario.open_loop:
-            ctx.ensure_pacer()  # the pool spawns before the first step and waits for arrivals
+            run.source.ensure_pacer()  # the pool spawns before the first step and waits for arrivals
     ready = run.handshake.all_ready if run.handshake is not None else (lambda: True)
-    StepAuthority(environment, ctx, scenario, run.results, generator, ready).attach()
+    StepAuthority(environment, scenario, run.results, run.source, generator, ready, run.membership).attach()
     # Locust installs its SIGTERM handler only after a headless shape run has ended
     # (main.start_automatic_run blocks in shape_greenlet.join() first), so a SIGTERM during the
     # rehearsal (Kubernetes, CI timeouts, `capacity run`) would kill the process without a stop:
@@ -259,18 +286,26 @@ def _attach_rehearsal(environment: Environment, ctx: RunContext, run: _Run, scen
 class _Run:
     """This process's test lifecycle: start/stop times, the server probe, meta.json, clean close."""
 
-    def __init__(self, environment: Environment, ctx: RunContext, results: ResultsFolder) -> None:
+    def __init__(self, environment: Environment, client: LLMClient, source: RequestSource, results: ResultsFolder,
+                 scenario: Scenario | None, base: LLMOptions, role: Role, *,
+                 shipping: WorkerShipping | None = None, membership: SwarmMembership | None = None) -> None:
         self.env = environment
-        self.ctx = ctx
+        self.client = client
+        self.source = source
         self.results = results
+        self.scenario = scenario
+        self.base = base  # what the web UI form's values replace fields of, at each test start
+        self.role = role
+        self.events: CapacityEvents = environment.capacity_events  # type: ignore[attr-defined]
         self.runner: Any = environment.runner
         self.start_unix: float | None = None
         self.end_unix: float | None = None
         self.server: dict[str, Any] = {}
         self.ran = False
         self.finished = False
-        self.shipping: WorkerShipping | None = None
-        self.handshake: MasterHandshake | None = None
+        self.shipping = shipping  # a worker's records on their way to the master
+        self.membership = membership  # the master's view of its workers
+        self.handshake: MasterHandshake | None = None  # the master's, made in attach()
         # chunk vs tokenizer counts over every record written here (servers without usage)
         self.token_audit = TokenCountAudit()
 
@@ -279,61 +314,60 @@ class _Run:
         ev.test_start.add_listener(self.on_test_start)
         ev.test_stop.add_listener(self.on_test_stop)
         ev.quitting.add_listener(self.on_quitting)
-        ev.reset_stats.add_listener(lambda **_: self.ctx.llm_stats.reset())
-        role = self.ctx.role
+        ev.reset_stats.add_listener(lambda **_: self.client.stats.reset())
+        role = self.role
         if role == "worker":
             ev.report_to_master.add_listener(self.on_report_to_master)
-            WorkerHandshake(self.env, self.ctx, workloads_mod.apply_setup).attach()
+            WorkerHandshake(self.env, self.client, self.source).attach()
         elif role == "master":
             ev.worker_report.add_listener(self.on_worker_report)
-            self.handshake = MasterHandshake(self.env, self.ctx)
+            open_loop = bool(self.scenario is not None and self.scenario.open_loop)
+            self.handshake = MasterHandshake(self.env, self.client, self.source, open_loop)
             self.handshake.attach()
         if role != "worker":
-            self.ctx.record_listeners.append(self.token_audit.add)
+            self.events.record.add_listener(lambda record, **_: self.token_audit.add(record))
         if role != "worker" and self.env.host:
             gevent.spawn(self._probe)
 
     def _probe(self) -> None:
         try:
-            self.server = meta_mod.probe_server(self.env.host or "", self.ctx.request_headers({}))
+            self.server = meta_mod.probe_server(self.env.host or "", self.client.request_headers({}))
         except Exception:  # best effort only
             log.debug("server probe failed", exc_info=True)
 
     def on_test_start(self, **_: Any) -> None:
-        ctx = self.ctx
+        client, source = self.client, self.source
         if self.end_unix is not None:
             # Another test from the web UI after one that ended: its own clock and live numbers.
             self.start_unix = self.end_unix = None
-            if ctx.role != "worker":
-                ctx.llm_stats.reset()
+            if self.role != "worker":
+                client.stats.reset()
         self.ran = True
         if self.start_unix is None:
             self.start_unix = time.time()
-        if ctx.role == "worker":
+        if self.role == "worker":
             return
         # the web UI form may have changed options since init
         try:
-            options = LLMOptions.from_parsed(self.env.parsed_options)
-            if options.corpus != ctx.options.corpus or options.min_distinct != ctx.options.min_distinct:
-                ctx.corpus = load_corpus(options)
-            ctx.reconfigure(options)
-            workloads_mod.prepare(ctx)
+            options = overridden(self.base, self.env.parsed_options)
+            source.load(options)
+            client.configure(options)
+            source.prepare_classes(self.scenario, options)
         except UserError as e:
             log.error("capacity: %s (keeping the previous options)", e)
-        assert ctx.corpus is not None
-        if ctx.role == "local":
-            workloads_mod.apply(ctx, ctx.workload_specs, 0, 1)
-            ctx.sampler = ctx.corpus.sampler(ctx.options.sampling, ctx.options.seed, 0, 1)
-            ctx.worker_count = 1
+        assert source.corpus is not None
+        if self.role == "local":
+            source.worker_count = 1
+            source.take_shard(client.options, source.workload_specs)
             return
-        if ctx.sink is not None:
-            ctx.sink.final_from.clear()
+        if client.records is not None:
+            client.records.final_from.clear()
         assert self.handshake is not None
         self.handshake.send_setup()
 
     def on_test_stop(self, **_: Any) -> None:
         self.end_unix = time.time()
-        if self.ctx.role == "worker":
+        if self.role == "worker":
             if self.shipping is not None:
                 self.shipping.ship(final=True)
         elif not getattr(self.env.parsed_options, "headless", True):
@@ -345,12 +379,17 @@ class _Run:
         if self.finished:
             return
         self.finished = True
-        ctx = self.ctx
         if self.shipping is not None:
             self.shipping.stop()
-        if ctx.sink is not None:
-            ctx.sink.close()
-        if ctx.role == "worker":
+        if self.client.records is not None:
+            self.client.records.close()
+        if self.membership is not None:
+            try:
+                self.membership.check()  # the last word on who was lost, before meta.json says it
+            except Exception:
+                log.debug("last worker check failed", exc_info=True)
+            self.membership.stop()
+        if self.role == "worker":
             return
         if self.end_unix is None:
             self.end_unix = time.time()
@@ -360,12 +399,12 @@ class _Run:
 
     def on_report_to_master(self, data: dict[str, Any] | None = None, **_: Any) -> None:
         if data is not None:
-            data["llm_stats"] = self.ctx.llm_stats.take_delta()
+            data["llm_stats"] = self.client.stats.take_delta()
 
     def on_worker_report(self, data: dict[str, Any] | None = None, **_: Any) -> None:
         if data and data.get("llm_stats"):
             try:
-                self.ctx.llm_stats.merge_delta(data["llm_stats"])
+                self.client.stats.merge_delta(data["llm_stats"])
             except ValueError as e:
                 log.error("capacity: %s", e)
 
@@ -376,46 +415,49 @@ class _Run:
         return meta
 
     def meta(self) -> dict[str, Any]:
-        ctx = self.ctx
-        corpus = ctx.corpus
+        options, source = self.client.options, self.source
+        corpus = source.corpus
         handshake = self.handshake
         seen = sorted(handshake.workers_seen) if handshake is not None else []
+        records = self.client.records
         meta: dict[str, Any] = {
             "tool": "capacity-plugins",
             "versions": meta_mod.versions(),
-            "options": redacted_options(self.env.parsed_options),
-            "extra_headers": redact_headers(ctx.options.headers),
-            "dialect": ctx.options.dialect,
-            "model": ctx.options.model,
+            "options": redacted_options(self.env.parsed_options, options),
+            "extra_headers": redact_headers(options.headers),
+            "dialect": options.dialect,
+            "model": options.model,
             "target": self.env.host,
             # the embedded simulator: every server and GPU reading of this run is simulated
-            "simulated": bool(ctx.scenario is not None and ctx.scenario.target.embedded),
+            "simulated": bool(self.scenario is not None and self.scenario.target.embedded),
             "server": self.server,
             "corpus": {
-                "source": ctx.options.corpus,
+                "source": options.corpus,
                 "sha256": corpus.sha256 if corpus is not None else None,
                 "samples": len(corpus.samples) if corpus is not None else 0,
             },
-            "seed": ctx.options.seed,
-            "sampling": ctx.options.sampling,
+            "seed": options.seed,
+            "sampling": options.sampling,
             "start_unix": self.start_unix,
             "end_unix": self.end_unix,
-            "role": ctx.role,
-            "workers": {"count": ctx.worker_count, "indices": seen or [0]},
-            "records": ctx.sink.accounting() if ctx.sink is not None else None,
+            "role": self.role,
+            "workers": {"count": source.worker_count, "indices": seen or [0]},
+            "records": records.accounting() if records is not None else None,
             "refusals": handshake.refusals if handshake is not None else [],
             "token_counting": self.token_audit.summary(),
         }
-        meta.update(ctx.extra_meta)
-        if ctx.membership is not None:
+        if source.workload_specs:
+            meta["workloads"] = workloads_mod.provenance(source.workload_specs, options)
+        self.events.writing_meta.fire(meta=meta)  # the rehearsal's completeness, search, telemetry, ...
+        if self.membership is not None:
             self._account_lost_workers(meta, self._lost_workers(meta))
         return meta
 
     def _lost_workers(self, meta: dict[str, Any]) -> list[dict[str, Any]]:
         """Workers Locust saw go, and workers that ran but never sent their final record batch
         (killed before Locust noticed the missing heartbeats)."""
-        assert self.ctx.membership is not None
-        lost = self.ctx.membership.lost_list()
+        assert self.membership is not None
+        lost = self.membership.lost_list()
         known = {w["worker"] for w in lost}
         by_worker = (meta.get("records") or {}).get("by_worker") or {}
         for w, entry in sorted(by_worker.items()):

@@ -72,7 +72,7 @@ def test_every_dialect_counts_what_the_server_generated(start_simulator, tmp_pat
     truth_path = tmp_path / "truth.jsonl"
     sim = start_simulator(truth_log=truth_path, reasoning_tokens=3 if dialect == "openai-chat" else 0,
                           **sim_config())
-    user = local_user(sim.url, tmp_path, dialect=dialect, model="sim-model", max_tokens=12, no_stream=not stream)
+    user = local_user(sim.url, tmp_path, dialect=dialect, model="sim-model", max_tokens=12, stream=stream)
     recs = [user.call() for _ in range(3)]
     truth = {t["id"]: t for t in read_truth(truth_path, min_rows=3)}
     for r in recs:

@@ -57,7 +57,7 @@ def test_one_request_per_mode(mode, fault_server, fault_secrets, corpus, tmp_pat
     base = fault_server.url if mode is not REFUSED else f"http://127.0.0.1:{free_port()}"
     out = tmp_path / "out"
     local = fault_user(fault_secrets.url(base), tmp_path, corpus, model=f"FAULT:{mode.name}",
-                       api_key_env="FAULT_API_KEY", header=fault_secrets.header_args())
+                       api_key_env="FAULT_API_KEY", headers=fault_secrets.header_args())
     before = fault_server.seen()
 
     t0 = time.monotonic()
@@ -107,7 +107,7 @@ def test_echoed_basic_credentials_are_scrubbed(mode, fault_server, fault_secrets
     (token and decoded password) gets neither into a file, the console or the log."""
     out = tmp_path / "out"
     local = fault_user(fault_secrets.url(fault_server.url), tmp_path, corpus, model=f"FAULT:{mode}",
-                       header=fault_secrets.header_args())
+                       headers=fault_secrets.header_args())
     rec = local.call()
     local.env.events.quitting.fire(environment=local.env)
     assert rec.error_kind == MODES[mode].kind

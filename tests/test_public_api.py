@@ -15,11 +15,11 @@ from helpers.scenarios import write_corpus
 import capacity_plugins
 
 EXPORTS = [
+    "CapacityEvents",
     "LLMOptions",
     "LLMRequestError",
     "LLMUser",
     "RequestRecord",
-    "RunContext",
     "Scenario",
     "StepRow",
     "__version__",
@@ -49,6 +49,15 @@ def test_every_public_name_resolves(name):
 def test_an_unknown_name_is_an_attribute_error():
     with pytest.raises(AttributeError, match="no attribute 'NoSuchThing'"):
         capacity_plugins.NoSuchThing  # noqa: B018 - the attribute access is the test
+
+
+def test_run_context_is_gone():
+    # Before 1.0 the shared RunContext was split into parts owned by one role each, attached to the
+    # environment by register(): capacity_events, capacity_client, capacity_source (docs/architecture.md)
+    with pytest.raises(AttributeError, match="no attribute 'RunContext'"):
+        capacity_plugins.RunContext  # noqa: B018
+    r = python("import capacity_plugins.client.context")
+    assert r.returncode != 0 and "ModuleNotFoundError" in r.stderr
 
 
 def test_the_removed_shims_are_gone():

@@ -18,8 +18,9 @@ from helpers.scenarios import write_corpus
 from helpers.tokenizer import count, make_tokenizer, sim_text
 from helpers.users import local_user
 
-from capacity_plugins.client.context import RunContext, load_tokenizer
-from capacity_plugins.client.options import LLMOptions
+from capacity_plugins.client.client import LLMClient, load_tokenizer
+from capacity_plugins.client.options import overridden, shown
+from capacity_plugins.contracts.options import LLMOptions
 from capacity_plugins.contracts.records import RequestRecord, Timings
 from capacity_plugins.dialects import get_dialect
 from capacity_plugins.errors import UserError
@@ -167,33 +168,33 @@ def test_record_source_precedence_usage_continuous_tokenizer_chunks():
 
 
 def test_option_and_scenario_key_reach_llm_options(tmp_path, tokenizer_json):
-    assert LLMOptions.from_parsed(SimpleNamespace(tokenizer=str(tokenizer_json))).tokenizer == str(tokenizer_json)
-    assert LLMOptions.from_parsed(SimpleNamespace(tokenizer="")).tokenizer is None  # the web form's unset
-    assert LLMOptions.from_parsed(SimpleNamespace()).tokenizer is None
+    assert overridden(LLMOptions(), SimpleNamespace(tokenizer=str(tokenizer_json))).tokenizer == str(tokenizer_json)
+    assert overridden(LLMOptions(), SimpleNamespace(tokenizer="")).tokenizer is None  # the web form's unset
+    assert overridden(LLMOptions(), SimpleNamespace()).tokenizer is None
     (tmp_path / "s.yaml").write_text(
         "target: {url: 'http://127.0.0.1:9', model: m}\nrequest: {usage: false, tokenizer: tokenizer.json}\n")
     s = load_scenario(tmp_path / "s.yaml")
-    opts = LLMOptions.from_scenario(s)
+    opts = s.options()
     assert opts.tokenizer == str(tokenizer_json.resolve())  # relative to the scenario file
-    assert opts.parser_defaults()["tokenizer"] == str(tokenizer_json.resolve())
+    assert shown(opts)["tokenizer"] == str(tokenizer_json.resolve())  # what the flag and the web form show
     (tmp_path / "s2.yaml").write_text("target: {url: 'http://127.0.0.1:9', model: m}\n")
-    assert LLMOptions.from_scenario(load_scenario(tmp_path / "s2.yaml")).tokenizer is None
+    assert load_scenario(tmp_path / "s2.yaml").options().tokenizer is None
 
 
-def test_context_loads_once_and_rejects_bad_files(tmp_path, tokenizer_json):
-    ctx = RunContext.from_options(LLMOptions(tokenizer=str(tokenizer_json)))
-    tok = ctx.tokenizer
-    assert ctx.count_tokens(" the of and to in") == count(tokenizer_json, " the of and to in") == 7
-    ctx.reconfigure(LLMOptions(tokenizer=str(tokenizer_json), model="other"))  # a worker's reconfigure
-    assert ctx.tokenizer is tok
-    ctx.reconfigure(LLMOptions())
-    assert ctx.tokenizer is None
+def test_client_loads_once_and_rejects_bad_files(tmp_path, tokenizer_json):
+    client = LLMClient(LLMOptions(tokenizer=str(tokenizer_json)))
+    tok = client.tokenizer
+    assert client.count_tokens(" the of and to in") == count(tokenizer_json, " the of and to in") == 7
+    client.configure(LLMOptions(tokenizer=str(tokenizer_json), model="other"))  # a worker's reconfigure
+    assert client.tokenizer is tok
+    client.configure(LLMOptions())
+    assert client.tokenizer is None
     with pytest.raises(UserError, match=r"--tokenizer: .*nope\.json: no such file"):
         load_tokenizer(str(tmp_path / "nope.json"))
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
     with pytest.raises(UserError, match=r"--tokenizer: .*bad\.json: not a Hugging Face tokenizer\.json") as e:
-        RunContext.from_options(LLMOptions(tokenizer=str(bad)))
+        LLMClient(LLMOptions(tokenizer=str(bad)))
     assert "\n" not in str(e.value)
 
 
@@ -209,8 +210,8 @@ def test_users_count_with_the_tokenizer_when_the_server_gives_no_usage(start_sim
                                                                        tokenizer_json, dialect, stream):
     truth_path = tmp_path / "truth.jsonl"
     sim = start_simulator(truth_log=truth_path, reasoning_tokens=3 if dialect == "openai-chat" else 0, **SIM)
-    user = local_user(sim.url, tmp_path, dialect=dialect, model="sim-model", max_tokens=12, no_stream=not stream,
-                      no_usage=True, tokenizer=str(tokenizer_json))
+    user = local_user(sim.url, tmp_path, dialect=dialect, model="sim-model", max_tokens=12, stream=stream,
+                      usage=False, tokenizer=str(tokenizer_json))
     recs = [user.call() for _ in range(3)]
     counted_here = dialect.startswith("openai") and stream
     truth = {t["id"]: t for t in read_truth(truth_path, min_rows=3)} if counted_here else {}
@@ -291,7 +292,7 @@ def test_bad_tokenizer_path_exits_2_with_one_line(start_simulator, tmp_path, bad
 
 @pytest.mark.parametrize("stream", [True, False])
 def test_failed_request_counts_like_without_a_tokenizer(fake_llm, tmp_path, tokenizer_json, stream):
-    r = local_user(fake_llm, tmp_path, model="http-500", max_tokens=12, no_stream=not stream, no_usage=True,
+    r = local_user(fake_llm, tmp_path, model="http-500", max_tokens=12, stream=stream, usage=False,
                    tokenizer=str(tokenizer_json)).call()
     assert r.error_kind == "http_5xx"
     # streamed: 0 tokens from the tokenizer (was 0 chunks); non-streamed: no count at all, as before

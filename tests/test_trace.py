@@ -214,16 +214,16 @@ def test_a_session_turn_against_a_server_without_usage_keeps_the_answer(start_si
     from helpers.users import local_user
 
     sim = start_simulator(no_usage=True)  # no server count: the answer's text is still kept
-    u = local_user(sim.url, tmp_path, model="sim-model", max_tokens=16, request_timeout=10.0, retries=0, header=[],
+    u = local_user(sim.url, tmp_path, model="sim-model", max_tokens=16, timeout_s=10.0, retries=0, headers=[],
                    api_key_env="", insecure=False, sampling="shuffle", seed=0)
     first = (0, 40, 5, [1], None, "chat", "s1", 1)
     second = (1, 10, 5, [], None, "chat", "s1", 2)
     u.user._session_turn(first, None)
     u.user._session_turn(second, None)
-    u.ctx.sink.close()
-    recs = [json.loads(x) for x in (u.ctx.results_dir / "requests.jsonl").read_text().splitlines()]
+    u.records.close()
+    recs = [json.loads(x) for x in (u.results_dir / "requests.jsonl").read_text().splitlines()]
     assert [(r["ok"], r["session_id"], r["turn"]) for r in recs] == [(True, "s1", 1), (True, "s1", 2)]
-    history = u.ctx.sessions.begin("s1", timeout_s=1)
+    history = u.source.sessions.begin("s1", timeout_s=1)
     assert [m["role"] for m in history] == ["user", "assistant", "user", "assistant"]
     assert history[1]["content"].strip()  # the server's answer, sent back with turn 2
     assert recs[1]["prompt_tokens"] is None or recs[1]["prompt_tokens"] > recs[0]["prompt_tokens"]

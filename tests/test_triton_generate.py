@@ -29,11 +29,14 @@ from locust.event import Events
 from tokenizers import Tokenizer
 
 from capacity_plugins import plugin
-from capacity_plugins.client.options import LLMOptions
+from capacity_plugins.client.client import LLMClient
+from capacity_plugins.client.options import overridden, shown
 from capacity_plugins.client.users import LLMUser
 from capacity_plugins.contracts.dialects import TritonFields
+from capacity_plugins.contracts.options import LLMOptions
 from capacity_plugins.contracts.percentiles import quantile
 from capacity_plugins.errors import RunError, UserError
+from capacity_plugins.rehearsal.source import RequestSource
 from capacity_plugins.runner.preflight import preflight
 from capacity_plugins.scenario import load_scenario
 from capacity_plugins.scenario.files import parse_scenario
@@ -56,25 +59,26 @@ def sim_config(**extra: Any) -> dict[str, Any]:
 def test_flags_reach_the_options_and_bad_ones_name_their_flag():
     ns = SimpleNamespace(dialect="triton-generate", model="ensemble", triton_input_field="prompt",
                          triton_params_in="parameters", triton_outputs="cumulative")
-    opts = LLMOptions.from_parsed(ns)
+    opts = overridden(LLMOptions(), ns)
     assert opts.triton == TritonFields(input_field="prompt", params_in="parameters", outputs="cumulative")
     # what a master sends its workers reads back the same
     assert LLMOptions.from_message(opts.to_message()) == opts
     with pytest.raises(UserError, match=r"^--triton-max-tokens-field: must differ from input_field"):
-        LLMOptions.from_parsed(SimpleNamespace(dialect="triton-generate", model="m", triton_max_tokens_field="text_input"))
+        overridden(LLMOptions(), SimpleNamespace(dialect="triton-generate", model="m", triton_max_tokens_field="text_input"))
     with pytest.raises(UserError, match=r"^--triton-outputs: must be one of auto, delta, cumulative"):
-        LLMOptions.from_parsed(SimpleNamespace(dialect="triton-generate", model="m", triton_outputs="deltas"))
+        overridden(LLMOptions(), SimpleNamespace(dialect="triton-generate", model="m", triton_outputs="deltas"))
     with pytest.raises(UserError, match=r"^--model: dialect triton-generate needs the model name"):
-        LLMOptions.from_parsed(SimpleNamespace(dialect="triton-generate"))
+        overridden(LLMOptions(), SimpleNamespace(dialect="triton-generate"))
 
 
 def test_scenario_keys_reach_the_options(tmp_path):
     p = tmp_path / "t.yaml"
     p.write_text("target:\n  url: http://127.0.0.1:9\n  dialect: triton-generate\n  model: ensemble\n"
                  "  triton: {output_field: OUTPUT_0, outputs: delta}\n")
-    opts = LLMOptions.from_scenario(load_scenario(p))
+    opts = load_scenario(p).options()
     assert opts.triton == TritonFields(output_field="OUTPUT_0", outputs="delta")
-    assert LLMOptions.from_parsed(SimpleNamespace(**opts.parser_defaults())) == opts
+    # the flags show the scenario's values; reading them back changes nothing
+    assert overridden(opts, SimpleNamespace(**shown(opts))) == opts
 
 
 @pytest.mark.slow  # `capacity run`
@@ -171,11 +175,12 @@ def calls(sim_url: str, tmp_path: Path, n: int, **opts: Any):
     user_class = type("U", (_U,), {"host": sim_url})
     env = Environment(user_classes=[user_class], events=Events(), host=sim_url, parsed_options=ns)
     env.create_local_runner()
-    ctx = plugin.register(env)
-    ctx.sampler = ctx.corpus.sampler("sequential", 0, 0, 1)
+    plugin.register(env)
+    source = RequestSource.of(env)
+    source.sampler = source.corpus.sampler("sequential", 0, 0, 1)
     user = user_class(env)
-    recs = [user.call(ctx.next_sample()) for _ in range(n)]
-    ctx.sink.close()
+    recs = [user.call(source.next_sample()) for _ in range(n)]
+    LLMClient.of(env).records.close()
     return recs
 
 
@@ -206,7 +211,7 @@ def test_records_match_the_servers_truth(start_simulator, tmp_path, cumulative, 
 def test_non_streamed_generate(start_simulator, tmp_path):
     truth_path = tmp_path / "truth.jsonl"
     sim = start_simulator(truth_log=truth_path, **sim_config())
-    recs = calls(sim.url, tmp_path, 2, no_stream=True)
+    recs = calls(sim.url, tmp_path, 2, stream=False)
     truth = {t["id"]: t for t in read_truth(truth_path, min_rows=2)}
     for r in recs:
         assert r.ok and not r.stream and r.ttft_ms is None, r.error

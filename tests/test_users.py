@@ -13,22 +13,22 @@ from helpers.users import local_user
 
 
 def make(url, tmp_path: Path, **opts):
-    options = dict(model="ok", max_tokens=16, request_timeout=10.0, retries=0, header=[], api_key_env="",
+    options = dict(model="ok", max_tokens=16, timeout_s=10.0, retries=0, headers=[], api_key_env="",
                    insecure=False, sampling="shuffle", seed=0)
     u = local_user(url, tmp_path, sampler="shuffle", corpus_size=50, **{**options, **opts})
-    return u.env, u.ctx, u.user, u.fired
+    return u.env, u, u.user, u.fired
 
 
-def lines(ctx):
-    ctx.sink.close()
-    return [orjson.loads(x) for x in (ctx.results_dir / "requests.jsonl").read_bytes().splitlines()]
+def lines(u):
+    u.records.close()
+    return [orjson.loads(x) for x in (u.results_dir / "requests.jsonl").read_bytes().splitlines()]
 
 
 @pytest.mark.parametrize("dialect", ["openai-chat", "openai-completions", "tgi", "ollama", "ollama-generate"])
 @pytest.mark.parametrize("stream", [True, False])
 def test_every_dialect_streaming_and_not(fake_llm, tmp_path, dialect, stream):
-    env, ctx, user, fired = make(fake_llm, tmp_path, dialect=dialect, model="ok", no_stream=not stream)
-    rec = user.call(ctx.next_sample())
+    env, u, user, fired = make(fake_llm, tmp_path, dialect=dialect, model="ok", stream=stream)
+    rec = user.call(u.next_sample())
     assert rec.ok, rec.error
     assert rec.output_tokens == FAKE_TOKENS
     assert rec.output_tokens_source == "usage"
@@ -40,12 +40,12 @@ def test_every_dialect_streaming_and_not(fake_llm, tmp_path, dialect, stream):
     # exactly one Locust request event per call: E2E as response_time, tokens as length
     assert len(fired) == 1 and fired[0]["exception"] is None
     assert fired[0]["response_time"] == rec.e2e_ms and fired[0]["response_length"] == FAKE_TOKENS
-    assert lines(ctx)[0]["request_id"] == rec.request_id
+    assert lines(u)[0]["request_id"] == rec.request_id
 
 
 def test_reasoning_counts_for_ttft_and_content_for_first_visible(fake_llm, tmp_path):
-    env, ctx, user, fired = make(fake_llm, tmp_path, model="reasoning")
-    rec = user.call(ctx.next_sample())
+    env, u, user, fired = make(fake_llm, tmp_path, model="reasoning")
+    rec = user.call(u.next_sample())
     assert rec.ok and rec.first_visible_ms > rec.ttft_ms
     assert rec.output_tokens == FAKE_TOKENS and len(rec.itl_ms) == FAKE_TOKENS - 1
 
@@ -63,53 +63,53 @@ def test_reasoning_counts_for_ttft_and_content_for_first_visible(fake_llm, tmp_p
     ],
 )
 def test_error_classes_are_records_and_locust_failures(fake_llm, tmp_path, model, kind, status):
-    env, ctx, user, fired = make(fake_llm, tmp_path, model=model)
-    rec = user.call(ctx.next_sample())
+    env, u, user, fired = make(fake_llm, tmp_path, model=model)
+    rec = user.call(u.next_sample())
     assert (rec.ok, rec.error_kind, rec.status) == (False, kind, status)
     assert len(fired) == 1 and fired[0]["exception"] is not None and kind in str(fired[0]["exception"])
     # the user keeps working after a failure (same connection pool)
-    rec2 = user.call(ctx.next_sample())
+    rec2 = user.call(u.next_sample())
     assert rec2.error_kind == kind
-    assert [d["error_kind"] for d in lines(ctx)] == [kind, kind]
+    assert [d["error_kind"] for d in lines(u)] == [kind, kind]
 
 
 def test_timeout_and_connect_refused(fake_llm, tmp_path):
-    env, ctx, user, fired = make(fake_llm, tmp_path, model="hang", request_timeout=0.5)
-    rec = user.call(ctx.next_sample())
+    env, u, user, fired = make(fake_llm, tmp_path, model="hang", timeout_s=0.5)
+    rec = user.call(u.next_sample())
     assert rec.error_kind == "timeout" and rec.e2e_ms >= 450
-    env2, ctx2, user2, fired2 = make(f"http://127.0.0.1:{free_port()}", tmp_path / "b")
-    rec = user2.call(ctx2.next_sample())
+    env2, u2, user2, fired2 = make(f"http://127.0.0.1:{free_port()}", tmp_path / "b")
+    rec = user2.call(u2.next_sample())
     assert (rec.error_kind, rec.status) == ("connect", 0) and fired2[0]["exception"] is not None
 
 
 def test_cancelled_mid_stream_is_recorded(fake_llm, tmp_path):
-    env, ctx, user, fired = make(fake_llm, tmp_path, model="hang")
-    g = gevent.spawn(user.call, ctx.next_sample())
+    env, u, user, fired = make(fake_llm, tmp_path, model="hang")
+    g = gevent.spawn(user.call, u.next_sample())
     gevent.sleep(0.3)
     g.kill(block=True)
-    assert [d["error_kind"] for d in lines(ctx)] == ["cancelled"]
+    assert [d["error_kind"] for d in lines(u)] == ["cancelled"]
     # stopped by the test, not failed by the server: no Locust failure (a timed run exits 0)
     assert fired == []
 
 
 def test_retries_record_every_attempt(fake_llm, tmp_path):
-    env, ctx, user, fired = make(fake_llm, tmp_path, model="http-503", retries=2)
-    rec = user.call(ctx.next_sample())
+    env, u, user, fired = make(fake_llm, tmp_path, model="http-503", retries=2)
+    rec = user.call(u.next_sample())
     assert rec.attempt == 3
-    got = lines(ctx)
+    got = lines(u)
     assert [d["attempt"] for d in got] == [1, 2, 3] and all(d["error_kind"] == "http_5xx" for d in got)
     assert len({d["prompt_id"] for d in got}) == 1 and len(fired) == 3
-    env, ctx, user, fired = make(fake_llm, tmp_path / "b", model="http-400", retries=2)
-    assert user.call(ctx.next_sample()).attempt == 1  # 4xx is not retryable
+    env, u, user, fired = make(fake_llm, tmp_path / "b", model="http-400", retries=2)
+    assert user.call(u.next_sample()).attempt == 1  # 4xx is not retryable
 
 
 def test_api_key_sent_but_never_written(fake_llm, tmp_path, monkeypatch):
     monkeypatch.setenv("FAKE_LLM_KEY", "sk-very-secret-123")
-    env, ctx, user, fired = make(
-        fake_llm, tmp_path, api_key_env="FAKE_LLM_KEY", header=["X-Api-Key: hdr-secret-456", "X-Team: blue"]
+    env, u, user, fired = make(
+        fake_llm, tmp_path, api_key_env="FAKE_LLM_KEY", headers=["X-Api-Key: hdr-secret-456", "X-Team: blue"]
     )
-    assert "sk-very-secret-123" not in repr(ctx)
-    user.call(ctx.next_sample())
+    assert "sk-very-secret-123" not in repr(u.llm) and "sk-very-secret-123" not in repr(u.source)
+    user.call(u.next_sample())
     import urllib.request
 
     seen = orjson.loads(urllib.request.urlopen(fake_llm + "/seen-auth").read())
@@ -126,12 +126,12 @@ def test_api_key_sent_but_never_written(fake_llm, tmp_path, monkeypatch):
 
 def test_tls_verified_unless_insecure(fake_llm_tls, tmp_path):
     # a self-signed certificate: refused by default (FastHttpUser alone would accept it) ...
-    env, ctx, user, fired = make(fake_llm_tls, tmp_path)
-    rec = user.call(ctx.next_sample())
+    env, u, user, fired = make(fake_llm_tls, tmp_path)
+    rec = user.call(u.next_sample())
     assert (rec.ok, rec.error_kind) == (False, "connect") and "TLS" in rec.error
     # ... and accepted only with the explicit --insecure opt-in
-    env, ctx, user, fired = make(fake_llm_tls, tmp_path / "b", insecure=True)
-    rec = user.call(ctx.next_sample())
+    env, u, user, fired = make(fake_llm_tls, tmp_path / "b", insecure=True)
+    rec = user.call(u.next_sample())
     assert rec.ok, rec.error
 
 
@@ -145,10 +145,12 @@ def test_missing_api_key_env_and_unknown_dialect_are_user_errors(fake_llm, tmp_p
         make(fake_llm, tmp_path, dialect="grpc-magic")
 
 
-def test_seams_pacer_step_provider_listeners_extra_meta(fake_llm, tmp_path):
+def test_seams_pacer_timeline_record_event_and_meta_event(fake_llm, tmp_path):
     import time
 
-    env, ctx, user, fired = make(fake_llm, tmp_path)
+    from capacity_plugins.rehearsal.steps import Step
+
+    env, u, user, fired = make(fake_llm, tmp_path)
 
     class Pacer:
         def __init__(self):
@@ -163,12 +165,15 @@ def test_seams_pacer_step_provider_listeners_extra_meta(fake_llm, tmp_path):
         def release(self):
             self.released = True  # the user's request is done: it holds no arrival any more
 
-    ctx.pacer = Pacer()
-    ctx.step_provider = lambda now: (3, True)
+    u.source.pacer = Pacer()
+    now = time.time()  # in step 3's warmup (the rehearsal keeps the timeline; here the test does)
+    u.source.timeline.upsert(Step(index=3, kind="rate", level=1.0, start_unix=now - 1, warmup_end_unix=now + 60,
+                                  end_unix=now + 120))
     seen = []
-    ctx.record_listeners.append(seen.append)
-    ctx.record_listeners.insert(0, lambda r: 1 / 0)  # a broken listener must not lose the record
-    ctx.extra_meta["scenario"] = "unit"
+    events = env.capacity_events
+    events.record.add_listener(lambda record: 1 / 0)  # a broken listener must not lose the record
+    events.record.add_listener(lambda record: seen.append(record))
+    events.writing_meta.add_listener(lambda meta: meta.update(scenario="unit"))  # what meta.json learns
     user.llm_request()  # pacer says "nothing now": no request
     assert fired == []
     user.llm_request()
@@ -180,16 +185,16 @@ def test_seams_pacer_step_provider_listeners_extra_meta(fake_llm, tmp_path):
     env.events.quitting.fire(environment=env)
     meta = orjson.loads((tmp_path / "out" / "meta.json").read_bytes())
     assert meta["scenario"] == "unit"
-    assert lines(ctx)[0]["step"] == 3
-    assert ctx.pacer.released
+    assert lines(u)[0]["step"] == 3
+    assert u.source.pacer.released
 
 
 def test_reset_stats_clears_llm_stats(fake_llm, tmp_path):
-    env, ctx, user, fired = make(fake_llm, tmp_path)
-    user.call(ctx.next_sample())
-    assert ctx.llm_stats.rows()[0]["requests"] == 1
+    env, u, user, fired = make(fake_llm, tmp_path)
+    user.call(u.next_sample())
+    assert u.llm.stats.rows()[0]["requests"] == 1
     env.events.reset_stats.fire()
-    assert all(r["requests"] == 0 for r in ctx.llm_stats.rows())
+    assert all(r["requests"] == 0 for r in u.llm.stats.rows())
 
 
 def test_a_users_connections_are_kernel_stamped_from_their_first_response(fake_llm, tmp_path):
@@ -197,12 +202,12 @@ def test_a_users_connections_are_kernel_stamped_from_their_first_response(fake_l
 
     from capacity_plugins.client import stream
 
-    env, ctx, user, fired = make(fake_llm, tmp_path)
+    env, u, user, fired = make(fake_llm, tmp_path)
     # before any response: the pool the user's first request will use already makes stamped
     # sockets, so the read of that response's headers (which may carry the first token) is stamped
     pool = user._pool.get_client(URL(fake_llm))._connection_pool
     assert vars(pool).get("_create_tcp_socket") is stream._stamped_tcp_socket
-    rec = user.call(ctx.next_sample())
+    rec = user.call(u.next_sample())
     assert rec.error_kind is None and rec.ttft_ms is not None
 
 
@@ -212,8 +217,8 @@ def test_reusing_a_pooled_connection_does_not_yield_after_the_send_stamp(fake_ll
     user's reads run first and adds their time to this request's TTFT."""
     from geventhttpclient.url import URL
 
-    env, ctx, user, fired = make(fake_llm, tmp_path)
-    assert user.call(ctx.next_sample()).error_kind is None  # one keep-alive connection in the pool
+    env, u, user, fired = make(fake_llm, tmp_path)
+    assert user.call(u.next_sample()).error_kind is None  # one keep-alive connection in the pool
     pool = user._pool.get_client(URL(fake_llm))._connection_pool
     idle = list(pool._socket_queue.queue)
     assert len(idle) == 1
@@ -423,7 +428,7 @@ def test_a_user_reading_a_long_body_lets_a_waiting_first_token_be_read(tmp_path,
     monkeypatch.setattr(stream, "YIELD_NS", 10**12)  # the hub share never yields here
     monkeypatch.setattr(stream, "RECV_BYTES", 1024)  # many receives, each finding data
     server = _burst_server(400)
-    env, ctx, user, fired = make(f"http://127.0.0.1:{server.server_port}", tmp_path, max_tokens=400)
+    env, u, user, fired = make(f"http://127.0.0.1:{server.server_port}", tmp_path, max_tokens=400)
     waiting, waiting_server = _connected_pair()
     order: list[str] = []
     block = fastpath.BodyEvents.block
@@ -445,7 +450,7 @@ def test_a_user_reading_a_long_body_lets_a_waiting_first_token_be_read(tmp_path,
         reader = gevent.spawn(first_reader)
         gevent.sleep(0)
         monkeypatch.setattr(fastpath.BodyEvents, "block", counted_block)
-        rec = user.call(ctx.next_sample())
+        rec = user.call(u.next_sample())
         reader.join(timeout=5)
         assert rec.ok and rec.output_tokens == 400, rec.error
         assert order.count("block") > 5  # the body came in many receives
@@ -467,7 +472,7 @@ def test_a_reader_fed_its_first_bytes_reads_the_rest_in_a_later_turn(tmp_path, m
     monkeypatch.setattr(stream, "RECV_BYTES", 1024)  # the answer in many receives
     held: list[Any] = []
     server = _burst_server(200, held)
-    env, ctx, user, fired = make(f"http://127.0.0.1:{server.server_port}", tmp_path, max_tokens=200)
+    env, u, user, fired = make(f"http://127.0.0.1:{server.server_port}", tmp_path, max_tokens=200)
     order: list[str] = []
     block = fastpath.BodyEvents.block
 
@@ -482,7 +487,7 @@ def test_a_reader_fed_its_first_bytes_reads_the_rest_in_a_later_turn(tmp_path, m
 
     try:
         monkeypatch.setattr(fastpath.BodyEvents, "block", counted_block)
-        call = gevent.spawn(user.call, ctx.next_sample())
+        call = gevent.spawn(user.call, u.next_sample())
         while not held:
             gevent.sleep(0.01)
         gevent.sleep(0.05)  # the user waits for its answer's first bytes
@@ -555,24 +560,24 @@ def test_the_portable_line_reader_measures_the_same_and_ends_the_first_read(fake
         event_at(data, parser, t, now)
 
     monkeypatch.setattr(stream, "_event_at", watched_event_at)
-    env, ctx, user, fired = make(fake_llm, tmp_path)
-    rec = user.call(ctx.next_sample())
+    env, u, user, fired = make(fake_llm, tmp_path)
+    rec = user.call(u.next_sample())
     assert rec.ok, rec.error
     assert rec.output_tokens == FAKE_TOKENS and len(rec.itl_ms) == FAKE_TOKENS - 1
     assert rec.ttft_ms is not None and 0 < rec.ttft_ms <= rec.e2e_ms
     assert len(due_meanwhile) > FAKE_TOKENS and not any(due_meanwhile)
 
 
-@pytest.mark.parametrize(("model", "no_stream"), [("ok", False), ("ok", True), ("http-503", False), ("cut", False),
-                                               ("malformed", False)])
-def test_no_connection_is_left_waiting_for_a_first_read(fake_llm, tmp_path, model, no_stream):
+@pytest.mark.parametrize(("model", "stream"), [("ok", True), ("ok", False), ("http-503", True), ("cut", True),
+                                            ("malformed", True)])
+def test_no_connection_is_left_waiting_for_a_first_read(fake_llm, tmp_path, model, stream):
     """Every attempt ends its connection's wait, however it ended: one left watched would have
     data (the server's close) one day, and every send after would yield for nothing."""
     from capacity_plugins.client.stream import FIRST_READS
 
-    env, ctx, user, fired = make(fake_llm, tmp_path, model=model, no_stream=no_stream)
+    env, u, user, fired = make(fake_llm, tmp_path, model=model, stream=stream)
     for _ in range(3):
-        user.call(ctx.next_sample())
+        user.call(u.next_sample())
     assert not FIRST_READS._fds
 
 

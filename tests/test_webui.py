@@ -12,7 +12,10 @@ from locust.env import Environment
 from locust.event import Events
 
 from capacity_plugins import plugin
+from capacity_plugins.client.client import LLMClient
+from capacity_plugins.client.events import CapacityEvents
 from capacity_plugins.client.users import LLMUser
+from capacity_plugins.rehearsal.steps import Step
 from capacity_plugins.sinks.stats import LLMStats
 from capacity_plugins.webui.history import History
 from capacity_plugins.webui.live import WorkerWatch, telemetry_summary
@@ -38,9 +41,9 @@ def make_env(tmp_path, *, web_login=False, base=None):
     env = Environment(user_classes=[U], events=Events(), host=U.host, parsed_options=ns)
     env.create_local_runner()
     web_ui = env.create_web_ui("127.0.0.1", 0, web_base_path=base, web_login=web_login, delayed_start=True)
-    ctx = plugin.register(env)  # builds the live view too (local runner)
+    plugin.register(env)  # builds the live view too (local runner)
     live = env.capacity_live
-    return env, ctx, live, web_ui.app.test_client()
+    return env, LLMClient.of(env), live, web_ui.app.test_client()
 
 
 def record(stats: LLMStats, ttft_ms: float, *, ok: bool = True, kind: str | None = None) -> None:
@@ -53,10 +56,10 @@ def clear_stats_cache(env):
 
 
 def test_tab_rows_and_json_are_the_merged_unrounded_numbers_and_follow_reset(tmp_path):
-    env, ctx, live, client = make_env(tmp_path)
+    env, llm, live, client = make_env(tmp_path)
     for v in range(1, 101):
-        record(ctx.llm_stats, float(v) + 0.37)
-    record(ctx.llm_stats, 0, ok=False, kind="http_429")
+        record(llm.stats, float(v) + 0.37)
+    record(llm.stats, 0, ok=False, kind="http_429")
 
     # the tab is declared in the template args the React app reads
     index = client.get("/").get_data(as_text=True)
@@ -68,7 +71,7 @@ def test_tab_rows_and_json_are_the_merged_unrounded_numbers_and_follow_reset(tmp
     assert agg["requests"] == 101 and agg["failures"] == 1 and agg["errors_by_kind"] == {"http_429": 1}
     # unrounded: the sketch's value (≤ 0.5 % off the exact 50.37), not Locust's 2-significant-digit 50
     assert abs(agg["ttft_p50_ms"] - 50.37) <= 0.005 * 50.37 and agg["ttft_p50_ms"] != 50.0
-    assert agg["ttft_p99_ms"] == ctx.llm_stats.rows()[-1]["ttft_p99_ms"]
+    assert agg["ttft_p99_ms"] == llm.stats.rows()[-1]["ttft_p99_ms"]
     assert doc["workers"]["mode"] == "local" and doc["workers"]["lost"] == []
     assert doc["step"] is None
 
@@ -87,17 +90,17 @@ def test_tab_rows_and_json_are_the_merged_unrounded_numbers_and_follow_reset(tmp
 
 
 def test_downloads_csv_jsonl_report(tmp_path):
-    env, ctx, live, client = make_env(tmp_path)
+    env, llm, live, client = make_env(tmp_path)
     for v in (10.0, 20.0, 30.0):
-        record(ctx.llm_stats, v)
+        record(llm.stats, v)
     csv_text = client.get("/llm/stats.csv").get_data(as_text=True)
     lines = csv_text.splitlines()
     assert lines[0].startswith("name,metric,count")
     assert any(line.startswith("chat,ttft,3,") for line in lines)
 
     # requests.jsonl: only complete lines, even while the writer is in the middle of one
-    path = ctx.sink.path
-    ctx.sink._file.flush()
+    path = llm.records.path
+    llm.records._file.flush()
     with path.open("ab") as f:
         f.write(b'{"request_id": "a", "ok": true}\n{"request_id": "b", "ok": true}\n{"request_id": "c", "ok"')
     got = client.get("/llm/requests.jsonl")
@@ -105,7 +108,7 @@ def test_downloads_csv_jsonl_report(tmp_path):
     assert got.data.splitlines() == [b'{"request_id": "a", "ok": true}', b'{"request_id": "b", "ok": true}']
 
     assert client.get("/llm/report.html").status_code == 404
-    (ctx.results_dir / "report.html").write_text("<html>report</html>")
+    (live.results_dir / "report.html").write_text("<html>report</html>")
     got = client.get("/llm/report.html")
     assert got.status_code == 200 and b"report" in got.data
 
@@ -115,8 +118,8 @@ def test_downloads_csv_jsonl_report(tmp_path):
 
 
 def test_web_base_path(tmp_path):
-    env, ctx, live, client = make_env(tmp_path, base="/base")
-    record(ctx.llm_stats, 12.0)
+    env, llm, live, client = make_env(tmp_path, base="/base")
+    record(llm.stats, 12.0)
     assert client.get("/base/llm/stats").status_code == 200
     assert client.get("/llm/stats").status_code == 404
     m = client.get("/base/metrics")
@@ -127,7 +130,7 @@ def test_web_base_path(tmp_path):
 def test_web_login_protects_llm_routes_but_not_metrics(tmp_path):
     from flask_login import UserMixin, login_user
 
-    env, ctx, live, client = make_env(tmp_path, web_login=True)
+    env, llm, live, client = make_env(tmp_path, web_login=True)
     app = env.web_ui.app
     app.config["SECRET_KEY"] = "test-only"
 
@@ -142,7 +145,7 @@ def test_web_login_protects_llm_routes_but_not_metrics(tmp_path):
         login_user(User("alice"))
         return "ok"
 
-    record(ctx.llm_stats, 15.0)
+    record(llm.stats, 15.0)
     for route in ("/llm/stats", "/llm/stats.csv", "/llm/requests.jsonl", "/llm/charts", "/llm/history"):
         r = client.get(route)
         assert r.status_code == 302 and "/login" in r.headers["Location"], route
@@ -161,7 +164,9 @@ def test_worker_watch_keeps_lost_workers_after_locust_forgets_them():
     runner = SimpleNamespace(clients=SimpleNamespace(all=clients.values()),
                              get_worker_index=lambda cid: {"a": 0, "b": 1}[cid])
     changes = []
-    watch = WorkerWatch(runner, changes.append)
+    events = CapacityEvents()
+    events.worker_lost.add_listener(lambda lost: changes.append(lost))
+    watch = WorkerWatch(runner, events)
     watch.test_started()  # only a worker that goes while a test runs is lost
     watch.check(100.0)
     assert watch.snapshot()["count"] == 2 and changes == []
@@ -218,7 +223,7 @@ def test_complete_size_ignores_a_partial_last_line(tmp_path):
 def test_form_start_with_unset_sampling_options_sends_none(tmp_path):
     import gevent
 
-    env, ctx, live, client = make_env(tmp_path)
+    env, llm, live, client = make_env(tmp_path)
     # exactly what Locust's React form posts when the user only fills users and spawn rate
     form = {"user_count": "1", "spawn_rate": "1", "host": U.host, "run_time": "", "temperature": "", "top_p": ""}
     assert client.post("/swarm", data=form).get_json()["success"]
@@ -226,17 +231,20 @@ def test_form_start_with_unset_sampling_options_sends_none(tmp_path):
         deadline = time.time() + 5
         while env.runner.state not in ("running",) and time.time() < deadline:
             gevent.sleep(0.05)
-        assert ctx.params.temperature is None and ctx.params.top_p is None
+        assert llm.params.temperature is None and llm.params.top_p is None
     finally:
         env.runner.quit()
 
 
 def test_step_and_telemetry_reach_the_tab_json_and_metrics(tmp_path):
-    env, ctx, live, client = make_env(tmp_path)
-    record(ctx.llm_stats, 20.0)
-    # what the rehearsal wiring publishes on the context (capacity_plugins/rehearsal.py)
-    ctx.step_info = lambda: {"step": 2, "of": 5, "level": 8, "unit": "users", "target_rps": None, "phase": "run"}
-    ctx.telemetry = SimpleNamespace(latest=lambda: {
+    env, llm, live, client = make_env(tmp_path)
+    record(llm.stats, 20.0)
+    # what the rehearsal attaches: its shape as Locust's shape_class (the running step, its phase,
+    # the plan), its telemetry as capacity_telemetry (telemetry/wiring.py RunTelemetry)
+    now = time.time()
+    env.shape_class = SimpleNamespace(phase="run", plans=[None] * 5, current=Step(
+        index=2, kind="concurrency", level=8, start_unix=now, warmup_end_unix=now + 1, end_unix=now + 60))
+    env.capacity_telemetry = SimpleNamespace(latest=lambda: {
         "gpu-host": {"0": {"gpu_util_pct": {"value": 87.5, "unit": "%", "unix": 1.0},
                            "vram_used_bytes": {"value": 20 * 2**30, "unit": "B", "unix": 1.0},
                            "vram_total_bytes": {"value": 80 * 2**30, "unit": "B", "unix": 1.0}}},
@@ -260,9 +268,9 @@ def test_after_the_test_the_tab_and_json_say_the_analysis_plain_answer(tmp_path)
     # results folder; the tab's first row, /llm/stats and /llm/answer then say its `answer`.
     import json
 
-    env, ctx, live, client = make_env(tmp_path)
-    record(ctx.llm_stats, 10.0)
-    folder = ctx.results_dir
+    env, llm, live, client = make_env(tmp_path)
+    record(llm.stats, 10.0)
+    folder = live.results_dir
     assert client.get("/llm/answer").get_json() == {"answer": None, "pending": False}
     assert client.get("/llm/stats").get_json()["answer"] is None
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from capacity_plugins.client.options import LLMOptions
+from capacity_plugins.contracts.options import LLMOptions
 from capacity_plugins.contracts.planning import SLOConfig
 from capacity_plugins.contracts.slo import judge_mix
 from capacity_plugins.corpus import load_corpus
@@ -89,7 +89,7 @@ def test_a_worker_refuses_a_class_corpus_that_differs_from_the_masters():
 
 
 def test_the_setup_message_carries_the_classes():
-    setup = Setup(options=OPTIONS.to_message(), sha256="x", shard_count=2, workloads=[s.to_message() for s in SPECS])
+    setup = Setup(options=OPTIONS, sha256="x", shard_count=2, workloads=[s.to_message() for s in SPECS])
     back = Setup.from_data(setup.to_data())
     assert [WorkloadSpec.from_message(w) for w in back.workloads] == SPECS
     assert Setup.from_data({"options": {}, "sha256": "x", "shard_count": 1}).workloads == []  # an older master

@@ -92,7 +92,7 @@ W = "target: {url: embedded}\nworkloads:\n"
         (W + "  - {weight: 1}\n", "s.yaml: workloads[0].name: Field required"),
         (W + "  - {name: 'a b'}\n", "s.yaml: workloads[0].name: String should match pattern"),
         ("target: {url: embedded}\nworkloads: []\n", "s.yaml: workloads: List should have at least 1 item"),
-        (W + "  - {name: chat, request: {max_tokens: 0}}\n", "s.yaml: workloads[0].request.max_tokens: "),
+        (W + "  - {name: chat, request: {max_tokens: -1}}\n", "s.yaml: workloads[0].request.max_tokens: "),
         (W + "  - {name: chat, request: {timeout_s: 5}}\n", "s.yaml: workloads[0].request.timeout_s: applies to the whole run"),
         (W + "  - {name: chat, corpus: {path: missing.jsonl}}\n", "s.yaml: workloads[0].corpus.path: file not found"),
         (W + "  - {name: chat, slo: {ttft_p95_ms: -1}}\n", "s.yaml: workloads[0].slo.ttft_p95_ms: Input should be greater than 0"),

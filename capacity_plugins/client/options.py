@@ -1,260 +1,170 @@
-"""The LLM options of a run: one typed value (`LLMOptions`), one way in from each source.
+"""The LLM options on Locust's command line: one flag per field of `LLMOptions` (contracts/options.py),
+named as the field (`--max-tokens` sets `max_tokens`, the scenario's `request.max_tokens`).
 
-Sources, and the one function that reads each:
+Old spellings stay as aliases: `--request-timeout` (now `--timeout-s`), `--header` (`--headers`),
+and `--no-stream` / `--no-usage`, the off side of `--stream` / `--usage`.
 
-- a scenario file → `LLMOptions.from_scenario(scenario)`;
-- Locust's parsed options (command line, web UI form, the master's setup message to a worker)
-  → `LLMOptions.from_parsed(namespace)`.
+How the sources combine, in one direction:
 
-How they combine: when a locustfile runs with `--scenario FILE`, the plugin loads the scenario
-while Locust builds its parser and installs the scenario's values as the parser's *defaults*
-(`parser_defaults()`). argparse then does the merge by itself — a flag typed on the command line
-wins, everything else is the scenario's — and the web UI form shows the scenario's values. There is
-no "still at its default?" comparison anywhere.
+1. the process starts from its base options: the scenario's (`Scenario.options()`, parsed once)
+   or, without one, `LLMOptions()`;
+2. `add_arguments(parser, base)` registers the flags with the base's values as their defaults —
+   what the web UI form and `--help` show;
+3. `overridden(base, parsed)` takes from Locust's parsed options (the command line, its config
+   file and `LOCUST_*` environment, the web UI form) each value that differs from the base's,
+   parses it to its field's type, and returns the base with those fields replaced.
 
-Secrets are never options: `--api-key-env` names an environment variable; header values are
-scrubbed by value wherever they are written (`contracts.redaction`).
+A scenario's values never come back through argparse: only what someone typed does. Headers add
+up: `--headers K:V` adds to (or replaces one of) the scenario's `target.headers`.
 """
 
 from __future__ import annotations
 
-import os
-from dataclasses import dataclass, field
+import argparse
+import dataclasses
 from pathlib import Path
-from types import SimpleNamespace
-from typing import TYPE_CHECKING, Any
+from typing import Any, NamedTuple
 
-from capacity_plugins.contracts.dialects import (
-    DIALECTS,
-    TRITON_GENERATE,
-    TRITON_KEYS,
-    TRITON_OUTPUTS,
-    TRITON_PLACEMENTS,
-    TritonFields,
-)
-from capacity_plugins.contracts.redaction import REDACTED, Secrets, is_secret_name, run_secrets
+from capacity_plugins.contracts.dialects import DIALECTS, TRITON_KEYS, TRITON_OUTPUTS, TRITON_PLACEMENTS
+from capacity_plugins.contracts.options import SAMPLING_MODES, LLMOptions, flag
+from capacity_plugins.contracts.redaction import REDACTED, is_secret_name
 from capacity_plugins.errors import UserError
 
-if TYPE_CHECKING:
-    from capacity_plugins.scenario import Scenario
 
-SAMPLING_MODES = ("shuffle", "sequential", "random")
+class _Flag(NamedTuple):
+    help: str
+    web_ui: bool = True  # shown in Locust's web UI form
+    aliases: tuple[str, ...] = ()  # old spellings that still work
+    choices: tuple[str, ...] | None = None
 
 
-def add_arguments(parser: Any) -> None:
-    """Register the options on a LocustArgumentParser (Locust builds a fresh parser each time)."""
+# One entry per field of LLMOptions (a test keeps them in step); the triton fields follow below.
+FLAGS: dict[str, _Flag] = {
+    "dialect": _Flag(f"API dialect: {', '.join(DIALECTS)}"),
+    "model": _Flag("Model name sent in requests"),
+    "corpus": _Flag("Prompt corpus: builtin, a file path, or synthetic:prompt_tokens=..,output_tokens=..,n=.."),
+    "min_distinct": _Flag("Minimum distinct prompts the corpus must have"),
+    "sampling": _Flag("Corpus sampling: seeded shuffle without replacement, sequential, random with replacement",
+                      choices=SAMPLING_MODES),
+    "seed": _Flag("Sampling seed"),
+    "max_tokens": _Flag("max_tokens per request (a per-sample value in the corpus wins); 0 = no limit sent "
+                        "(the server's default)"),
+    "stream": _Flag("Streaming requests (--no-stream: no TTFT/ITL)"),
+    "temperature": _Flag("Sampling temperature (server default when unset)"),
+    "top_p": _Flag("top_p (server default when unset)"),
+    "timeout_s": _Flag("Whole-request timeout in seconds", aliases=("--request-timeout",)),
+    "ignore_eos": _Flag("Ask the server to generate exactly max_tokens (vLLM/SGLang)"),
+    "usage": _Flag("Ask OpenAI servers for stream usage (include_usage); --no-usage for servers that reject it"),
+    "tokenizer": _Flag("Hugging Face tokenizer.json used to count output tokens when the server reports no usage"),
+    "retries": _Flag("Retry attempts for 429/5xx/connect failures (each attempt is recorded)"),
+    "api_key_env": _Flag("Name of the environment variable holding the API key (the key itself is never an option)"),
+    "headers": _Flag("Extra request header K:V (repeatable)", web_ui=False, aliases=("--header",)),
+    "insecure": _Flag("Do not verify TLS certificates"),
+    "results_dir": _Flag("Exact output folder for requests.jsonl, meta.json, llm_stats.csv "
+                         "(default: a new folder per run)"),
+    "triton": _Flag("triton-generate: the model's own generate field names (--triton-<key>, below)", web_ui=False),
+}
+# The model's own generate field names (triton-generate only): set once per server, not per run.
+TRITON_FLAGS: dict[str, _Flag] = {
+    "input_field": _Flag("triton-generate: the model's input holding the prompt", web_ui=False),
+    "max_tokens_field": _Flag("triton-generate: the key holding the output limit", web_ui=False),
+    "output_field": _Flag("triton-generate: the model's output holding the generated text", web_ui=False),
+    "params_in": _Flag("triton-generate: sampling settings as top-level keys or in `parameters`", web_ui=False,
+                       choices=TRITON_PLACEMENTS),
+    "outputs": _Flag("triton-generate: streamed outputs are deltas, the whole text so far (cumulative), "
+                     "or auto-detected", web_ui=False, choices=TRITON_OUTPUTS),
+}
+
+_FIELDS = {f.name: f for f in dataclasses.fields(LLMOptions)}
+# The argparse type of each field type (the fields' annotations are strings: `from __future__`).
+_ARG_TYPES: dict[str, Any] = {"int": int, "float": float, "float | None": float}
+
+
+class _OnOff(argparse.BooleanOptionalAction):
+    """`--name` / `--no-name`, its help as written: Python 3.11's action appends a
+    "(default: %(default)s)" that Locust's web UI form would show unformatted."""
+
+    def __init__(self, *args: Any, help: str | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, help=help, **kwargs)
+        self.help = help
+
+
+def shown(options: LLMOptions) -> dict[str, Any]:
+    """The options as the parser's defaults (dest → value): each field under its own name, a
+    triton field under `triton_<key>`; headers are not shown (given ones add to the base's)."""
+    out: dict[str, Any] = {name: getattr(options, name) for name in _FIELDS if name not in ("triton", "headers")}
+    out["results_dir"] = None if options.results_dir is None else str(options.results_dir)
+    out.update({f"triton_{key}": getattr(options.triton, key) for key in TRITON_KEYS})
+    return out
+
+
+def add_arguments(parser: Any, base: LLMOptions | None = None) -> None:
+    """Register the options on a LocustArgumentParser (Locust builds a fresh parser each time),
+    with `base`'s values as their defaults."""
+    defaults = shown(base or LLMOptions())
 
     # Locust's own add_argument (not an argument group's) takes include_in_web_ui / is_secret.
-    def add(*args: Any, **kwargs: Any) -> None:
-        kwargs.setdefault("include_in_web_ui", True)
-        parser.add_argument(*args, **kwargs)
+    def add(name: str, dest: str, spec: _Flag, type_: str) -> None:
+        kwargs: dict[str, Any] = {"dest": dest, "help": spec.help, "include_in_web_ui": spec.web_ui}
+        if spec.choices is not None:
+            kwargs["choices"] = list(spec.choices)
+        if type_ == "bool":
+            kwargs["action"] = _OnOff  # --stream / --no-stream
+        elif name == "headers":
+            kwargs["action"] = "append"
+        elif type_ in _ARG_TYPES:
+            kwargs["type"] = _ARG_TYPES[type_]
+        kwargs["default"] = defaults.get(dest)
+        parser.add_argument(flag(name), *spec.aliases, **kwargs)
 
-    add("--dialect", default="openai-chat", help=f"API dialect: {', '.join(DIALECTS)}")
-    add("--model", default="", help="Model name sent in requests")
-    add("--corpus", default="builtin", help="Prompt corpus: builtin, a file path, or synthetic:prompt_tokens=..,output_tokens=..,n=..")
-    add("--max-tokens", type=int, default=128, help="max_tokens per request (a per-sample value in the corpus wins); 0 = server default")
-    add("--no-stream", action="store_true", default=False, help="Non-streaming requests (no TTFT/ITL)")
-    add("--temperature", type=float, default=None, help="Sampling temperature (server default when unset)")
-    add("--top-p", type=float, default=None, help="top_p (server default when unset)")
-    add("--request-timeout", type=float, default=600.0, help="Whole-request timeout in seconds")
-    add("--sampling", default="shuffle", choices=list(SAMPLING_MODES), help="Corpus sampling: seeded shuffle without replacement, sequential, random with replacement")
-    add("--seed", type=int, default=0, help="Sampling seed")
-    add("--min-distinct", type=int, default=1000, help="Minimum distinct prompts the corpus must have")
-    add("--api-key-env", default="", help="Name of the environment variable holding the API key (the key itself is never an option)")
-    add("--header", action="append", default=[], include_in_web_ui=False, help="Extra request header K:V (repeatable)")
-    add("--no-usage", action="store_true", default=False, help="Do not ask OpenAI servers for stream usage (include_usage)")
-    add("--ignore-eos", action="store_true", default=False, help="Ask the server to generate exactly max_tokens (vLLM/SGLang)")
-    add("--tokenizer", default=None, help="Hugging Face tokenizer.json used to count output tokens when the server reports no usage")
-    add("--insecure", action="store_true", default=False, help="Do not verify TLS certificates")
-    add("--results-dir", default=None, help="Exact output folder for requests.jsonl, meta.json, llm_stats.csv (default: a new folder per run)")
-    add("--retries", type=int, default=0, help="Retry attempts for 429/5xx/connect failures (each attempt is recorded)")
-    # The model's own generate field names (triton-generate only): set once per server, not per run.
-    t = TritonFields()
-    add("--triton-input-field", default=t.input_field, include_in_web_ui=False,
-        help="triton-generate: the model's input holding the prompt")
-    add("--triton-max-tokens-field", default=t.max_tokens_field, include_in_web_ui=False,
-        help="triton-generate: the key holding the output limit")
-    add("--triton-output-field", default=t.output_field, include_in_web_ui=False,
-        help="triton-generate: the model's output holding the generated text")
-    add("--triton-params-in", default=t.params_in, choices=list(TRITON_PLACEMENTS), include_in_web_ui=False,
-        help="triton-generate: sampling settings as top-level keys or in `parameters`")
-    add("--triton-outputs", default=t.outputs, choices=list(TRITON_OUTPUTS), include_in_web_ui=False,
-        help="triton-generate: streamed outputs are deltas, the whole text so far (cumulative), or auto-detected")
+    for name, spec in FLAGS.items():
+        if name == "triton":
+            for key, sub in TRITON_FLAGS.items():
+                add(f"triton_{key}", f"triton_{key}", sub, "str")
+        else:
+            add(name, name, spec, str(_FIELDS[name].type))
 
 
-def _opt_float(flag: str, value: Any) -> float | None:
-    """An optional number. Locust's web form posts "" for an option whose default is None (it
-    has no type to cast to); that means unset, not a value to send to the server."""
-    if value is None or (isinstance(value, str) and not value.strip()):
+def overridden(base: LLMOptions, parsed: Any) -> LLMOptions:
+    """`base` with every option `parsed` gives a value of its own (one that differs from the
+    default `add_arguments` showed), parsed to its field's type. UserError naming the flag."""
+    if parsed is None:
+        return base
+    defaults = shown(base)
+    changes: dict[str, Any] = {}
+    triton: dict[str, str] = {}
+    for dest, default in defaults.items():
+        value = getattr(parsed, dest, default)
+        if value == default and type(value) is type(default):
+            continue
+        if dest.startswith("triton_"):
+            triton[dest.removeprefix("triton_")] = str(value)
+        else:
+            changes[dest] = _typed(dest, str(_FIELDS[dest].type), value)
+    given = getattr(parsed, "headers", None)
+    if given:
+        changes["headers"] = {**base.headers, **parse_headers(given)}
+    if triton:
+        changes["triton"] = dataclasses.replace(base.triton, **triton)
+    return dataclasses.replace(base, **changes) if changes else base
+
+
+def _typed(name: str, type_: str, value: Any) -> Any:
+    """A parsed value as its field's type. Locust's web form posts "" for an option whose default
+    is None (it has no type to cast to): that means unset, not a value to send to the server."""
+    text = "" if value is None else str(value).strip()
+    if type_ == "bool":
+        return value if isinstance(value, bool) else text.lower() in ("true", "1", "yes", "on")
+    if type_ in ("str | None", "Path | None"):
+        return (Path(text) if type_ == "Path | None" else text) if text else None
+    if type_ == "str":
+        return "" if value is None else str(value)
+    if type_ == "float | None" and not text:
         return None
     try:
-        return float(value)
+        return float(value) if type_.startswith("float") else int(value)
     except (TypeError, ValueError):
-        raise UserError(f"{flag}: must be a number, got {value!r}") from None
-
-
-def _opt_str(value: Any) -> str | None:
-    text = "" if value is None else str(value).strip()
-    return text or None
-
-
-@dataclass(frozen=True)
-class LLMOptions:
-    dialect: str = "openai-chat"
-    model: str = ""
-    corpus: str = "builtin"
-    max_tokens: int | None = 128
-    stream: bool = True
-    temperature: float | None = None
-    top_p: float | None = None
-    request_timeout_s: float = 600.0
-    sampling: str = "shuffle"
-    seed: int = 0
-    min_distinct: int = 1000
-    api_key_env: str = ""
-    headers: dict[str, str] = field(default_factory=dict)
-    include_usage: bool = True
-    ignore_eos: bool = False
-    tokenizer: str | None = None  # tokenizer.json path; counts output tokens when the server gives no usage
-    insecure: bool = False
-    results_dir: Path | None = None  # None: the results folder owner picks a new one
-    retries: int = 0
-    triton: TritonFields = field(default_factory=TritonFields)  # dialect triton-generate only
-
-    @classmethod
-    def from_parsed(cls, parsed: Any) -> LLMOptions:
-        """From Locust's parsed_options (or any namespace; missing attributes take defaults)."""
-
-        def get(name: str, default: Any) -> Any:
-            value = getattr(parsed, name, default) if parsed is not None else default
-            return default if value is None and default is not None else value
-
-        max_tokens = get("max_tokens", 128)
-        timeout = float(get("request_timeout", 600.0))
-        if timeout <= 0:
-            raise UserError(f"--request-timeout: must be > 0 seconds, got {timeout}")
-        retries = int(get("retries", 0))
-        if retries < 0:
-            raise UserError(f"--retries: must be >= 0, got {retries}")
-        if max_tokens is not None and int(max_tokens) < 0:
-            raise UserError(f"--max-tokens: must be >= 0, got {max_tokens}")
-        sampling = get("sampling", "shuffle")
-        if sampling not in SAMPLING_MODES:
-            raise UserError(f"--sampling: unknown mode {sampling!r} (known: {', '.join(SAMPLING_MODES)})")
-        dialect = str(get("dialect", "openai-chat"))
-        if dialect not in DIALECTS:
-            raise UserError(f"--dialect: unknown dialect {dialect!r} (known: {', '.join(DIALECTS)})")
-        results_dir = _opt_str(get("results_dir", None))
-        model = str(get("model", ""))
-        if dialect == TRITON_GENERATE and not model.strip():
-            raise UserError(f"--model: dialect {TRITON_GENERATE} needs the model name (it is part of every URL)")
-        return cls(
-            dialect=dialect,
-            model=model,
-            corpus=str(get("corpus", "builtin")),
-            max_tokens=int(max_tokens) or None if max_tokens is not None else None,
-            stream=not bool(get("no_stream", False)),
-            temperature=_opt_float("--temperature", get("temperature", None)),
-            top_p=_opt_float("--top-p", get("top_p", None)),
-            request_timeout_s=timeout,
-            sampling=sampling,
-            seed=int(get("seed", 0)),
-            min_distinct=int(get("min_distinct", 1000)),
-            api_key_env=str(get("api_key_env", "") or ""),
-            headers=parse_headers(get("header", []) or []),
-            include_usage=not bool(get("no_usage", False)),
-            ignore_eos=bool(get("ignore_eos", False)),
-            tokenizer=_opt_str(get("tokenizer", None)),  # the web form posts "" for unset
-            insecure=bool(get("insecure", False)),
-            results_dir=Path(results_dir) if results_dir else None,
-            retries=retries,
-            triton=_triton_fields(get),
-        )
-
-    @classmethod
-    def from_scenario(cls, s: Scenario) -> LLMOptions:
-        """The request settings a scenario file describes (its target, corpus and request sections)."""
-        r = s.request
-        return cls(
-            dialect=s.target.dialect,
-            model=s.target.model or "",
-            corpus=s.corpus_path(),
-            max_tokens=r.max_tokens,
-            stream=r.stream,
-            temperature=r.temperature,
-            top_p=r.top_p,
-            request_timeout_s=r.timeout_s,
-            sampling=s.corpus.sampling,
-            seed=s.corpus.seed,
-            min_distinct=s.corpus.min_distinct,
-            api_key_env=s.target.api_key_env or "",
-            headers=dict(s.target.headers),
-            include_usage=r.usage,
-            ignore_eos=r.ignore_eos,
-            tokenizer=s.tokenizer_path(),
-            insecure=s.target.insecure,
-            retries=r.retries,
-            triton=s.target.triton_fields(),
-        )
-
-    def parser_defaults(self) -> dict[str, Any]:
-        """These options in the parser's own terms (dest → value): the defaults a scenario installs,
-        and the msgpack-safe form the master sends its workers (`from_parsed` reads it back)."""
-        out: dict[str, Any] = {
-            "dialect": self.dialect,
-            "model": self.model,
-            "corpus": self.corpus,
-            "max_tokens": self.max_tokens or 0,
-            "no_stream": not self.stream,
-            "temperature": self.temperature,
-            "top_p": self.top_p,
-            "request_timeout": self.request_timeout_s,
-            "sampling": self.sampling,
-            "seed": self.seed,
-            "min_distinct": self.min_distinct,
-            "api_key_env": self.api_key_env,
-            "header": [f"{k}:{v}" for k, v in self.headers.items()],
-            "no_usage": not self.include_usage,
-            "ignore_eos": self.ignore_eos,
-            "tokenizer": self.tokenizer,
-            "insecure": self.insecure,
-            "retries": self.retries,
-            **{f"triton_{key}": getattr(self.triton, key) for key in TRITON_KEYS},
-        }
-        if self.results_dir is not None:
-            out["results_dir"] = str(self.results_dir)
-        return out
-
-    def to_message(self) -> dict[str, Any]:
-        return self.parser_defaults()
-
-    @classmethod
-    def from_message(cls, data: dict[str, Any]) -> LLMOptions:
-        return cls.from_parsed(SimpleNamespace(**data))
-
-    def api_key(self) -> str | None:
-        """The key from the named environment variable; UserError when it is named but unset."""
-        if not self.api_key_env:
-            return None
-        value = os.environ.get(self.api_key_env)
-        if not value:
-            raise UserError(f"--api-key-env: environment variable {self.api_key_env} is not set or empty")
-        return value
-
-    def secrets(self, target_url: str | None = None) -> Secrets:
-        """Every secret value these options carry (contracts.redaction.run_secrets)."""
-        return run_secrets(self.api_key(), self.headers, target_url,
-                           api_key_what=f"--api-key-env {self.api_key_env}")
-
-
-def _triton_fields(get: Any) -> TritonFields:
-    """The --triton-* options (their dests are triton_<TritonFields key>); a bad one names its flag."""
-    defaults = TritonFields()
-    fields = TritonFields(**{key: str(get(f"triton_{key}", getattr(defaults, key))) for key in TRITON_KEYS})
-    found = fields.problem()
-    if found is not None:
-        raise UserError(f"--triton-{found[0].replace('_', '-')}: {found[1]}")
-    return fields
+        raise UserError(f"{flag(name)}: must be a number, got {value!r}") from None
 
 
 def parse_headers(items: list[str] | str) -> dict[str, str]:
@@ -264,7 +174,7 @@ def parse_headers(items: list[str] | str) -> dict[str, str]:
     for item in items:
         key, sep, value = item.partition(":")
         if not sep or not key.strip():
-            raise UserError(f"--header: expected K:V, got {redact_header_item(item)!r}")
+            raise UserError(f"--headers: expected K:V, got {redact_header_item(item)!r}")
         out[key.strip()] = value.strip()
     return out
 
@@ -278,13 +188,16 @@ def redact_headers(headers: dict[str, str]) -> dict[str, str]:
     return {k: (REDACTED if is_secret_name(k) else v) for k, v in headers.items()}
 
 
-def redacted_options(parsed: Any) -> dict[str, Any]:
-    """vars(parsed_options) safe to show or write: header values with key-like names and any
-    option whose name looks secret are replaced (values are scrubbed again by value on write)."""
+def redacted_options(parsed: Any, options: LLMOptions | None = None) -> dict[str, Any]:
+    """Locust's parsed options with the plugin's as the run used them (`options`), safe to show or
+    write: header values with key-like names and any option whose name looks secret are replaced
+    (values are scrubbed again by value on write)."""
     raw = vars(parsed) if parsed is not None and not isinstance(parsed, dict) else dict(parsed or {})
+    if options is not None:
+        raw = {**raw, **shown(options), "headers": [f"{k}:{v}" for k, v in options.headers.items()]}
     out: dict[str, Any] = {}
     for k, v in raw.items():
-        if k == "header":
+        if k == "headers":
             items = v if isinstance(v, list) else [v] if v else []
             out[k] = [_redact_item(str(i)) for i in items]
         elif is_secret_name(k) and k != "api_key_env" and v not in (None, "", False):

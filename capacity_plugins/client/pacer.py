@@ -1,5 +1,5 @@
 """The pacer: the gate a user waits at for its next scheduled send in an open loop — the seam LLMUser
-calls (`environment.capacity.pacer.wait_next()`).
+calls (`RequestSource.pacer`, rehearsal/source.py).
 
 The rehearsal (rehearsal/generator.py) hands it this process's share of each step's schedule
 (rehearsal/arrivals.py); users only wait. Like the backoff, it is one per process and sits in

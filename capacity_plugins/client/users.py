@@ -19,7 +19,7 @@ import logging
 import ssl
 import time
 from time import perf_counter_ns
-from typing import Any
+from typing import Any, Protocol
 
 import gevent
 from gevent import GreenletExit
@@ -28,7 +28,7 @@ from geventhttpclient.url import URL
 from locust import FastHttpUser, constant, task
 
 from capacity_plugins.client.backoff import retry_after_s
-from capacity_plugins.client.context import RunContext, get_context
+from capacity_plugins.client.client import LLMClient
 from capacity_plugins.client.ids import request_id
 from capacity_plugins.client.lane import WorkloadLane
 from capacity_plugins.client.stream import (
@@ -68,6 +68,24 @@ def _status_kind(status: int) -> str:
 PLUGIN_WAIT_S = 60.0  # longest a user waits for the plugin's init (a corpus read on a busy host)
 
 
+class Source(Protocol):
+    """What a user reads of the rehearsal: what to send next, and when (rehearsal/source.py
+    `RequestSource`, attached as `environment.capacity_source`)."""
+
+    worker_index: int
+    sampler: Any  # None before this process has its shard of the corpus
+    pacer: Any  # None = closed loop; else wait_arrival() -> (scheduled_unix, request) | None, release()
+    trace_block_tokens: int
+    trace_sessions: bool
+    sessions: Any  # rehearsal/sessions.py SessionStore
+
+    def step_at(self, now_unix: float) -> tuple[int | None, bool]: ...
+
+    def may_send(self, now_unix: float) -> bool: ...
+
+    def next_request(self, now_unix: float) -> tuple[Any, WorkloadLane | None]: ...
+
+
 def _trace_class(sample: Any) -> str | None:
     """A trace request's own `class` (corpus/trace.py), recorded as its workload; None otherwise."""
     klass = getattr(sample, "workload_class", None)
@@ -83,21 +101,22 @@ class LLMUser(FastHttpUser):
     """
 
     abstract = True
-    wait_time = constant(0)  # closed loop; open loop goes through RunContext.pacer
+    wait_time = constant(0)  # closed loop; open loop goes through the source's pacer
 
     def __init__(self, environment: Any) -> None:
         # A worker joining a running test hears the master's spawn while Locust still connects it,
         # before `init` (and so the plugin) has run: this user waits for the plugin, briefly.
         deadline = time.monotonic() + PLUGIN_WAIT_S
-        while getattr(environment, "capacity", None) is None and time.monotonic() < deadline:
+        while getattr(environment, "capacity_source", None) is None and time.monotonic() < deadline:
             gevent.sleep(0.05)
-        ctx = get_context(environment)
+        llm = LLMClient.of(environment)  # attached before the source: both are there now
         # FastHttpUser builds its session from these attributes in __init__: set them first.
-        self.insecure = ctx.options.insecure  # verify TLS unless --insecure
-        self.network_timeout = ctx.options.request_timeout_s
-        self.connection_timeout = ctx.options.request_timeout_s
+        self.insecure = llm.options.insecure  # verify TLS unless --insecure
+        self.network_timeout = llm.options.timeout_s
+        self.connection_timeout = llm.options.timeout_s
         super().__init__(environment)
-        self.ctx: RunContext = ctx
+        self.llm: LLMClient = llm  # how to ask, and where the record goes (self.client is Locust's HTTP session)
+        self.source: Source = environment.capacity_source  # what to send next, and when
         self._pool = self.client.client.clientpool
         # kernel arrival stamps from each connection's first response (its headers may carry the
         # first token), not from the second one on
@@ -108,66 +127,67 @@ class LLMUser(FastHttpUser):
 
     @task
     def llm_request(self) -> None:
-        ctx = self.ctx
-        if ctx.sampler is None:  # a worker before the master's setup arrived: take no arrival yet
+        source, llm = self.source, self.llm
+        if source.sampler is None:  # a worker before the master's setup arrived: take no arrival yet
             gevent.sleep(0.1)
             return
-        if not ctx.may_send(time.time()):  # the step's window closed: drain, start nothing new
+        if not source.may_send(time.time()):  # the step's window closed: drain, start nothing new
             gevent.sleep(0.05)
             return
-        pause = ctx.backoff.remaining()
+        pause = llm.backoff.remaining()
         if pause > 0:  # the server refused connections: nobody sends for a while (client/backoff.py)
-            gevent.sleep(min(pause, 0.05) if ctx.pacer is not None else pause)
+            gevent.sleep(min(pause, 0.05) if source.pacer is not None else pause)
             return
         scheduled_unix = None
         request = None
-        if ctx.pacer is not None:
-            arrival = ctx.pacer.wait_arrival()
+        pacer = source.pacer
+        if pacer is not None:
+            arrival = pacer.wait_arrival()
             if arrival is None:
                 gevent.sleep(0.05)  # no arrival for us right now; ask again shortly
                 return
             scheduled_unix, request = arrival
         try:
-            if request is not None and ctx.trace_sessions and len(request) > 6 and request[6] is not None:
+            if request is not None and source.trace_sessions and len(request) > 6 and request[6] is not None:
                 self._session_turn(request, scheduled_unix)
                 return
             # A trace replay's arrival names its own request (lengths, shared prefix blocks).
             if request is not None:
-                self.call(trace_sample(request, ctx.trace_block_tokens), scheduled_unix)
+                self.call(trace_sample(request, source.trace_block_tokens), scheduled_unix)
             else:
-                sample, lane = ctx.next_request(time.time())  # a workload class's draw, or the run's
+                sample, lane = source.next_request(time.time())  # a workload class's draw, or the run's
                 self.call(sample, scheduled_unix, lane)
         finally:
-            if ctx.pacer is not None and scheduled_unix is not None:
-                ctx.pacer.release()
+            if pacer is not None and scheduled_unix is not None:
+                pacer.release()
 
     def _session_turn(self, request: Any, scheduled_unix: float | None) -> None:
         """One turn of a conversation (load.sessions): the history with the server's answers, then
         this turn's message; the next turn of the session waits for this one (client/sessions.py)."""
-        ctx = self.ctx
+        sessions = self.source.sessions
         sid = str(request[6])
-        history = ctx.sessions.begin(sid, ctx.options.request_timeout_s)
-        sample = trace_sample(request, ctx.trace_block_tokens, history=history)
+        history = sessions.begin(sid, self.llm.options.timeout_s)
+        sample = trace_sample(request, self.source.trace_block_tokens, history=history)
         answer = None
         try:
             self._last_text = None
             record = self.call(sample, scheduled_unix)
             answer = self._last_text if record.ok else None
         finally:
-            ctx.sessions.end(sid, (sample.messages or [{}])[-1].get("content", ""), answer)
+            sessions.end(sid, (sample.messages or [{}])[-1].get("content", ""), answer)
 
     def call(self, sample: Any, scheduled_unix: float | None = None, lane: WorkloadLane | None = None) -> RequestRecord:
         """Send one sample (with opt-in retries) with its workload class's settings (the run's
         without one); every attempt is recorded. Returns the last."""
-        retries = self.ctx.options.retries
+        retries = self.llm.options.retries
         attempt = 1
         while True:
             self._retry_after_s = None
             record = self._attempt(sample, scheduled_unix, attempt, lane)
             if record.error_kind in ("connect", "protocol"):
-                self.ctx.backoff.failed(record.step)
+                self.llm.backoff.failed(record.step)
             elif record.status:
-                self.ctx.backoff.succeeded()
+                self.llm.backoff.succeeded()
             if record.ok or record.error_kind not in RETRYABLE or attempt > retries:
                 return record
             wait = self._retry_after_s  # the server said when (429 / 503 Retry-After)
@@ -179,16 +199,16 @@ class LLMUser(FastHttpUser):
     def _attempt(self, sample: Any, scheduled_unix: float | None, attempt: int,
                  lane: WorkloadLane | None = None) -> RequestRecord:
         yield_to_first_reads()  # before the send stamp: what it waits for is not this request's
-        ctx = self.ctx
-        params = lane.params if lane is not None else ctx.params
-        call = ctx.dialect.build(sample, params)
-        parser = ctx.dialect.parser(params.stream)
+        llm = self.llm
+        params = lane.params if lane is not None else llm.params
+        call = llm.dialect.build(sample, params)
+        parser = llm.dialect.parser(params.stream)
         session_id = getattr(sample, "session_id", None)
-        if ctx.tokenizer is not None or session_id is not None:
+        if llm.tokenizer is not None or session_id is not None:
             parser.keep_text()  # a session's next turn sends this answer back
-        headers = ctx.request_headers(call.headers)
+        headers = llm.request_headers(call.headers)
         now_unix = time.time()
-        step, warmup = ctx.step_provider(now_unix)
+        step, warmup = self.source.step_at(now_unix)
         t = Timings(sent_unix=now_unix, sent_ns=perf_counter_ns(), scheduled_unix=scheduled_unix)
         status = 0
         kind: str | None = None
@@ -199,11 +219,11 @@ class LLMUser(FastHttpUser):
         try:
             # The gevent timeout covers waits (connect, headers, a silent server); the readers
             # check the same deadline themselves while data keeps arriving (client/stream.py).
-            deadline_ns = t.sent_ns + int(ctx.options.request_timeout_s * 1e9)
-            with gevent.Timeout(ctx.options.request_timeout_s, RequestTimeout):
+            deadline_ns = t.sent_ns + int(llm.options.timeout_s * 1e9)
+            with gevent.Timeout(llm.options.timeout_s, RequestTimeout):
                 url = URL(self._base + call.path)
-                client = self._pool.get_client(url)
-                resp = client.request(call.method, url.request_uri, body=call.body, headers=headers)
+                conn = self._pool.get_client(url)
+                resp = conn.request(call.method, url.request_uri, body=call.body, headers=headers)
                 status = resp.status_code
                 rid = resp.get("x-request-id")
                 header_id = rid if isinstance(rid, str) else None
@@ -230,13 +250,13 @@ class LLMUser(FastHttpUser):
                     elif params.stream and not parser.done:
                         kind, error = "stream_cut", "stream ended before the server said it was done"
         except RequestTimeout:
-            kind, error = "timeout", f"no complete response within {ctx.options.request_timeout_s:g} s"
+            kind, error = "timeout", f"no complete response within {llm.options.timeout_s:g} s"
         except MalformedEvent as e:
             kind, error = "malformed", str(e)
         except GreenletExit as e:  # the test is stopping: record, then let the kill proceed
             kind, error, cancelled = "cancelled", "test stopped while the request was in flight", e
         except TimeoutError:
-            kind, error = "timeout", f"socket read timed out after {ctx.options.request_timeout_s:g} s"
+            kind, error = "timeout", f"socket read timed out after {llm.options.timeout_s:g} s"
         except ssl.SSLError as e:
             kind, error = "connect", f"TLS: {e.__class__.__name__}: {e}"[:300]
         except HTTPParseError as e:
@@ -260,31 +280,31 @@ class LLMUser(FastHttpUser):
                 resp.release()  # returns a fully read socket to the pool, closes anything else
         yield_to_first_reads()  # this record's making and the next request's send wait too
         if step is not None and t.reads:
-            ctx.count_reads(step, t.reads, t.backlog_reads)
+            llm.count_reads(step, t.reads, t.backlog_reads)
         # Counted after the last stamp, and only when the server gave no count of its own. A
         # non-streamed failure with no text keeps no count, as without a tokenizer.
         tokenizer_tokens = None
         text = parser.generated_text()
         self._last_text = text
         # (a session keeps the text without a tokenizer: then there is nothing to count with)
-        if (ctx.tokenizer is not None and text is not None and (text or params.stream)
+        if (llm.tokenizer is not None and text is not None and (text or params.stream)
                 and parser.usage_output_tokens is None and parser.continuous_output_tokens is None):
-            tokenizer_tokens = ctx.count_tokens(text)
+            tokenizer_tokens = llm.count_tokens(text)
         chunks = len(t.token_ns) if params.stream else None
-        ctx.token_evidence.observe(parser.finish_reason, call.max_tokens, chunks, tokenizer_tokens)
+        llm.token_evidence.observe(parser.finish_reason, call.max_tokens, chunks, tokenizer_tokens)
         record = RequestRecord.build(
             t,
             request_id=request_id(),
             # TGI/Ollama bodies carry no id; servers that set x-request-id still let records join
             response_id=parser.response_id or header_id,
             prompt_id=getattr(sample, "id", None),
-            worker=ctx.worker_index,
+            worker=self.source.worker_index,
             step=step,
             warmup=warmup,
             attempt=attempt,
             status=status,
             error_kind=kind,
-            error=ctx.secrets.scrub(error) if error else error,  # a server may echo the key back
+            error=llm.secrets.scrub(error) if error else error,  # a server may echo the key back
             usage_output_tokens=parser.usage_output_tokens,
             continuous_output_tokens=parser.continuous_output_tokens,
             prompt_tokens=parser.prompt_tokens,
@@ -295,24 +315,24 @@ class LLMUser(FastHttpUser):
             session_id=session_id,
             turn=getattr(sample, "turn", None),
             tokenizer_output_tokens=tokenizer_tokens,
-            prefer_chunks=ctx.token_evidence.prefer_chunks,
+            prefer_chunks=llm.token_evidence.prefer_chunks,
             finish_reason=parser.finish_reason,
         )
-        self._finish(record, lane.request_name if lane is not None else ctx.request_name)
+        self._finish(record, lane.request_name if lane is not None else llm.request_name)
         if cancelled is not None:
             raise cancelled
         return record
 
     def _finish(self, record: RequestRecord, name: str) -> None:
-        ctx = self.ctx
-        if ctx.sink is not None:
-            ctx.sink.add(record)  # first: whatever happens below, the record is kept
+        llm = self.llm
+        if llm.records is not None:
+            llm.records.add(record)  # first: whatever happens below, the record is kept
         if record.error_kind == "cancelled":
             # Stopped by the test, not failed by the server: recorded (above), but neither a Locust
             # failure (a timed run would "fail" every CI pipeline) nor a live error.
             return
         output = record.output_tokens or 0
-        ctx.llm_stats.record(
+        llm.stats.record(
             name,
             ok=record.ok,
             error_kind=record.error_kind,

@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
+from capacity_plugins.contracts.options import REHEARSAL
 from capacity_plugins.corpus.sample import Sample
 from capacity_plugins.corpus.sampler import Sampler, SampleSource
 from capacity_plugins.corpus.text import token_units
@@ -46,7 +47,7 @@ class ArmSpec:
     arm: CacheArm
     prefix_tokens: int = 1024  # shared_prefix: tokens of the common prefix
     pool_size: int = 8  # repeat: prompts in the pool
-    seed: int = 42  # corpus.seed: the prefix's text and the pool are drawn with it
+    seed: int = REHEARSAL.seed  # corpus.seed: the prefix's text and the pool are drawn with it
 
     def __post_init__(self) -> None:
         if self.arm not in CACHE_ARMS:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from capacity_plugins.contracts.options import REHEARSAL
 from capacity_plugins.corpus.sample import Sample
 from capacity_plugins.corpus.sampler import Sampler
 from capacity_plugins.corpus.stats import describe
@@ -26,5 +27,5 @@ class Corpus:
     def stats(self) -> dict[str, Any]:
         return describe(self.samples, self.source, self.sha256)
 
-    def sampler(self, mode: str = "shuffle", seed: int = 42, shard_index: int = 0, shard_count: int = 1) -> Sampler:
+    def sampler(self, mode: str = REHEARSAL.sampling, seed: int = REHEARSAL.seed, shard_index: int = 0, shard_count: int = 1) -> Sampler:
         return Sampler(self, mode=mode, seed=seed, shard_index=shard_index, shard_count=shard_count)

@@ -14,13 +14,12 @@ import random
 from collections.abc import Sequence
 from typing import Protocol
 
+from capacity_plugins.contracts.options import REHEARSAL, SAMPLING_MODES
 from capacity_plugins.corpus.sample import Sample
 from capacity_plugins.errors import UserError
 
 # The package's name, as before the split: operators filter the wrap warning by this logger.
 logger = logging.getLogger("capacity_plugins.corpus")
-
-SAMPLING_MODES = ("shuffle", "sequential", "random")
 
 
 class SampleSource(Protocol):
@@ -39,7 +38,7 @@ class Sampler:
     Not thread-safe across OS threads; fine for gevent greenlets (no yield inside `next`).
     """
 
-    def __init__(self, corpus: SampleSource, *, mode: str = "shuffle", seed: int = 42,
+    def __init__(self, corpus: SampleSource, *, mode: str = REHEARSAL.sampling, seed: int = REHEARSAL.seed,
                  shard_index: int = 0, shard_count: int = 1) -> None:
         if mode not in SAMPLING_MODES:
             raise UserError(f"sampling mode {mode!r} unknown (choose from {', '.join(SAMPLING_MODES)})")

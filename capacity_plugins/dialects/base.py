@@ -26,7 +26,7 @@ class MalformedEvent(ValueError):
 @dataclass(frozen=True, slots=True)
 class RequestParams:
     model: str = ""
-    max_tokens: int | None = None
+    max_tokens: int | None = None  # None or 0: no limit sent (the server's default)
     temperature: float | None = None
     top_p: float | None = None
     stream: bool = True
@@ -151,7 +151,8 @@ def reason(value: Any) -> str | None:
 def effective_max_tokens(sample: SampleLike, params: RequestParams) -> int | None:
     """A per-sample limit (the corpus carries it) wins over the global one."""
     per_sample = getattr(sample, "max_tokens", None)
-    return per_sample if per_sample is not None else params.max_tokens
+    # 0 = no limit sent, the server's default (`max_tokens: 0`, `--max-tokens 0`: contracts/options.py)
+    return per_sample if per_sample is not None else (params.max_tokens or None)
 
 
 # Counts the analysis stores as int64; anything else a server sends in a count field is no count.

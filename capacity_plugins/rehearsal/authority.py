@@ -42,8 +42,10 @@ from capacity_plugins.telemetry.wiring import RunTelemetry
 if TYPE_CHECKING:
     from locust.env import Environment
 
-    from capacity_plugins.client.context import RunContext
+    from capacity_plugins.client.events import CapacityEvents
+    from capacity_plugins.rehearsal.source import RequestSource
     from capacity_plugins.scenario import Scenario
+    from capacity_plugins.swarm.membership import SwarmMembership
 
 log = logging.getLogger(__name__)
 
@@ -60,13 +62,16 @@ class _QuietHighSpawnRate(logging.Filter):
 
 
 class StepAuthority:
-    def __init__(self, environment: Environment, ctx: RunContext, scenario: Scenario, results: ResultsFolder,
-                 generator: GeneratorSide | None, ready: Callable[[], bool] = lambda: True) -> None:
+    def __init__(self, environment: Environment, scenario: Scenario, results: ResultsFolder, source: RequestSource,
+                 generator: GeneratorSide | None, ready: Callable[[], bool] = lambda: True,
+                 membership: SwarmMembership | None = None) -> None:
         self.env = environment
-        self.ctx = ctx
+        self.source = source  # the run's corpus (a cache probe describes its arm from it)
+        self.membership = membership  # the master's view of its workers (None on a local runner)
         self.scenario = scenario
         self.results = results
         self.runner: Any = environment.runner
+        self.events: CapacityEvents = environment.capacity_events  # type: ignore[attr-defined]
         # The local runner generates load itself; a master hears from its workers instead.
         self.generator = generator
         self.master = generator is None
@@ -84,6 +89,8 @@ class StepAuthority:
         self.master_watch = SelfWatch("master") if self.master else None
         self.step_workers: dict[int, list[int]] = {}  # step → workers connected when it started
         self.telemetry = RunTelemetry(scenario, environment.host, lambda t: self.timeline.lookup(t)[0])
+        # What meta.json learns from the rehearsal (written into it on `writing_meta`).
+        self.meta: dict[str, Any] = {}
         self.shape: RehearsalShape | None = None
         self._progress: Any = None
 
@@ -102,7 +109,7 @@ class StepAuthority:
             chooser.halt(finished.level, invalid)
             print(f"[capacity] search: {finished.level:g} {unit} → invalid ({invalid}); done: the search cannot "
                   "steer by a step that decides nothing", flush=True)
-            self.ctx.extra_meta.update(chooser.meta())
+            self.meta.update(chooser.meta())
             return None
         views, requests, errors = self.accounting.slo_sample(finished.index)
         classes = self.scenario.workload_classes
@@ -122,7 +129,7 @@ class StepAuthority:
         print(f"[capacity] search: {finished.level:g} {unit} → {judged}"
               + (f" ({limiting})" if limiting else "")
               + (f"; next {plan.level:g}" if plan is not None else f"; done: {chooser.stopped}"), flush=True)
-        self.ctx.extra_meta.update(chooser.meta())
+        self.meta.update(chooser.meta())
         return extended(plan, self.scenario.load) if plan is not None else None
 
     def _invalid_reason(self, finished: Step) -> str | None:
@@ -162,9 +169,10 @@ class StepAuthority:
         # Drains stop every user at once on purpose (see shapes._drain_tuple); Locust's warning
         # about spawn rates > 100 would print at every step and hide the progress lines.
         logging.getLogger("locust.runners").addFilter(_QuietHighSpawnRate())
-        self.ctx.record_listeners.append(self.accounting_add)
-        self.ctx.step_info = self.step_info
-        self.ctx.extra_meta.update(
+        self.events.record.add_listener(self.accounting_add)
+        self.events.writing_meta.add_listener(lambda meta, **_: meta.update(self.meta))
+        self.telemetry.attach(env)  # the live view reads its latest readings
+        self.meta.update(
             {"scenario": sc.name, "load_kind": sc.load.kind, "steps_planned": len(self.plans), "complete": False}
         )
         if self.master:
@@ -176,34 +184,19 @@ class StepAuthority:
         env.events.quitting.add_listener(self._on_quitting)
         if not getattr(env.parsed_options, "headless", False):
             env.events.test_stop.add_listener(self._on_ui_test_stop)
-        if self.ctx.corpus is not None:
-            self.described = sc.load.describe(sc, self.ctx.corpus)
-            self.ctx.extra_meta.update(self.described)
-        self.results.on_switch.append(self._restart_telemetry)
+        if self.source.corpus is not None:
+            self.described = sc.load.describe(sc, self.source.corpus)
+            self.meta.update(self.described)
+        self.events.results_switched.add_listener(self._restart_telemetry)
         self.results.write_scenario_copy()
         self._restart_telemetry(self.results.path)
 
-    def _restart_telemetry(self, folder: Any) -> None:
+    def _restart_telemetry(self, folder: Any, **_: Any) -> None:
         self.telemetry.stop()
-        self.ctx.telemetry = self.telemetry.start(folder)
-
-    def step_info(self) -> dict[str, Any] | None:
-        """The running step for live views (web UI tab, exporter); None before the first step."""
-        shape = self.shape
-        if shape is None or shape.current is None:
-            return None
-        step = shape.current
-        return {
-            "step": step.index,
-            "of": len(self.plans),
-            "level": step.level,
-            "unit": "rps" if step.target_rps is not None else "users",
-            "target_rps": step.target_rps,
-            "phase": shape.phase,
-        }
+        self.telemetry.start(folder)
 
     # -- inputs ------------------------------------------------------------------------------------------
-    def accounting_add(self, record: Any) -> None:
+    def accounting_add(self, record: Any, **_: Any) -> None:
         self.accounting.add_record(record)
 
     def _on_watch(self, w: messages.Watch) -> None:
@@ -218,13 +211,13 @@ class StepAuthority:
             self.accounting.set_counters(name, step, counters)
 
     def _connected_workers(self) -> list[int]:
-        if self.ctx.membership is not None:
-            return self.ctx.membership.connected()
+        if self.membership is not None:
+            return self.membership.connected()
         return []
 
     def _check_membership(self, step: Step, now: float) -> None:
         """A worker lost, joined or silent during the step's window makes the step invalid."""
-        membership = self.ctx.membership
+        membership = self.membership
         if membership is None:
             return
         membership.check(now)
@@ -317,6 +310,7 @@ class StepAuthority:
             ))
         if self._progress is None:
             self._progress = gevent.spawn(self._progress_loop)
+        self.events.step_started.fire(step=step)
 
     def _announce(self, step: Step) -> None:
         if self.generator is not None:
@@ -354,10 +348,11 @@ class StepAuthority:
     def _on_drain_end(self, step: Step) -> None:
         self._announce(step)
         self.write_steps()
+        self.events.step_ended.fire(step=step)
 
     def _on_finished(self) -> None:
         self.timeline.finished = True
-        self.ctx.extra_meta["complete"] = True
+        self.meta["complete"] = True
         if self.generator is not None:
             self.generator.finished()
         else:
@@ -376,7 +371,7 @@ class StepAuthority:
         self.accounting = self._new_accounting()
         if used:
             self.results.switch()
-        self.ctx.extra_meta["complete"] = False
+        self.meta["complete"] = False
         if self.master:
             messages.send(self.runner, messages.StepsReset())
 
@@ -442,19 +437,20 @@ class StepAuthority:
             if plan is not None:  # offered = arrivals scheduled in the window actually measured
                 p = self.plans[step.index]
                 step.offered = offered_in_window(plan.schedule(step.index), p.warmup_s, step.end_unix - step.start_unix)
+            self.events.step_ended.fire(step=step)
 
     def _on_quitting(self, **_: Any) -> None:
         self._clip_interrupted()
         current = self.shape.current if self.shape is not None else None
         if current is not None:
             self._check_membership(current, min(time.time(), current.end_unix))
-        self.ctx.extra_meta["complete"] = self.timeline.finished
-        self.ctx.extra_meta["steps_run"] = len(self.timeline.steps)
+        self.meta["complete"] = self.timeline.finished
+        self.meta["steps_run"] = len(self.timeline.steps)
         if not self.timeline.finished:
-            self.ctx.extra_meta["incomplete_reason"] = "stopped before the last step finished (interrupted)"
+            self.meta["incomplete_reason"] = "stopped before the last step finished (interrupted)"
         self.write_steps()
         if self.master_watch is not None:
             self.master_watch.stop()
         telemetry = self.telemetry.stop()
         if telemetry is not None:
-            self.ctx.extra_meta["telemetry"] = telemetry
+            self.meta["telemetry"] = telemetry

@@ -1,6 +1,6 @@
 """What every load-generating process does during a rehearsal (the local runner, or each worker).
 
-- tags every record with its step through the `StepTimeline` (`ctx.step_provider`);
+- keeps the step timeline every record is tagged with (`RequestSource.timeline`);
 - runs the pacer for open-loop steps: its shard k of n of the one global arrival schedule;
 - watches itself (`SelfWatch`: CPU, RSS, event-loop lag) and knows how many requests it has in
   flight, so the authority can end a drain and judge whether the generator kept up;
@@ -18,11 +18,10 @@ from typing import TYPE_CHECKING, Any
 
 import gevent
 
-from capacity_plugins.client.context import RunContext
 from capacity_plugins.client.pacer import Pacer
 from capacity_plugins.corpus.trace import session_shard
 from capacity_plugins.rehearsal.arrivals import ArrivalPlan, shard
-from capacity_plugins.rehearsal.cache_arm import CacheArmSource
+from capacity_plugins.rehearsal.source import RequestSource
 from capacity_plugins.rehearsal.steps import Step, StepTimeline
 from capacity_plugins.rehearsal.watch import WATCH_INTERVAL_S, SelfWatch
 from capacity_plugins.swarm import messages
@@ -30,30 +29,31 @@ from capacity_plugins.swarm import messages
 if TYPE_CHECKING:
     from locust.env import Environment
 
+    from capacity_plugins.client.client import LLMClient
+
 log = logging.getLogger(__name__)
 
 HOST = socket.gethostname()
 
 
 class GeneratorSide:
-    def __init__(self, environment: Environment, ctx: RunContext, watch_name: str) -> None:
+    def __init__(self, environment: Environment, source: RequestSource, client: LLMClient, watch_name: str) -> None:
         self.env = environment
-        self.ctx = ctx
+        self.source = source  # what this process's users send: its timeline and pacer are kept here
+        self.client = client  # the users' stream reads and backoff, for the step counters
         self.runner: Any = environment.runner
-        self.timeline = StepTimeline()
         self.watch = SelfWatch(watch_name)
-        # A cache probe's cache-arm prompts, for the steps that carry an arm spec.
-        self.cache_arm = CacheArmSource(ctx, lambda: self.timeline)
+
+    @property
+    def timeline(self) -> StepTimeline:
+        return self.source.timeline
 
     @property
     def pacer(self) -> Pacer | None:
-        # one pacer per process, on the context: users read ctx.pacer at every iteration
-        return self.ctx.pacer
+        # one pacer per process, on the source: users read it at every iteration
+        return self.source.pacer
 
     def attach(self) -> None:
-        self.ctx.step_provider = self.timeline.lookup
-        self.ctx.may_send = lambda now: not self.timeline.in_drain(now)
-        self.ctx.cache_arm = self.cache_arm
         self.env.events.test_stopping.add_listener(self._on_test_stopping)
         self.env.events.quitting.add_listener(self._on_quitting)
         self.watch.start()
@@ -70,29 +70,29 @@ class GeneratorSide:
         out: dict[int, dict[str, Any]] = {}
         if self.pacer is not None:
             out = {i: st.as_message() for i, st in self.pacer.stats.items()}
-        for i, (reads, backlog) in self.ctx.read_counts.items():
+        for i, (reads, backlog) in self.client.read_counts.items():
             out.setdefault(i, {}).update(reads=reads, backlog_reads=backlog)
-        for i, seconds in self.ctx.backoff.seconds_by_step.items():
+        for i, seconds in self.client.backoff.seconds_by_step.items():
             out.setdefault(i, {})["backoff_s"] = round(seconds, 3)
         return out
 
     def step_started(self, step: Step, plan: ArrivalPlan | None, shard_index: int, shard_count: int) -> None:
         self.timeline.upsert(step)
         if step.arm_spec is not None:
-            self.cache_arm.prepare(step.arm_spec)  # built now, not in the step's first request
+            self.source.cache_arm.prepare(step.arm_spec)  # built now, not in the step's first request
         if plan is None:
             return
         offsets = shard(plan.schedule(step.index), shard_index, shard_count)
         requests = None
         if plan.requests is not None:  # trace replay: the same shard of the window's requests
             requests = list(plan.requests)[shard_index::shard_count]
-            self.ctx.trace_block_tokens = plan.block_tokens
+            self.source.trace_block_tokens = plan.block_tokens
             if plan.sessions:  # a session's turns stay in one process (its history lives there)
                 mine = session_shard(plan.requests, shard_index, shard_count)
                 offsets = plan.schedule(step.index)[mine]
                 requests = [plan.requests[i] for i in mine]
-                self.ctx.trace_sessions = True
-        self.ctx.ensure_pacer().begin(step.index, step.start_unix, offsets, step.warmup_end_unix, step.end_unix,
+                self.source.trace_sessions = True
+        self.source.ensure_pacer().begin(step.index, step.start_unix, offsets, step.warmup_end_unix, step.end_unix,
                                       requests=requests)
 
     def step_updated(self, step: Step) -> None:
@@ -110,9 +110,7 @@ class GeneratorSide:
         self.env.stop_timeout = 0  # drained; see _on_test_stopping
 
     def reset(self) -> None:
-        self.timeline = StepTimeline()
-        self.ctx.step_provider = self.timeline.lookup
-        self.ctx.may_send = lambda now: not self.timeline.in_drain(now)
+        self.source.timeline = StepTimeline()
 
     def _on_test_stopping(self, **_: Any) -> None:
         if self.pacer is not None:
@@ -132,8 +130,8 @@ class GeneratorSide:
 class WorkerSide(GeneratorSide):
     """A worker: steps arrive as messages; it reports Watch to the master every second."""
 
-    def __init__(self, environment: Environment, ctx: RunContext) -> None:
-        super().__init__(environment, ctx, f"worker-{ctx.worker_index}")
+    def __init__(self, environment: Environment, source: RequestSource, client: LLMClient) -> None:
+        super().__init__(environment, source, client, f"worker-{source.worker_index}")
         self._reporter: Any = None
 
     def attach(self) -> None:
@@ -147,9 +145,9 @@ class WorkerSide(GeneratorSide):
         if self._reporter is None:  # a rehearsal: the master's authority listens to Watch
             self._reporter = gevent.spawn(self._report_loop)
         step, plan = Step.from_message(m.step), ArrivalPlan(**m.plan) if m.plan else None
-        k = m.shards.get(self.ctx.worker_index)
+        k = m.shards.get(self.source.worker_index)
         if plan is not None and k is None:
-            log.warning("worker %s has no shard of step %s's arrivals", self.ctx.worker_index, step.index)
+            log.warning("worker %s has no shard of step %s's arrivals", self.source.worker_index, step.index)
             self.timeline.upsert(step)
             return
         self.step_started(step, plan, int(k or 0), m.shard_count)
@@ -159,7 +157,7 @@ class WorkerSide(GeneratorSide):
             gevent.sleep(WATCH_INTERVAL_S)
             try:
                 messages.send(self.runner, messages.Watch(
-                    worker=self.ctx.worker_index, host=HOST, unix=time.time(), in_flight=self.in_flight(),
+                    worker=self.source.worker_index, host=HOST, unix=time.time(), in_flight=self.in_flight(),
                     cpu=self.watch.new_cpu(), loop_lag=self.watch.new_lag(), steps=self.step_counters(),
                 ))
             except Exception:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import logging
 import subprocess
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -21,7 +20,8 @@ from capacity_plugins.contracts.folders import DEFAULT_NAME, DEFAULT_PARENT, che
 from capacity_plugins.rehearsal import meta as meta_mod
 
 if TYPE_CHECKING:
-    from capacity_plugins.client.context import RunContext
+    from capacity_plugins.client.client import LLMClient
+    from capacity_plugins.client.events import CapacityEvents
     from capacity_plugins.scenario import Scenario
 
 log = logging.getLogger(__name__)
@@ -40,60 +40,57 @@ def choose_folder(explicit: Path | None, scenario: Scenario | None) -> Path:
 
 
 class ResultsFolder:
-    def __init__(self, ctx: RunContext, parsed_options: Any) -> None:
-        self.ctx = ctx
+    def __init__(self, path: Path, scenario: Scenario | None, client: LLMClient, events: CapacityEvents,
+                 parsed_options: Any) -> None:
+        self.path = path  # the running test's folder
+        self.scenario = scenario  # the rehearsal it runs (its copy goes into the folder); None: plain Locust
+        self.client = client  # its records sink moves along; its secrets are scrubbed from every file; its stats
+        self.events = events  # results_switched: the authority restarts its telemetry in the new folder
         self.parsed = parsed_options
-        # Called with the new folder after a switch (the authority restarts its telemetry there).
-        self.on_switch: list[Callable[[Path], None]] = []
-
-    @property
-    def path(self) -> Path:
-        return self.ctx.results_dir
 
     def switch(self) -> Path:
         """A fresh folder next to the current one, for the next test of a web UI session."""
-        scenario = self.ctx.scenario
+        scenario = self.scenario
         parent, name = (Path(scenario.output), scenario.name) if scenario else (self.path.parent, DEFAULT_NAME)
         folder = new_results_folder(parent, name)
         folder.mkdir(parents=True, exist_ok=True)
         if self.parsed is not None:
             self.parsed.results_dir = str(folder)  # the web UI form's next test reads it back
-        if self.ctx.sink is not None:
-            self.ctx.sink.rotate(folder)
-        self.ctx.results_dir = folder
+        if self.client.records is not None:
+            self.client.records.rotate(folder)
+        self.path = folder
         self.write_scenario_copy()
-        for listener in self.on_switch:
-            listener(folder)
+        self.events.results_switched.fire(folder=folder)
         print(f"[capacity] new test: results → {folder}", flush=True)
         return folder
 
     # -- the files beside the records ------------------------------------------------------------
 
     def write_scenario_copy(self) -> None:
-        scenario = self.ctx.scenario
+        scenario = self.scenario
         if scenario is None:
             return
         try:
             self.path.mkdir(parents=True, exist_ok=True)
-            loaded = self.ctx.target_url
+            loaded = self.client.target_url
             if loaded and not scenario.target.embedded and loaded != scenario.target.url:
                 # `capacity run --target-url` (or --host): the copy names the server actually loaded
                 scenario = scenario.model_copy(update={"target": scenario.target.model_copy(update={"url": loaded})})
-            text = self.ctx.secrets.scrub(scenario.resolved_yaml(redact=True))
+            text = self.client.secrets.scrub(scenario.resolved_yaml(redact=True))
             (self.path / "scenario.yaml").write_text(text, encoding="utf-8")
         except Exception:
             log.exception("writing the scenario copy failed")
 
     def write_meta(self, meta: dict[str, Any]) -> None:
         try:
-            meta_mod.write_meta(self.path / "meta.json", self.ctx.secrets.scrub_obj(meta))
+            meta_mod.write_meta(self.path / "meta.json", self.client.secrets.scrub_obj(meta))
         except Exception:
             log.exception("writing meta.json failed")
 
     def write_llm_stats(self) -> None:
         try:
             self.path.mkdir(parents=True, exist_ok=True)
-            self.ctx.llm_stats.write_csv(self.path / "llm_stats.csv")
+            self.client.stats.write_csv(self.path / "llm_stats.csv")
         except Exception:
             log.exception("writing llm_stats.csv failed")
 

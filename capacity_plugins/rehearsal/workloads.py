@@ -29,9 +29,9 @@ from capacity_plugins.dialects import RequestParams
 from capacity_plugins.errors import UserError
 
 if TYPE_CHECKING:
-    from capacity_plugins.client.context import RunContext
-    from capacity_plugins.client.options import LLMOptions
+    from capacity_plugins.contracts.options import LLMOptions
     from capacity_plugins.corpus import Corpus, Sample, Sampler
+    from capacity_plugins.rehearsal.source import RequestSource
     from capacity_plugins.scenario import Scenario
 
 
@@ -152,33 +152,29 @@ def build_mix(specs: list[WorkloadSpec], options: LLMOptions, params: RequestPar
     return WorkloadMix(lanes, seed=options.seed, worker=shard_index)
 
 
-def prepare(ctx: RunContext) -> None:
+def prepare(source: RequestSource, scenario: Scenario | None, options: LLMOptions) -> None:
     """On the master or the local runner, at start and at every test start (the web UI may have
-    changed the run's corpus, every class's default): the classes' specs with their corpus hashes,
-    and what meta.json records of them. Loads the classes' corpora (UserError when one is bad)."""
-    if ctx.scenario is None or not ctx.scenario.workloads:
-        ctx.workload_specs = []
+    changed the run's corpus, every class's default): the classes' specs with their corpus hashes
+    (`provenance` is what meta.json records of them). Loads the classes' corpora (UserError when
+    one is bad)."""
+    if scenario is None or not scenario.workloads:
+        source.workload_specs = []
         return
-    if ctx.class_corpora is None:
-        ctx.class_corpora = ClassCorpora()
-    ctx.workload_specs = with_hashes(specs_from_scenario(ctx.scenario), ctx.class_corpora, ctx.options, ctx.corpus)
-    ctx.extra_meta["workloads"] = provenance(ctx.workload_specs, ctx.options)
+    if source.class_corpora is None:
+        source.class_corpora = ClassCorpora()
+    source.workload_specs = with_hashes(specs_from_scenario(scenario), source.class_corpora, options, source.corpus)
 
 
-def apply(ctx: RunContext, specs: list[WorkloadSpec], shard_index: int, shard_count: int) -> None:
-    """This process's mix from `specs` (none: no classes); UserError when a class's corpus is bad."""
+def apply(source: RequestSource, specs: list[WorkloadSpec], options: LLMOptions, params: RequestParams) -> None:
+    """This process's mix from `specs` (none: no classes) for its shard; UserError when a class's
+    corpus is bad."""
     if not specs:
-        ctx.workloads = None
+        source.workloads = None
         return
-    if ctx.class_corpora is None:
-        ctx.class_corpora = ClassCorpora()
-    ctx.workloads = build_mix(specs, ctx.options, ctx.params, ctx.class_corpora, ctx.corpus,
-                              shard_index=shard_index, shard_count=shard_count)
-
-
-def apply_setup(ctx: RunContext, messages: list[dict[str, Any]]) -> None:
-    """A worker's mix from the classes in the master's Setup (WorkloadSpec messages), for its shard."""
-    apply(ctx, [WorkloadSpec.from_message(w) for w in messages], ctx.worker_index, ctx.worker_count)
+    if source.class_corpora is None:
+        source.class_corpora = ClassCorpora()
+    source.workloads = build_mix(specs, options, params, source.class_corpora, source.corpus,
+                                 shard_index=source.worker_index, shard_count=source.worker_count)
 
 
 def provenance(specs: list[WorkloadSpec], options: LLMOptions) -> list[dict[str, Any]]:

@@ -10,6 +10,7 @@ import yaml
 from pydantic import Field, model_validator
 
 from capacity_plugins import kinds
+from capacity_plugins.contracts.options import LLMOptions
 from capacity_plugins.contracts.planning import CapacityConfig, SLOConfig, VerdictConfig
 from capacity_plugins.contracts.redaction import (
     REDACTED,
@@ -94,6 +95,32 @@ class Scenario(_Strict):
         return self
 
     # -- derived values the load side and the runner use -------------------------------------------------
+    def options(self) -> LLMOptions:
+        """The request settings this scenario describes (its target, corpus and request sections),
+        as the typed options a run uses: each field the key of the same name (contracts/options.py)."""
+        t, c, r = self.target, self.corpus, self.request
+        return LLMOptions(
+            dialect=t.dialect,
+            model=t.model or "",
+            corpus=self.corpus_path(),
+            min_distinct=c.min_distinct,
+            sampling=c.sampling,
+            seed=c.seed,
+            max_tokens=r.max_tokens,
+            stream=r.stream,
+            temperature=r.temperature,
+            top_p=r.top_p,
+            timeout_s=r.timeout_s,
+            ignore_eos=r.ignore_eos,
+            usage=r.usage,
+            tokenizer=self.tokenizer_path(),
+            retries=r.retries,
+            api_key_env=t.api_key_env or "",
+            headers=dict(t.headers),
+            insecure=t.insecure,
+            triton=t.triton_fields(),
+        )
+
     @property
     def drain_timeout_s(self) -> float:
         d = self.load.drain_timeout_s

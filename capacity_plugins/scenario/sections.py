@@ -12,6 +12,7 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from capacity_plugins.contracts.dialects import DIALECTS, TRITON_GENERATE, TritonFields, url_path_problem
+from capacity_plugins.contracts.options import REHEARSAL
 
 EMBEDDED = "embedded"
 # Corpus specs that name generated / packaged prompts instead of a file on disk.
@@ -71,7 +72,7 @@ class TritonConfig(_Strict):
 class TargetConfig(_Strict):
     url: str
     simulator: dict[str, Any] | None = None
-    dialect: str = "openai-chat"
+    dialect: str = REHEARSAL.dialect
     # The model's generate field names, for dialect triton-generate only (None: the defaults).
     triton: TritonConfig | None = None
     # None: the embedded simulator's model, or the first model the server lists at preflight.
@@ -79,7 +80,7 @@ class TargetConfig(_Strict):
     # Name of the environment variable holding the key; the key itself never appears in a file.
     api_key_env: str | None = None
     headers: dict[str, str] = Field(default_factory=dict)
-    insecure: bool = False
+    insecure: bool = REHEARSAL.insecure
 
     @field_validator("url")
     @classmethod
@@ -143,10 +144,10 @@ class TargetConfig(_Strict):
 class CorpusConfig(_Strict):
     # "builtin", "builtin:NAME" (e.g. builtin:long), "synthetic:..." or a file path (JSONL/CSV/ShareGPT/Parquet);
     # relative paths are resolved against the scenario file's folder.
-    path: str = "builtin"
-    min_distinct: int = Field(default=1000, ge=1)
-    sampling: Literal["shuffle", "sequential", "random"] = "shuffle"
-    seed: int = 42
+    path: str = REHEARSAL.corpus
+    min_distinct: int = Field(default=REHEARSAL.min_distinct, ge=1)
+    sampling: Literal["shuffle", "sequential", "random"] = REHEARSAL.sampling  # type: ignore[assignment]  # SAMPLING_MODES
+    seed: int = REHEARSAL.seed
 
     @property
     def is_file(self) -> bool:
@@ -154,19 +155,21 @@ class CorpusConfig(_Strict):
 
 
 class RequestConfig(_Strict):
-    max_tokens: int = Field(default=128, ge=1)
-    stream: bool = True
-    temperature: float | None = Field(default=0.7, ge=0)
-    top_p: float | None = Field(default=1.0, gt=0, le=1)
-    timeout_s: float = Field(default=60.0, gt=0)
+    # Every default is the rehearsal's (contracts/options.py REHEARSAL), the one place it is written.
+    # 0 = no limit sent (the server's default), as `--max-tokens 0`.
+    max_tokens: int = Field(default=REHEARSAL.max_tokens, ge=0)
+    stream: bool = REHEARSAL.stream
+    temperature: float | None = Field(default=REHEARSAL.temperature, ge=0)
+    top_p: float | None = Field(default=REHEARSAL.top_p, gt=0, le=1)
+    timeout_s: float = Field(default=REHEARSAL.timeout_s, gt=0)
     # Ask the server to generate exactly max_tokens (vLLM/SGLang ignore_eos) so output length is controlled.
-    ignore_eos: bool = False
+    ignore_eos: bool = REHEARSAL.ignore_eos
     # Ask for server-side token usage (stream_options.include_usage); off for servers that reject it.
-    usage: bool = True
+    usage: bool = REHEARSAL.usage
     # A Hugging Face tokenizer.json counting output tokens when the server reports no usage
     # (relative paths are resolved against the scenario file's folder).
-    tokenizer: str | None = None
-    retries: int = Field(default=0, ge=0)
+    tokenizer: str | None = REHEARSAL.tokenizer
+    retries: int = Field(default=REHEARSAL.retries, ge=0)
 
 
 class TelemetryConfig(_Strict):

@@ -1,7 +1,8 @@
 """The master tells its workers how to run; a worker that cannot, says so and the run stops.
 
 At every test start the master sends `Setup`: its resolved `LLMOptions`, the sha256 of its corpus
-and the shard count. A worker applies the options, loads its own copy of the corpus and refuses
+and the shard count. A worker configures its client with the options, its request source loads
+its own copy of the corpus (rehearsal/source.py, through `SwarmSource`), and it refuses
 (`Refuse`, exit 2 for the whole swarm) when the hash differs — prompts must be the same
 everywhere, or the shards are not disjoint and the results mean nothing. Then it takes shard
 `worker_index` of `shard_count`. The scenario's workload classes travel in the same message (each
@@ -15,13 +16,12 @@ import base64
 import logging
 import sys
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 from urllib.parse import quote
 
 import gevent
 
-from capacity_plugins.client.context import RunContext
-from capacity_plugins.client.options import LLMOptions
+from capacity_plugins.contracts.options import LLMOptions
 from capacity_plugins.contracts.redaction import basic_auth
 from capacity_plugins.errors import UserError
 from capacity_plugins.swarm import messages
@@ -29,6 +29,7 @@ from capacity_plugins.swarm import messages
 if TYPE_CHECKING:
     from locust.env import Environment
 
+    from capacity_plugins.client.client import LLMClient
     from capacity_plugins.corpus import Corpus
 
 log = logging.getLogger(__name__)
@@ -69,17 +70,39 @@ def in_thread(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     return result  # fn returned it (threadpool.apply is untyped)
 
 
+class SwarmSource(Protocol):
+    """What the handshake asks of the rehearsal's request source (rehearsal/source.py
+    `RequestSource`; the swarm sits below the rehearsal and only knows this much of it)."""
+
+    worker_index: int
+    worker_count: int
+
+    def setup_parts(self) -> tuple[str, list[dict[str, Any]]]:
+        """The master's: its corpus hash and its workload classes (as messages) for `Setup`."""
+        ...
+
+    def take_setup(self, setup: messages.Setup) -> None:
+        """A worker's: the master's corpus (checked against its hash), this worker's shard, the
+        classes, the pacer. UserError (one line) when it cannot."""
+        ...
+
+    def drop_shard(self) -> None:
+        """A worker's: it refused, so its users take nothing until the next setup."""
+        ...
+
+
 class MasterHandshake:
-    def __init__(self, environment: Environment, ctx: RunContext) -> None:
+    def __init__(self, environment: Environment, client: LLMClient, source: SwarmSource, open_loop: bool) -> None:
         self.env = environment
-        self.ctx = ctx
+        self.client = client  # the options every worker runs with, and the target's credentials
+        self.source = source  # the corpus and workload classes every worker must match
         self.runner: Any = environment.runner
         self.refusals: list[str] = []
         self.workers_seen: set[int] = set()
         self.ready_workers: set[int] = set()
         self.started = False  # a test has started: a worker that says Hello needs the setup
         # The rehearsal is open loop: workers create their pacer before any user starts.
-        self.open_loop = bool(ctx.scenario is not None and ctx.scenario.open_loop)
+        self.open_loop = open_loop
 
     def attach(self) -> None:
         messages.on(self.runner, messages.Refuse, self._on_refuse)
@@ -101,18 +124,18 @@ class MasterHandshake:
 
     def send_setup(self) -> None:
         """At test start: every connected worker gets the options, corpus hash and shard count."""
-        runner, ctx = self.runner, self.ctx
-        assert ctx.corpus is not None
+        runner, source = self.runner, self.source
         self.started = True
         indices = [runner.get_worker_index(c.id) for c in runner.clients.all]
         shard_count = max([runner.worker_count, *[i + 1 for i in indices]])
-        ctx.worker_count = shard_count
+        source.worker_count = shard_count
         self.workers_seen.update(indices)
         self.ready_workers.clear()
-        messages.send(runner, messages.Setup(options=ctx.options.to_message(), sha256=ctx.corpus.sha256,
+        sha256, workloads = source.setup_parts()
+        messages.send(runner, messages.Setup(options=self.client.options, sha256=sha256,
                                              shard_count=shard_count, open_loop=self.open_loop,
-                                             basic_auth=basic_auth(ctx.target_url),
-                                             workloads=[s.to_message() for s in ctx.workload_specs]))
+                                             basic_auth=basic_auth(self.client.target_url),
+                                             workloads=workloads))
 
     def _on_refuse(self, m: messages.Refuse) -> None:
         self.refusals.append(m.reason)
@@ -122,54 +145,30 @@ class MasterHandshake:
 
 
 class WorkerHandshake:
-    def __init__(self, environment: Environment, ctx: RunContext,
-                 apply_workloads: Callable[[RunContext, list[dict[str, Any]]], None]) -> None:
+    def __init__(self, environment: Environment, client: LLMClient, source: SwarmSource) -> None:
         self.env = environment
-        self.ctx = ctx
-        # The rehearsal's (rehearsal/workloads.py apply_setup): this worker's mix from the classes the
-        # master sent; UserError when a class's corpus is bad here.
-        self.apply_workloads = apply_workloads
+        self.client = client  # configured with the master's options at each setup
+        self.source = source  # takes the master's corpus (checked) and this worker's shard
         self.runner: Any = environment.runner
-        # A worker started with the scenario (capacity run --worker, --processes) loads its corpus
-        # at start-up, so a test's setup only has to check it (a load can take seconds).
-        self._corpus_source: str | None = ctx.options.corpus if ctx.corpus is not None else None
 
     def attach(self) -> None:
         messages.on(self.runner, messages.Setup, self._on_setup)
-        messages.send(self.runner, messages.Hello(worker=self.ctx.worker_index))
+        messages.send(self.runner, messages.Hello(worker=self.source.worker_index))
 
     def _on_setup(self, m: messages.Setup) -> None:
-        ctx = self.ctx
+        worker = self.source.worker_index
         try:
-            options = LLMOptions.from_message(m.options)
-            if m.basic_auth and ctx.target_url is None:
-                ctx.target_url = _with_credentials(self.env.host or "", m.basic_auth)
-            ctx.reconfigure(options)
-            if ctx.corpus is None or self._corpus_source != options.corpus:
-                ctx.corpus = load_corpus(options)
-                self._corpus_source = options.corpus
+            target_url = None
+            if m.basic_auth and self.client.target_url is None:
+                target_url = _with_credentials(self.env.host or "", m.basic_auth)
+            self.client.configure(m.options, target_url=target_url)
+            self.source.take_setup(m)
         except UserError as e:
-            self._refuse(f"worker {ctx.worker_index}: {e}")
+            self._refuse(f"worker {worker}: {e}")
             return
-        if ctx.corpus.sha256 != m.sha256:
-            self._refuse(
-                f"worker {ctx.worker_index}: corpus {options.corpus!r} has sha256 {ctx.corpus.sha256[:12]}… "
-                f"but the master's has {m.sha256[:12]}…; copy the master's corpus file to this host"
-            )
-            return
-        ctx.worker_count = m.shard_count
-        try:
-            self.apply_workloads(ctx, m.workloads)
-        except UserError as e:
-            self._refuse(f"worker {ctx.worker_index}: {e}")
-            return
-        ctx.sampler = ctx.corpus.sampler(options.sampling, options.seed, ctx.worker_index, ctx.worker_count)
-        if m.open_loop:
-            ctx.ensure_pacer()  # users wait for arrivals from the first one they see
-        messages.send(self.runner, messages.Ready(worker=ctx.worker_index))
+        messages.send(self.runner, messages.Ready(worker=worker))
 
     def _refuse(self, reason: str) -> None:
         log.error("capacity: refusing to run: %s", reason)
-        self.ctx.sampler = None
-        self.ctx.workloads = None
+        self.source.drop_shard()
         messages.send(self.runner, messages.Refuse(reason=reason))

@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gevent
+
+if TYPE_CHECKING:
+    from capacity_plugins.client.events import CapacityEvents
 
 log = logging.getLogger(__name__)
 
@@ -25,9 +27,9 @@ CHECK_INTERVAL_S = 1.0
 
 
 class SwarmMembership:
-    def __init__(self, runner: Any, on_change: Callable[[list[dict[str, Any]]], None] | None = None) -> None:
+    def __init__(self, runner: Any, events: CapacityEvents | None = None) -> None:
         self.runner = runner
-        self.on_change = on_change
+        self.events = events  # worker_lost is fired there
         self.lost: dict[str, dict[str, Any]] = {}
         self.seen: dict[str, int | None] = {}  # client id → worker index, every worker ever connected
         self.joined_unix: dict[str, float] = {}
@@ -75,8 +77,8 @@ class SwarmMembership:
         for client_id in self.seen:  # gone from Locust's list without our seeing it go missing
             if self.tracking and client_id not in present and client_id not in self.lost:
                 changed |= self._mark_lost(client_id, now, "left the swarm during the test")
-        if changed and self.on_change is not None:
-            self.on_change(self.lost_list())
+        if changed and self.events is not None:
+            self.events.worker_lost.fire(lost=self.lost_list())
 
     def _mark_lost(self, client_id: str, now: float, reason: str) -> bool:
         self.lost[client_id] = {"worker": self.seen.get(client_id), "client_id": client_id, "lost_unix": now,

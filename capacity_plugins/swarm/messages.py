@@ -27,11 +27,13 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar, TypeVar
 
+from capacity_plugins.contracts.options import LLMOptions
+
 
 @dataclass
 class Setup:
     TYPE: ClassVar[str] = "capacity_setup"
-    options: dict[str, Any]  # LLMOptions.to_message()
+    options: LLMOptions  # the master's, typed: a worker runs with exactly these
     sha256: str  # the master's corpus hash: a worker with another corpus refuses
     shard_count: int
     open_loop: bool = False  # the rehearsal's users wait for scheduled arrivals (a pacer)
@@ -42,11 +44,11 @@ class Setup:
     workloads: list[dict[str, Any]] = field(default_factory=list)
 
     def to_data(self) -> dict[str, Any]:
-        return asdict(self)
+        return {**asdict(self), "options": self.options.to_message()}
 
     @classmethod
     def from_data(cls, d: dict[str, Any]) -> Setup:
-        return cls(options=dict(d["options"]), sha256=str(d["sha256"]), shard_count=int(d["shard_count"]),
+        return cls(options=LLMOptions.from_message(d["options"]), sha256=str(d["sha256"]), shard_count=int(d["shard_count"]),
                    open_loop=bool(d.get("open_loop")), basic_auth=d.get("basic_auth"),
                    workloads=[dict(w) for w in d.get("workloads") or ()])
 

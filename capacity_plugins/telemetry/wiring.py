@@ -39,12 +39,24 @@ class _Config:
     interval_s: float
 
 
+ATTRIBUTE = "capacity_telemetry"  # where the authority attaches it on the Locust environment
+
+
 class RunTelemetry:
     def __init__(self, scenario: Scenario, host: str | None, step_of: Callable[[float], int | None]) -> None:
         self.scenario = scenario
         self.host = host
         self.step_of = step_of
         self.collector: TelemetryCollector | None = None
+
+    def attach(self, environment: Any) -> None:
+        """Make it the process's telemetry (the live view and /metrics read `latest`)."""
+        setattr(environment, ATTRIBUTE, self)
+
+    def latest(self) -> dict[str, Any]:
+        """The newest reading of every series (host → device → series), {} while none runs."""
+        collector = self.collector
+        return (collector.latest() or {}) if collector is not None else {}
 
     def start(self, folder: Path) -> TelemetryCollector | None:
         """Start collecting into `folder`; None when nothing is configured. UserError for a bad target."""

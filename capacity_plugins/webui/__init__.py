@@ -5,8 +5,9 @@ The plugin (plugin.py) calls, in its order:
 - `add_arguments(parser)`: `--exporter-port P` / `--exporter-host H` (default 127.0.0.1) serve the
   swarm's live Prometheus metrics on their own port, for headless runs (works with the UI too).
   Not shown in the UI form.
-- `register(environment, ctx)` on the local runner or the master (workers have no complete view):
-  builds a `LiveView` and, when the web UI runs, mounts the tab, `/llm/stats`, the downloads and
+- `register(environment, client, results, role, membership)` on the local runner or the master
+  (workers have no complete view): builds a `LiveView` of the client's stats and records, the
+  results folder and the master's membership, attaches it as `environment.capacity_live`, and, when the web UI runs, mounts the tab, `/llm/stats`, the downloads and
   `/metrics` on it (`routes.mount`).
 
 `/metrics` on the UI port is left open with `--web-login` so Prometheus can scrape it; everything
@@ -21,7 +22,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from locust.env import Environment
 
-    from capacity_plugins.client.context import RunContext
+    from capacity_plugins.client.client import LLMClient
+    from capacity_plugins.swarm.membership import SwarmMembership
     from capacity_plugins.webui.live import LiveView
 
 log = logging.getLogger(__name__)
@@ -36,8 +38,10 @@ def add_arguments(parser: Any) -> None:
                        help="address the --exporter-port server binds (default 127.0.0.1)")
 
 
-def register(environment: Environment, ctx: RunContext) -> LiveView:
+def register(environment: Environment, client: LLMClient, results: Any, role: str,
+             membership: SwarmMembership | None = None) -> LiveView:
     """Build the live view for this (local or master) process and expose it. Returns the LiveView.
+    `results` is the process's results folder (rehearsal/results.py `ResultsFolder`: its `path`).
 
     Raises OSError when --exporter-port cannot be bound.
     """
@@ -45,10 +49,11 @@ def register(environment: Environment, ctx: RunContext) -> LiveView:
     from capacity_plugins.webui.live import LiveView
     from capacity_plugins.webui.routes import base_path, mount
 
-    live = LiveView(environment, ctx)
+    live = LiveView(environment, stats=client.stats, records=client.records, results=results, role=role,
+                    membership=membership)
     environment.capacity_live = live  # type: ignore[attr-defined]
     registry = build_registry(
-        llm_stats=lambda: ctx.llm_stats,
+        llm_stats=lambda: client.stats,
         runner_info=live.runner_info,
         telemetry_latest=live.telemetry_latest,
     )

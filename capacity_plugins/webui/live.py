@@ -1,14 +1,13 @@
 """What the live view shows, computed at request time from the run's own objects.
 
 One `LiveView` per writing process (local runner or master; a worker has no complete view). It
-owns nothing the measurement core owns: LLM numbers come from `ctx.llm_stats` (merged, unrounded),
-the current step from the rehearsal's shape (`environment.shape_class.current`), telemetry from the
-rehearsal's collector when one runs. Besides reading, it keeps two small things of its own:
-
-- the master's `SwarmMembership` (swarm/membership.py): which workers went missing, so a worker
-  that died stays visible as lost in the UI, /llm/stats and meta.json (`workers_lost`).
-- `History`: TTFT/E2E per time bucket from every finished record, for the charts page (the
-  cumulative LLMStats percentiles cannot show how latency moved during the run).
+owns nothing the measurement core owns: LLM numbers come from the client's `LLMStats` (merged,
+unrounded), the current step from the rehearsal's shape (Locust's `environment.shape_class`: its
+`current` step, `phase` and `plans`), telemetry from the rehearsal's `RunTelemetry` when one runs
+(`environment.capacity_telemetry`), which workers were lost from the master's `SwarmMembership`
+(swarm/membership.py: a worker that died stays visible as lost). Of its own it keeps `History`:
+TTFT/E2E per time bucket from every finished record (the `record` event), for the charts page (the
+cumulative LLMStats percentiles cannot show how latency moved during the run).
 
 After a test, the plain answer: the analysis runs in a child process when the test stops
 (rehearsal/results.py) and writes summary.json into the results folder; `answer()` reads its `answer`
@@ -26,6 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from capacity_plugins.sinks.stats import LLMStats
 from capacity_plugins.swarm.membership import SwarmMembership
 from capacity_plugins.webui.history import History
 
@@ -38,8 +38,8 @@ WATCH_INTERVAL_S = 1.0
 
 
 def find_telemetry(environment: Any) -> Any | None:
-    """The run's TelemetryCollector (`ctx.telemetry`, set by the rehearsal wiring), or None."""
-    found = getattr(getattr(environment, "capacity", None), "telemetry", None)
+    """The run's telemetry (telemetry/wiring.py RunTelemetry, attached by the rehearsal), or None."""
+    found = getattr(environment, "capacity_telemetry", None)
     return found if found is not None and hasattr(found, "latest") else None
 
 
@@ -85,69 +85,55 @@ WorkerWatch = SwarmMembership
 class LiveView:
     """Everything the tab, /llm/stats, the downloads and /metrics read (local or master)."""
 
-    def __init__(self, environment: Any, ctx: Any) -> None:
+    def __init__(self, environment: Any, *, stats: LLMStats, records: Any, results: Any, role: str,
+                 membership: SwarmMembership | None = None) -> None:
         self.env = environment
-        self.ctx = ctx
+        self.stats = stats
+        self.records = records  # the RecordsSink (its file and count), None without a runner
+        self.results = results  # the ResultsFolder: the running test's folder
+        self.role = role
+        self.workers = membership  # the master's; None on a local runner
         self.history = History()
-        self.workers: SwarmMembership | None = None
         self.registry: Any = None  # the Prometheus registry /metrics serves (set by webui.attach)
         self.exporter: Any = None  # the --exporter-port server, when asked for
-        if ctx.role == "master":
-            self.workers = ctx.membership or SwarmMembership(environment.runner)
-            self.workers.on_change = self._on_lost
         self._answer_cache: tuple[Any, dict[str, Any] | None] = (None, None)
 
+    @property
+    def results_dir(self) -> Path:
+        return Path(self.results.path)
+
     def attach(self) -> None:
-        self.ctx.record_listeners.append(self.history.add)
+        self.env.capacity_events.record.add_listener(lambda record, **_: self.history.add(record))
         self.env.events.reset_stats.add_listener(self._on_reset)
-        self.env.events.quitting.add_listener(self._on_quitting)
-        if self.workers is not None:
-            self.workers.start()
 
     def _on_reset(self, **_: Any) -> None:
         self.history.reset()
 
-    def _on_lost(self, lost: list[dict[str, Any]]) -> None:
-        # meta.json merges extra_meta when it is written (at quitting): lost workers are in it.
-        self.ctx.extra_meta["workers_lost"] = lost
-
-    def _on_quitting(self, **_: Any) -> None:
-        if self.workers is not None:
-            try:
-                self.workers.check()
-            except Exception:
-                log.debug("last worker check failed", exc_info=True)
-            self.workers.stop()
-            self.ctx.extra_meta.setdefault("workers_lost", self.workers.lost_list())
-
     # -- readings ---------------------------------------------------------------------------------
 
     def step(self) -> dict[str, Any] | None:
-        """The current sweep step (None outside a rehearsal or before its first step).
-
-        `ctx.step_info()` (the rehearsal's live step view) names it; the shape's current Step
-        adds its times and, for open-loop steps, the offered rate (arrivals in the window / its length).
-        """
-        step_info = getattr(self.ctx, "step_info", None)
-        info = step_info() if callable(step_info) else None
-        if not info:
+        """The current sweep step (None outside a rehearsal or before its first step), from the
+        rehearsal's shape: its times and, for open-loop steps, the offered rate (arrivals in the
+        window / its length)."""
+        shape: Any = getattr(self.env, "shape_class", None)
+        cur = getattr(shape, "current", None)
+        if cur is None:
             return None
         out: dict[str, Any] = {
-            "index": info.get("step"),
-            "of": info.get("of"),
-            "kind": None,
-            "level": info.get("level"),
-            "unit": info.get("unit"),
-            "phase": info.get("phase"),
-            "target_rps": info.get("target_rps"),
+            "index": cur.index,
+            "of": len(shape.plans),
+            "kind": cur.kind,
+            "level": cur.level,
+            "unit": "rps" if cur.target_rps is not None else "users",
+            "phase": shape.phase,
+            "target_rps": cur.target_rps,
             "offered_rps": None,
+            "start_unix": cur.start_unix,
+            "warmup_end_unix": cur.warmup_end_unix,
+            "end_unix": cur.end_unix,
         }
-        cur = getattr(getattr(self.env, "shape_class", None), "current", None)
-        if cur is not None and getattr(cur, "index", None) == out["index"]:
-            out.update(kind=cur.kind, start_unix=cur.start_unix, warmup_end_unix=cur.warmup_end_unix,
-                       end_unix=cur.end_unix)
-            if cur.offered is not None and cur.window_s:
-                out["offered_rps"] = cur.offered / cur.window_s
+        if cur.offered is not None and cur.window_s:
+            out["offered_rps"] = cur.offered / cur.window_s
         return out
 
     def telemetry_latest(self) -> dict[str, Any]:
@@ -178,7 +164,7 @@ class LiveView:
         if step is not None:
             info.update(step=step["index"], level=step["level"], target_rps=step["target_rps"],
                         offered_rps=step["offered_rps"])
-        agg = self.ctx.llm_stats.rows(time.time())[-1]
+        agg = self.stats.rows(time.time())[-1]
         info["achieved_rps"] = agg.get("rps")
         return info
 
@@ -187,15 +173,15 @@ class LiveView:
         now = time.time() if now_unix is None else now_unix
         runner = self.env.runner
         latest = self.telemetry_latest()
-        sink = getattr(self.ctx, "sink", None)
+        sink = self.records
         return {
             "unix": now,
             "state": getattr(runner, "state", None),
             "user_count": getattr(runner, "user_count", None),
-            "role": self.ctx.role,
+            "role": self.role,
             "step": self.step(),
             "workers": self.worker_info(),
-            "rows": self.ctx.llm_stats.rows(now),
+            "rows": self.stats.rows(now),
             "telemetry": telemetry_summary(latest),
             "telemetry_latest": latest,
             "records_written": getattr(sink, "written", None),
@@ -206,7 +192,7 @@ class LiveView:
         """The analysed test's plain answer, from summary.json in the results folder (None before
         the test ended). {answer, decision, report, results_dir, pending}: `pending` while the test
         has ended but its analysis has not written summary.json yet."""
-        folder = Path(self.ctx.results_dir)
+        folder = self.results_dir
         path = folder / "summary.json"
         try:
             st = path.stat()
@@ -251,7 +237,7 @@ class LiveView:
             "kv_cache": _num(None if tel["kv_cache_usage"] is None else 100 * tel["kv_cache_usage"], 1, "%"),
         }
         rows: list[dict[str, Any]] = []
-        stats_rows = self.ctx.llm_stats.rows(now)
+        stats_rows = self.stats.rows(now)
         for r in stats_rows:
             rows.append({
                 "name": r["name"],

@@ -94,15 +94,15 @@ def mount(web_ui: Any, live: LiveView, registry: Any, prefix: str = "") -> None:
     @auth
     def llm_stats_csv() -> Any:
         with tempfile.TemporaryDirectory(prefix="capacity-llm-") as d:
-            data = live.ctx.llm_stats.write_csv(Path(d) / "llm_stats.csv").read_bytes()
+            data = live.stats.write_csv(Path(d) / "llm_stats.csv").read_bytes()
         return Response(data, mimetype="text/csv",
                         headers={"Content-Disposition": "attachment; filename=llm_stats.csv"})
 
     @bp.route("/llm/requests.jsonl")
     @auth
     def llm_requests() -> Any:
-        sink = getattr(live.ctx, "sink", None)
-        path = Path(getattr(sink, "path", None) or Path(live.ctx.results_dir) / "requests.jsonl")
+        sink = live.records
+        path = Path(getattr(sink, "path", None) or live.results_dir / "requests.jsonl")
         if not path.exists():
             return Response("no requests.jsonl yet (no request has finished)\n", status=404, mimetype="text/plain")
         size = _complete_size(path)
@@ -113,7 +113,7 @@ def mount(web_ui: Any, live: LiveView, registry: Any, prefix: str = "") -> None:
     @bp.route("/llm/report.html")
     @auth
     def llm_report() -> Any:
-        path = Path(live.ctx.results_dir) / "report.html"
+        path = live.results_dir / "report.html"
         if not path.exists():
             return Response(
                 f"No analysis report yet: it is written to {path.name} in the results folder after the run "

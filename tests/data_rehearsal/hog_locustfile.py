@@ -15,11 +15,13 @@ class LLM(LLMUser):
     pass
 
 
-def _hog(environment):
+_running: list = [None]  # the step the rehearsal runs now, until its drain ended (step_started / step_ended)
+
+
+def _hog():
     while True:
-        ctx = getattr(environment, "capacity", None)
-        step, _ = ctx.step_provider(time.time()) if ctx is not None else (None, False)
-        if step == 1:
+        step = _running[0]
+        if step is not None and step.index == 1:
             end = time.perf_counter() + 0.3
             while time.perf_counter() < end:  # no yield: the hub (and every send) waits
                 pass
@@ -31,4 +33,7 @@ def _hog(environment):
 @events.init.add_listener
 def _start_hog(environment, **_):
     if environment.parsed_options is not None and not getattr(environment.parsed_options, "worker", False):
-        gevent.spawn(_hog, environment)
+        steps = environment.capacity_events  # the plugin's init listener (install()) ran first
+        steps.step_started.add_listener(lambda step, **_: _running.__setitem__(0, step))
+        steps.step_ended.add_listener(lambda step, **_: _running.__setitem__(0, None))
+        gevent.spawn(_hog)

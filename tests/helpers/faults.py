@@ -19,7 +19,7 @@ from helpers.waiting import wait_until
 
 FAULT_SERVER = "helpers.fault_server"
 
-# The generator's whole-request timeout in the fault cases (request.timeout_s / --request-timeout),
+# The generator's whole-request timeout in the fault cases (request.timeout_s / --timeout-s),
 # and how much later than it a request may end and still count as ended by it. Every mode that
 # would hang holds its connection for fault_server.HOLD_S (60 s): the grace tells "ended by the
 # timeout" from "held until the server let go" with room for a loaded host.
@@ -84,7 +84,7 @@ class FaultSecrets:
         return {"FAULT_API_KEY": self.api_key, "GATEWAY_KEY": self.gateway_key, "ROUTE_SECRET": self.route_token}
 
     def header_args(self) -> list[str]:
-        """The extra headers as --header values (plain Locust / an in-process user)."""
+        """The extra headers as --headers values (plain Locust / an in-process user)."""
         return [f"X-Gateway-Key: {self.gateway_key}", f"X-Route: {self.route_token}"]
 
     def url(self, base: str) -> str:
@@ -139,7 +139,7 @@ def fault_user(url: str, tmp_path: Path, corpus: Path, **options: Any) -> LocalU
     """helpers.users.local_user against `url` (userinfo allowed) as the fault cases run it: the
     fault model, TIMEOUT_S, no retries, no extra header, results under tmp_path/out."""
     defaults: dict[str, Any] = {
-        "model": "fault-model", "max_tokens": 16, "request_timeout": TIMEOUT_S, "retries": 0, "header": [],
+        "model": "fault-model", "max_tokens": 16, "timeout_s": TIMEOUT_S, "retries": 0, "headers": [],
         "api_key_env": "", "insecure": False, "sampling": "sequential", "seed": 0, "min_distinct": 1,
     }
     return local_user(url, tmp_path, corpus=str(corpus), **{**defaults, **options})

@@ -15,9 +15,10 @@ from locust.env import Environment
 from locust.event import Events
 
 from capacity_plugins import plugin
-from capacity_plugins.client.context import RunContext
+from capacity_plugins.client.client import LLMClient
 from capacity_plugins.client.users import LLMUser
 from capacity_plugins.contracts.redaction import strip_userinfo
+from capacity_plugins.rehearsal.source import RequestSource
 from helpers.scenarios import write_corpus
 
 
@@ -28,13 +29,26 @@ class _User(LLMUser):
 @dataclass
 class LocalUser:
     env: Environment
-    ctx: RunContext
+    llm: LLMClient  # what register() attached: how to ask, where the record goes
+    source: RequestSource  # ... and what to send
     user: LLMUser
     fired: list[dict[str, Any]] = field(default_factory=list)  # every Locust request event, in order
 
     def call(self) -> Any:
         """One request with the next sample of the corpus; the RequestRecord."""
-        return self.user.call(self.ctx.next_sample())
+        return self.user.call(self.next_sample())
+
+    def next_sample(self) -> Any:
+        return self.source.next_sample()
+
+    @property
+    def records(self) -> Any:
+        """The records sink (requests.jsonl)."""
+        return self.llm.records
+
+    @property
+    def results_dir(self) -> Path:
+        return Path(self.env.parsed_options.results_dir)
 
 
 def local_user(url: str, tmp_path: Path, *, sampler: str = "sequential", corpus_size: int = 20,
@@ -46,15 +60,16 @@ def local_user(url: str, tmp_path: Path, *, sampler: str = "sequential", corpus_
     if "corpus" not in options and not corpus.exists():
         write_corpus(corpus, corpus_size)
     ns = argparse.Namespace(dialect="openai-chat", corpus=str(corpus), min_distinct=1,
-                            results_dir=str(tmp_path / "out"), no_stream=False)
+                            results_dir=str(tmp_path / "out"))
     for k, v in options.items():
         setattr(ns, k, v)
     # the user's class gets the URL without user:password, as the plugin leaves environment.host
     user_class = type("U", (_User,), {"host": strip_userinfo(url)})
     env = Environment(user_classes=[user_class], events=Events(), host=url, parsed_options=ns)
     env.create_local_runner()
-    ctx = plugin.register(env)
-    ctx.sampler = ctx.corpus.sampler(sampler, 0, 0, 1)
-    local = LocalUser(env, ctx, user_class(env))
+    plugin.register(env)
+    source = RequestSource.of(env)
+    source.sampler = source.corpus.sampler(sampler, 0, 0, 1)
+    local = LocalUser(env, LLMClient.of(env), source, user_class(env))
     env.events.request.add_listener(lambda **kw: local.fired.append(kw))
     return local
