@@ -19,14 +19,16 @@ demo: install
 	$(VENV)/bin/capacity run scenarios/quickstart.yaml
 
 # System packages the browser / Prometheus tests need: installed with apt-get when we are root and
-# they are missing (the script says which and why).
+# they are missing (the script says which and why). The suite runs on parallel workers, then the
+# tests marked `alone` one at a time, and prints one result and the 25 slowest tests
+# (scripts/run_tests.py; TEST_WORKERS=N to choose the workers, tests/README.md).
 test: install
 	bash scripts/ensure_system_deps.sh
-	$(PY) -m pytest -q -ra
+	$(PY) scripts/run_tests.py
 
 # Quick loop while developing: everything but the slow end-to-end runs.
 test-fast: install
-	$(PY) -m pytest -q -ra -m "not slow and not browser and not prometheus"
+	$(PY) scripts/run_tests.py --fast
 
 bench: install
 	$(PY) bench/run_all.py

@@ -1,10 +1,14 @@
-# Locust monkey-patches the stdlib on import; importing requests/urllib3 before it crashes
-# (gevent must patch ssl before they import it). This line must stay first.
-import locust  # noqa: F401, I001 - for its patching, before every other import (above)
-
 import signal
 import sys
 from pathlib import Path
+
+from helpers.xdist_threads import keep_worker_on_os_threads
+
+# Locust monkey-patches the stdlib on import; importing requests/urllib3 before it crashes (gevent
+# must patch ssl before they import it): it comes before any other import of the tests'. Just
+# before it, an xdist worker's thread primitives are kept unpatched (helpers/xdist_threads.py).
+keep_worker_on_os_threads()
+import locust  # noqa: E402, F401 - for its patching, before every other import of the tests'
 
 # The tests stop Locust with SIGINT, as a person's Ctrl-C. A shell without job control starts a
 # background job (`pytest … &` in a script) with SIGINT ignored, every child inherits that, and
@@ -26,3 +30,10 @@ pytest_plugins = [
     "fixtures.locust",
     "fixtures.faults",
 ]
+
+
+def pytest_collection_modifyitems(items: list) -> None:
+    # scripts/run_tests.py's workers take whole modules in this order (helpers/schedule.py)
+    from helpers.schedule import longest_modules_first
+
+    longest_modules_first(items)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from helpers.processes import CAPACITY, env_with, popen, python, read_until
+from helpers.processes import CAPACITY, descendants, env_with, popen, python, read_until
 from helpers.results import read_meta, read_steps, results_dir
 from helpers.scenarios import write_scenario
 
@@ -37,7 +37,7 @@ def _wait_for_step(p: subprocess.Popen[str]) -> None:
 
 
 def _locust_children(parent: psutil.Process) -> list[psutil.Process]:
-    return [c for c in parent.children(recursive=True) if "locust" in " ".join(c.cmdline())]
+    return descendants(parent.pid, "locust")
 
 
 def _autogroup(pid: int) -> str | None:

@@ -17,7 +17,7 @@ import time
 
 import psutil
 import pytest
-from helpers.processes import CAPACITY, Watch, capacity, popen
+from helpers.processes import CAPACITY, Watch, capacity, descendants, popen
 from helpers.results import read_steps, results_dir
 from helpers.scenarios import write_scenario
 from helpers.waiting import wait_until
@@ -33,8 +33,7 @@ SCENARIO = {
 
 def _locust_child(p: subprocess.Popen[str], timeout_s: float = 60.0) -> psutil.Process:
     def child() -> psutil.Process | None:
-        return next((c for c in psutil.Process(p.pid).children(recursive=True) if "locust" in " ".join(c.cmdline())),
-                    None)
+        return next(iter(descendants(p.pid, "locust")), None)
 
     return wait_until(child, timeout_s, "capacity run's Locust child", Watch(p), interval=0.1)
 

@@ -17,6 +17,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import IO
 
+import psutil
+
 from helpers.paths import ROOT
 
 CAPACITY: list[str] = [sys.executable, "-m", "capacity_plugins"]
@@ -170,6 +172,27 @@ def processes_with(token: str) -> list[int]:
                 continue
             if token in cmd and "pytest" not in cmd:
                 found.append(int(d.name))
+    return found
+
+
+def descendants(pid: int, token: str = "") -> list[psutil.Process]:
+    """The processes under `pid` right now whose command line contains `token` (all when empty).
+
+    Processes come and go while they are listed (a Locust worker that just finished, a zombie not
+    yet reaped, `pid` itself gone): one that has exited by the time it is read is left out, never
+    an error, so a caller polls with `wait_until` rather than catching psutil's exceptions."""
+    try:
+        children = psutil.Process(pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return []
+    found = []
+    for child in children:
+        try:
+            cmdline = " ".join(child.cmdline())
+        except (psutil.NoSuchProcess, psutil.AccessDenied):  # psutil.ZombieProcess is a NoSuchProcess
+            continue
+        if token in cmdline:
+            found.append(child)
     return found
 
 
