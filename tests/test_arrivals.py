@@ -88,12 +88,22 @@ def test_pacer_hands_arrivals_on_time_and_counts_cap_hits():
     start = time.time() + 0.05
     pacer.begin(0, start, np.arange(20) * 0.02)
     g = gevent.spawn(user, 0.0)
-    gevent.sleep(0.6)
+    # until the user has every arrival (a fixed sleep would race the last one on a loaded host)
+    waited = 0.0
+    while len(got) < 20 and waited < 10.0:
+        gevent.sleep(0.05)
+        waited += 0.05
     pacer.stop()
     g.join(timeout=2)
     assert len(got) == 20
     assert [d for d, _ in got] == pytest.approx(list(start + np.arange(20) * 0.02))
-    assert pacer.stats[0].cap_hits == 0 and pacer.stats[0].scheduled == 20
+    stats = pacer.stats[0]
+    assert stats.scheduled == 20
+    # A cap hit means an arrival came due while the one user still had the previous one: with an
+    # instant "request" that happens only when the process was not scheduled for a whole 20 ms
+    # gap (the dispatcher then finds two due at once), which a loaded host does; never otherwise.
+    starved = sum(lag_ms >= 20.0 - 1.0 for lag_ms in stats.dispatch_lag_ms)
+    assert stats.cap_hits <= starved, stats
 
     # One slow user (100 ms per request) against arrivals every 20 ms: the cap (1 user) binds.
     got.clear()
