@@ -15,6 +15,8 @@ from helpers.ports import free_port
 from helpers.processes import CAPACITY, capacity, popen, read_until
 from helpers.results import only_folder, read_meta, read_records, read_steps, results_dir
 from helpers.scenarios import write_scenario
+from helpers.waiting import wait_until
+from helpers.web import http_get
 
 pytestmark = pytest.mark.slow
 
@@ -202,26 +204,22 @@ def test_web_mode_each_ui_test_gets_its_own_analysed_folder(tmp_path):
         raise AssertionError(f"no {prefix!r} (#{nth}) in:\n{''.join(lines)[-3000:]}")
 
     def swarm() -> None:
-        for _ in range(50):  # the UI needs a moment after the results line
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/swarm", data=body, timeout=5) as r:
-                    assert json.loads(r.read())["success"]
-                return
-            except OSError:
-                time.sleep(0.2)
+        def start() -> bool:  # the UI needs a moment after the results line (a loaded host: seconds)
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/swarm", data=body, timeout=5) as r:
+                return bool(json.loads(r.read())["success"])
+
+        wait_until(start, 120, "the web UI to start a test")
 
     try:
         sim_url = wait_for("[capacity] embedded simulator at ").rsplit(" ", 1)[1]
         wait_for("[capacity] results → ")
         # the UI's address is printed, and its start form hides the user count: the scenario drives the load
         assert f"http://127.0.0.1:{port}" in wait_for("[capacity] web UI at ")
-        for _ in range(50):
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=5) as r:
-                    page = r.read().decode()
-                break
-            except OSError:
-                time.sleep(0.2)
+        def ui_page() -> str | None:
+            status, content, _ = http_get(f"http://127.0.0.1:{port}/")
+            return content.decode() if status == 200 else None
+
+        page = wait_until(ui_page, 120, "the web UI's page")
         assert '"hide_common_options": true' in page, page[:2000]
         body = urllib.parse.urlencode({"user_count": 1, "spawn_rate": 1, "host": sim_url}).encode()
         swarm()
