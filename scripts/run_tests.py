@@ -1,18 +1,24 @@
 """The test suite in two phases, one result: what `make test` and `make test-fast` run.
 
-1. parallel: every test not marked `alone`, on N pytest-xdist workers (most of the suite waits on
-   the processes it starts: real Locust runs, simulators, servers), whole modules first, longest
-   first (tests/durations.json);
-2. alone: the tests marked `alone` (they read CPU time, scheduling lag or a calibration that other
-   tests' load would disturb), one at a time, with nothing else of the suite running.
+1. parallel, two pytest runs side by side:
+   - the tests marked neither `alone` nor `measured`, on N-1 pytest-xdist workers. Most of the
+     suite waits on the processes it starts (real Locust runs, simulators, servers), so workers
+     overlap those waits. A worker takes a whole module at a time, the longest first
+     (tests/helpers/schedule.py, tests/durations.json);
+   - the tests marked `measured` (each sweeps a real simulator and asserts what it measured: a knee,
+     an SLO verdict), one after another in one more process: never two of them at once, which on
+     a 2-core machine starve each other's simulator and generator;
+2. alone: the tests marked `alone` (they assert on this machine's spare CPU: CPU shares,
+   event-loop lag, a generator judged healthy), one at a time, with nothing else of the suite
+   running.
 
-Then one summary over both: the counts, every failure, the 25 slowest tests (setup + call +
-teardown). The exit status is non-zero when either phase failed. tests/README.md says how to mark
-a test `alone`.
+Then one summary over all three runs: the counts, every failure, the 25 slowest tests (setup +
+call + teardown). The exit status is non-zero when any run failed. tests/README.md says which
+marker a test needs.
 
     python scripts/run_tests.py                      # everything (make test)
     python scripts/run_tests.py --fast               # without slow/browser/prometheus (make test-fast)
-    python scripts/run_tests.py -n 2 -- -x tests/test_users.py   # workers; the rest goes to pytest
+    python scripts/run_tests.py -n 3 -- -x tests/test_users.py   # workers; the rest goes to pytest
     python scripts/run_tests.py --store-durations    # rewrite tests/durations.json from this run
 """
 
@@ -33,16 +39,16 @@ ROOT = Path(__file__).resolve().parents[1]
 DURATIONS = ROOT / "tests" / "durations.json"
 FAST = "not slow and not browser and not prometheus"
 SLOWEST = 25
-# pytest's "no tests were collected": a phase with nothing to run (no `alone` test under -k ...).
+# pytest's "no tests were collected": a run with nothing to do (no `alone` test under -k ...).
 NO_TESTS = 5
 
 
 def default_workers() -> int:
-    """Twice the cores, 2 to 8: the parallel phase mostly waits on processes it started, and each of
-    those gets CPU when a worker's test is sleeping through a step. TEST_WORKERS overrides."""
+    """Twice the cores, 3 to 8 (one of them the measured lane): most tests sleep through their steps
+    while the processes they started work. TEST_WORKERS overrides."""
     if os.environ.get("TEST_WORKERS"):
-        return max(1, int(os.environ["TEST_WORKERS"]))
-    return max(2, min(8, 2 * (os.cpu_count() or 1)))
+        return max(2, int(os.environ["TEST_WORKERS"]))
+    return max(3, min(8, 2 * (os.cpu_count() or 1)))
 
 
 @dataclass
@@ -71,16 +77,48 @@ class Outcome:
                 self.counts["passed"] += 1
 
 
-def phase(name: str, argv: list[str], junit: Path) -> tuple[int, float]:
-    print(f"\n==== {name}: {' '.join(argv[3:])}", flush=True)
-    started = time.monotonic()
-    rc = subprocess.run([*argv, f"--junitxml={junit}", "-o", "junit_family=xunit1"], cwd=ROOT).returncode
-    return rc, time.monotonic() - started
+@dataclass
+class Run:
+    """One pytest process: its own JUnit XML; its output on this terminal, or in a file shown when
+    it ends (a run beside another one)."""
+
+    name: str
+    argv: list[str]
+    junit: Path
+    log: Path | None = None
+    started: float = 0.0
+    took: float = 0.0
+    rc: int | None = None
+    proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        print(f"\n==== {self.name}: pytest {' '.join(self.argv[3:])}"
+              + (" (its output when it ends)" if self.log else ""), flush=True)
+        out = self.log.open("wb") if self.log else None
+        self.started = time.monotonic()
+        self.proc = subprocess.Popen([*self.argv, f"--junitxml={self.junit}", "-o", "junit_family=xunit1"],
+                                     cwd=ROOT, stdout=out, stderr=subprocess.STDOUT if out else None)
+        if out:
+            out.close()
+
+    def wait(self) -> int:
+        assert self.proc is not None
+        self.rc = self.proc.wait()
+        self.took = time.monotonic() - self.started
+        if self.log:
+            print(f"\n==== {self.name}: output", flush=True)
+            sys.stdout.write(self.log.read_text(errors="replace"))
+            sys.stdout.flush()
+        return self.rc
+
+    @property
+    def ok(self) -> bool:
+        return self.rc in (0, NO_TESTS)
 
 
 def store_durations(times: list[tuple[float, str]]) -> None:
     """Seconds per test module (what the parallel phase orders by): rounded, so a rerun rarely
-    changes the file."""
+    changes much of the file."""
     per_module: dict[str, float] = {}
     for seconds, nodeid in times:
         module = nodeid.split("::", 1)[0]
@@ -94,29 +132,39 @@ def main() -> int:
     parser.add_argument("--fast", action="store_true", help=f"only the tests marked neither slow, browser nor "
                                                             f"prometheus ({FAST!r})")
     parser.add_argument("-n", "--workers", type=int, default=default_workers(),
-                        help="xdist workers for the parallel phase (default: %(default)s; TEST_WORKERS)")
+                        help="processes in the parallel phase: N-1 xdist workers and the measured lane "
+                             "(default: %(default)s; TEST_WORKERS)")
     parser.add_argument("--store-durations", action="store_true", help="rewrite tests/durations.json")
     parser.add_argument("pytest_args", nargs="*", help="more pytest arguments (after --): paths, -x, -k ...")
     args = parser.parse_args()
 
-    selected = f"({FAST})" if args.fast else ""
-    both = [sys.executable, "-m", "pytest", "-q", "-ra", *args.pytest_args]
+    pytest = [sys.executable, "-m", "pytest", "-q", "-ra", *args.pytest_args]
     workdir = Path(tempfile.mkdtemp(prefix="capacity-tests-"))
-    junits = {"parallel": workdir / "parallel.xml", "alone": workdir / "alone.xml"}
 
-    def marks(extra: str) -> list[str]:
-        return ["-m", f"{selected} and {extra}" if selected else extra]
+    def marks(which: str) -> list[str]:
+        return ["-m", f"({FAST}) and {which}" if args.fast else which]
+
+    xdist = max(1, args.workers - 1)
+    parallel = Run(f"parallel ({xdist} workers)",
+                   [*pytest, "-n", str(xdist), "--dist", "loadfile", "--no-loadscope-reorder",
+                    *marks("not alone and not measured")], workdir / "parallel.xml")
+    measured = Run("measured (one at a time, beside the parallel run)", [*pytest, *marks("measured and not alone")],
+                   workdir / "measured.xml", log=workdir / "measured.log")
+    alone = Run("alone (one at a time, nothing beside)", [*pytest, *marks("alone")], workdir / "alone.xml")
 
     started = time.monotonic()
-    rc_par, took_par = phase(f"parallel ({args.workers} workers)",
-                             [*both, "-n", str(args.workers), "--dist", "loadfile", *marks("not alone")],
-                             junits["parallel"])
-    rc_alone, took_alone = phase("alone (one at a time)", [*both, *marks("alone")], junits["alone"])
+    measured.start()
+    parallel.start()
+    parallel.wait()
+    measured.wait()
+    alone.start()
+    alone.wait()
     took = time.monotonic() - started
 
+    runs = (parallel, measured, alone)
     outcome = Outcome()
-    for junit in junits.values():
-        outcome.read(junit)
+    for run in runs:
+        outcome.read(run.junit)
     print(f"\n==== {SLOWEST} slowest tests (setup + call + teardown)")
     for seconds, nodeid in sorted(outcome.times, reverse=True)[:SLOWEST]:
         print(f"{seconds:8.2f}s  {nodeid}")
@@ -124,10 +172,10 @@ def main() -> int:
         store_durations(outcome.times)
     for line in outcome.failures:
         print(line)
-    ok = rc_par in (0, NO_TESTS) and rc_alone in (0, NO_TESTS) and not (rc_par == rc_alone == NO_TESTS)
+    ok = all(run.ok for run in runs) and any(run.rc == 0 for run in runs)
     counts = ", ".join(f"{n} {k}" for k, n in outcome.counts.items() if n)
-    print(f"\n==== {'PASSED' if ok else 'FAILED'}: {counts or 'no tests'} in {took:.0f} s "
-          f"(parallel {took_par:.0f} s, alone {took_alone:.0f} s; pytest exit {rc_par} and {rc_alone})")
+    phases = "; ".join(f"{run.name.split(' (')[0]} {run.took:.0f} s (exit {run.rc})" for run in runs)
+    print(f"\n==== {'PASSED' if ok else 'FAILED'}: {counts or 'no tests'} in {took:.0f} s ({phases})")
     return 0 if ok else 1
 
 

@@ -2,6 +2,8 @@ import signal
 import sys
 from pathlib import Path
 
+import pytest
+from helpers import schedule
 from helpers.xdist_threads import keep_worker_on_os_threads
 
 # Locust monkey-patches the stdlib on import; importing requests/urllib3 before it crashes (gevent
@@ -32,8 +34,6 @@ pytest_plugins = [
 ]
 
 
-def pytest_collection_modifyitems(items: list) -> None:
-    # scripts/run_tests.py's workers take whole modules in this order (helpers/schedule.py)
-    from helpers.schedule import longest_modules_first
-
-    longest_modules_first(items)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # whole modules, the longest first: scripts/run_tests.py's workers take them in this order
+    schedule.longest_modules_first(items)

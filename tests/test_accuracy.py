@@ -31,6 +31,7 @@ def sim_config():
                 force_max_tokens=True)
 
 
+@pytest.mark.alone
 @pytest.mark.slow  # a real locust process
 def test_ttft_itl_tokens_match_server_truth_under_locust(start_simulator, tmp_path):
     truth_path = tmp_path / "truth.jsonl"

@@ -23,7 +23,7 @@ from helpers.scenarios import write_scenario
 from capacity_plugins.contracts.planning import VerdictConfig
 from capacity_plugins.simulator.truth import read_truth
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.measured]
 
 S, BASE_MS, PER_SEQ_MS, RATE, N = 4, 10.0, 2.0, 10000.0, 20  # slots, decode step, prefill tokens/s, output
 LEVELS = [1, S, 4 * S]

@@ -259,6 +259,7 @@ def run_probe(tmp_path: Path, name: str, simulator: dict, load: dict) -> tuple[P
     return folder, json.loads((folder / "summary.json").read_text()), r.stdout
 
 
+@pytest.mark.measured
 @pytest.mark.slow
 def test_shared_prefixes_cut_ttft_by_the_cached_prefill_time(tmp_path):
     folder, summary, out = run_probe(tmp_path, "probe", PROBE_SIM, {"prefix_tokens": PREFIX})
@@ -288,6 +289,7 @@ def test_shared_prefixes_cut_ttft_by_the_cached_prefill_time(tmp_path):
     assert 1 in summary["capacity"]["excluded_steps"]
 
 
+@pytest.mark.measured
 @pytest.mark.slow
 def test_without_a_prefix_cache_repeats_show_no_effect(tmp_path):
     # The same probe on exact repeats, open loop, with the simulator's cache explicitly off: the

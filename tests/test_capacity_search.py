@@ -94,6 +94,7 @@ def test_too_few_requests_per_step_is_refused_before_the_run(tmp_path):
 
 
 
+@pytest.mark.measured
 @pytest.mark.slow
 def test_search_finds_the_simulators_slot_count(tmp_path):
     # 4 slots, fixed 16-token outputs: up to 4 users no request waits (TTFT ≈ one prefill and one

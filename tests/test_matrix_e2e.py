@@ -28,7 +28,7 @@ from helpers.scenarios import write_scenario
 
 from capacity_plugins.simulator.config import SimConfig
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.measured]
 
 N_TOKENS, PRICE, TTFT_LIMIT_MS = 16, 2.0, 100.0
 JITTER = "--service-jitter-cv 0.2"

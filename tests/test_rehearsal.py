@@ -23,6 +23,7 @@ def locust(*args: str, timeout: float = 90) -> subprocess.CompletedProcess[str]:
     return run([*LOCUST, *args], timeout=timeout)
 
 
+@pytest.mark.alone
 def test_plain_locust_with_scenario_and_cpu_starved_step_flagged(tmp_path, start_simulator):
     sim = start_simulator(max_num_seqs=16)
     sc = write_scenario(

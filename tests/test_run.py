@@ -23,6 +23,7 @@ pytestmark = pytest.mark.slow
 SIM = {"url": "embedded", "simulator": {"max_num_seqs": 4}}
 
 
+@pytest.mark.alone
 def test_concurrency_sweep_every_step_and_records_tagged(tmp_path):
     sc = write_scenario(
         tmp_path,
@@ -69,6 +70,7 @@ def test_concurrency_sweep_every_step_and_records_tagged(tmp_path):
     assert " → " in answer  # the decision, in capitals, ends the sentence
 
 
+@pytest.mark.alone
 def test_rate_sweep_processes_2_offered_vs_achieved(tmp_path):
     sc = write_scenario(
         tmp_path,

@@ -22,7 +22,7 @@ from helpers.results import read_steps, results_dir
 from helpers.scenarios import write_scenario
 from helpers.waiting import wait_until
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.alone]
 
 SCENARIO = {
     "target": {"url": "embedded", "simulator": {"max_num_seqs": 8}},

@@ -40,7 +40,7 @@ def test_modules_run_longest_first_each_in_one_piece(tmp_path: Path):
            "tests/test_c.py::y", "tests/test_new.py::x", "tests/test_b.py::y"]
     items = [SimpleNamespace(nodeid=i) for i in ids]
     longest_modules_first(items, durations)
-    # b (30 s), then c (5 s) and the unknown module (the median, 5 s) in collection order, then a
+    # b (30 s), then c (5 s) and the unknown module (the median: 5 s) in collection order, then a
     assert [i.nodeid for i in items] == [
         "tests/test_b.py::x", "tests/test_b.py::y", "tests/test_c.py::x", "tests/test_c.py::y",
         "tests/test_new.py::x", "tests/test_a.py::x", "tests/test_a.py::y"]

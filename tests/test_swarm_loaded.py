@@ -7,7 +7,7 @@ import pytest
 
 from bench.swarm_loaded import run_loaded_swarm
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.alone]
 
 
 def test_master_and_two_workers_hold_on_a_loaded_host(tmp_path):

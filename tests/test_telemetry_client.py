@@ -15,6 +15,7 @@ def _burn(seconds: float) -> None:
         x += 1
 
 
+@pytest.mark.alone
 def test_samples_cpu_and_rss_and_windows():
     sampler = ClientSampler(interval_s=0.2, device="worker-3")
     t0 = time.time()

@@ -50,6 +50,7 @@ def _trustworthy(windows: list[dict]) -> list[dict]:
     return ok
 
 
+@pytest.mark.measured
 @pytest.mark.slow
 def test_at_1x_the_slo_holds_in_every_window(tmp_path):
     folder, s = _replay(tmp_path, speedup=1, start_s=50, duration_s=40, window_s=20)
@@ -68,6 +69,7 @@ def test_at_1x_the_slo_holds_in_every_window(tmp_path):
         assert "the SLO held in every window" in s["verdict"]["reasons"][0]
 
 
+@pytest.mark.measured
 @pytest.mark.slow
 def test_at_3x_the_slo_breaks_in_the_burst_window(tmp_path):
     folder, s = _replay(tmp_path, speedup=3, start_s=30, duration_s=90, window_s=30)

@@ -11,7 +11,7 @@ from helpers.paths import ROOT
 from helpers.processes import capacity
 from helpers.results import llm_stats_rows, read_records, results_dir
 
-pytestmark = pytest.mark.slow  # `capacity run`
+pytestmark = [pytest.mark.slow, pytest.mark.measured]  # `capacity run`
 
 SHIPPED = ROOT / "scenarios" / "workload_classes.yaml"
 
