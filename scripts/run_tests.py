@@ -9,17 +9,21 @@
      an SLO verdict), one after another in one more process: never two of them at once, which on
      a 2-core machine starve each other's simulator and generator;
 2. alone: the tests marked `alone` (they assert on this machine's spare CPU: CPU shares,
-   event-loop lag, a generator judged healthy), one at a time, with nothing else of the suite
-   running.
+   event-loop lag, a generator judged healthy, a throughput its turnaround decides), one at a
+   time, with nothing else of the suite running.
 
-Then one summary over all three runs: the counts, every failure, the 25 slowest tests (setup +
-call + teardown). The exit status is non-zero when any run failed. tests/README.md says which
-marker a test needs.
+--fast (the tests not marked slow, browser or prometheus) has no lane: N workers, then the alone
+and measured tests one at a time.
+
+Then one summary over all the runs: the counts, every failure, the 25 slowest tests (setup + call
++ teardown). The exit status is non-zero when any run failed. tests/README.md says which marker a
+test needs.
 
     python scripts/run_tests.py                      # everything (make test)
     python scripts/run_tests.py --fast               # without slow/browser/prometheus (make test-fast)
     python scripts/run_tests.py -n 3 -- -x tests/test_users.py   # workers; the rest goes to pytest
     python scripts/run_tests.py --store-durations    # rewrite tests/durations.json from this run
+    python scripts/run_tests.py --cov                # and the product's line coverage over all three
 """
 
 from __future__ import annotations
@@ -43,12 +47,15 @@ SLOWEST = 25
 NO_TESTS = 5
 
 
-def default_workers() -> int:
+def default_workers(fast: bool) -> int:
     """Twice the cores, 3 to 8 (one of them the measured lane): most tests sleep through their steps
-    while the processes they started work. TEST_WORKERS overrides."""
+    while the processes they started work. The fast tests mostly compute: one more than the cores
+    (a worker waiting on a subprocess it started leaves its core to another). TEST_WORKERS
+    overrides."""
     if os.environ.get("TEST_WORKERS"):
         return max(2, int(os.environ["TEST_WORKERS"]))
-    return max(3, min(8, 2 * (os.cpu_count() or 1)))
+    cores = os.cpu_count() or 1
+    return max(2, cores + 1) if fast else max(3, min(8, 2 * cores))
 
 
 @dataclass
@@ -86,6 +93,7 @@ class Run:
     argv: list[str]
     junit: Path
     log: Path | None = None
+    env: dict[str, str] | None = None
     started: float = 0.0
     took: float = 0.0
     rc: int | None = None
@@ -97,7 +105,7 @@ class Run:
         out = self.log.open("wb") if self.log else None
         self.started = time.monotonic()
         self.proc = subprocess.Popen([*self.argv, f"--junitxml={self.junit}", "-o", "junit_family=xunit1"],
-                                     cwd=ROOT, stdout=out, stderr=subprocess.STDOUT if out else None)
+                                     cwd=ROOT, env=self.env, stdout=out, stderr=subprocess.STDOUT if out else None)
         if out:
             out.close()
 
@@ -127,41 +135,71 @@ def store_durations(times: list[tuple[float, str]]) -> None:
     print(f"wrote {DURATIONS.relative_to(ROOT)} ({len(per_module)} modules)")
 
 
+def print_coverage(workdir: Path) -> None:
+    env = dict(os.environ, COVERAGE_FILE=str(workdir / ".coverage"))
+    parts = [str(p) for p in workdir.glob(".coverage.*")]
+    subprocess.run([sys.executable, "-m", "coverage", "combine", "-q", *parts], cwd=ROOT, env=env, check=False)
+    report = subprocess.run([sys.executable, "-m", "coverage", "report"], cwd=ROOT, env=env, capture_output=True,
+                            text=True, check=False)
+    total = [line for line in report.stdout.splitlines() if line.startswith("TOTAL")]
+    (workdir / "coverage.txt").write_text(report.stdout + report.stderr)
+    print(f"\n==== coverage of capacity_plugins (every file: {workdir / 'coverage.txt'})")
+    print(total[0] if total else report.stdout[-2000:] + report.stderr[-2000:])
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--fast", action="store_true", help=f"only the tests marked neither slow, browser nor "
                                                             f"prometheus ({FAST!r})")
-    parser.add_argument("-n", "--workers", type=int, default=default_workers(),
-                        help="processes in the parallel phase: N-1 xdist workers and the measured lane "
-                             "(default: %(default)s; TEST_WORKERS)")
+    parser.add_argument("-n", "--workers", type=int, default=None,
+                        help="processes in the parallel phase: N-1 xdist workers and the measured lane (with "
+                             "--fast: N workers, the measured tests run with the alone ones); default: twice the "
+                             "cores, 3 to 8 (--fast: the cores + 1); TEST_WORKERS")
     parser.add_argument("--store-durations", action="store_true", help="rewrite tests/durations.json")
+    parser.add_argument("--cov", action="store_true", help="measure the product's line coverage (pytest-cov, "
+                                                           "[tool.coverage] in pyproject.toml) over the three runs")
     parser.add_argument("pytest_args", nargs="*", help="more pytest arguments (after --): paths, -x, -k ...")
     args = parser.parse_args()
 
+    workers = args.workers or default_workers(args.fast)
     pytest = [sys.executable, "-m", "pytest", "-q", "-ra", *args.pytest_args]
     workdir = Path(tempfile.mkdtemp(prefix="capacity-tests-"))
+    # The suite starts hundreds of Python processes: with bytecode writing off (a CI image's
+    # PYTHONDONTWRITEBYTECODE=1) each would compile the project's modules (and pytest its rewritten
+    # tests) again; the first one writes them to __pycache__ (git-ignored) for the rest.
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
 
     def marks(which: str) -> list[str]:
-        return ["-m", f"({FAST}) and {which}" if args.fast else which]
+        return ["-m", f"({FAST}) and ({which})" if args.fast else which]
 
-    xdist = max(1, args.workers - 1)
+    # --fast: the measured tests are all slow today; any that is not runs with the alone ones
+    # rather than in a lane of its own (one more collection of the suite for nothing).
+    xdist = workers if args.fast else max(1, workers - 1)
     parallel = Run(f"parallel ({xdist} workers)",
                    [*pytest, "-n", str(xdist), "--dist", "loadfile", "--no-loadscope-reorder",
-                    *marks("not alone and not measured")], workdir / "parallel.xml")
+                    *marks("not alone and not measured")], workdir / "parallel.xml", env=env)
     measured = Run("measured (one at a time, beside the parallel run)", [*pytest, *marks("measured and not alone")],
-                   workdir / "measured.xml", log=workdir / "measured.log")
-    alone = Run("alone (one at a time, nothing beside)", [*pytest, *marks("alone")], workdir / "alone.xml")
+                   workdir / "measured.xml", log=workdir / "measured.log", env=env)
+    alone = Run("alone (one at a time, nothing beside)",
+                [*pytest, *marks("alone or measured" if args.fast else "alone")], workdir / "alone.xml", env=env)
+
+    runs = (parallel, alone) if args.fast else (parallel, measured, alone)
+    if args.cov:  # each run its own data file (two write at once), combined once all have ended
+        for run in runs:
+            run.argv += ["--cov", "--cov-report="]
+            run.env = dict(env, COVERAGE_FILE=str(workdir / f".coverage.{run.junit.stem}"))
 
     started = time.monotonic()
-    measured.start()
+    if not args.fast:
+        measured.start()
     parallel.start()
     parallel.wait()
-    measured.wait()
+    if not args.fast:
+        measured.wait()
     alone.start()
     alone.wait()
     took = time.monotonic() - started
 
-    runs = (parallel, measured, alone)
     outcome = Outcome()
     for run in runs:
         outcome.read(run.junit)
@@ -170,6 +208,8 @@ def main() -> int:
         print(f"{seconds:8.2f}s  {nodeid}")
     if args.store_durations:
         store_durations(outcome.times)
+    if args.cov:
+        print_coverage(workdir)
     for line in outcome.failures:
         print(line)
     ok = all(run.ok for run in runs) and any(run.rc == 0 for run in runs)

@@ -129,7 +129,7 @@ def _scenario(tmp_path: Path) -> Path:
 @pytest.mark.timeout(900)
 def test_worker_venv_has_the_load_side_only(worker_venv):
     probe = ("import importlib.util, sys\n"
-             "import capacity_plugins.rehearsal_locustfile\n"
+             "import capacity_plugins.locustfile\n"
              f"print(sorted(m for m in {ANALYSIS!r} if m in sys.modules or importlib.util.find_spec(m)))")
     out = subprocess.run([str(worker_venv / "bin/python"), "-c", probe], capture_output=True, text=True,
                          timeout=120, cwd="/")
