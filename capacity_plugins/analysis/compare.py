@@ -57,9 +57,10 @@ def load_summary(path: Path, progress=None) -> dict[str, Any]:
 
         if path.is_dir() and is_repeat_set(path):
             folders = read_repeats(path)
-            return summarise_set(path, [x.name for x in folders], [summarise(load_run(x, None, progress)) for x in folders])
+            return summarise_set(path, [x.name for x in folders],
+                                 [summarise(load_run(x, None, progress)) for x in folders]).to_json()
         if path.is_dir() and (path / "requests.jsonl").exists():
-            return summarise(load_run(path, None, progress))
+            return summarise(load_run(path, None, progress)).to_json()
         raise UserError(f"{path}: no summary.json and no requests.jsonl (not a results folder)")
     try:
         doc = json.loads(f.read_text(encoding="utf-8"))

@@ -23,6 +23,7 @@ from typing import Any
 from capacity_plugins.analysis.gate import gate
 from capacity_plugins.analysis.outcome import exit_code
 from capacity_plugins.contracts.planning import VerdictConfig
+from capacity_plugins.contracts.summary import AnySummary
 from capacity_plugins.errors import CommandParser, UserError
 
 VERDICT_HELP = {
@@ -131,8 +132,8 @@ def main(argv: list[str] | None = None) -> int:
     for f in failed:
         print(f"capacity analyze: {f}", file=sys.stderr)
     code = exit_code(summary, failed)
-    if not summary["outcome"]["decision_complete"]:
-        print("capacity analyze: the decision could not be completed: " + "; ".join(summary["outcome"]["reasons"]),
+    if not summary.outcome.decision_complete:
+        print("capacity analyze: the decision could not be completed: " + "; ".join(summary.outcome.reasons),
               file=sys.stderr)
     return code
 
@@ -150,13 +151,14 @@ def check_out_dir(out: Path) -> None:
         raise UserError(f"--out {out}: cannot write there ({e.strerror or e})") from None
 
 
-def _print_summary(args: argparse.Namespace, summary: dict[str, Any], is_set: bool) -> None:
+def _print_summary(args: argparse.Namespace, typed: AnySummary, is_set: bool) -> None:
     from capacity_plugins.analysis.answer import answer_lines
     from capacity_plugins.analysis.load import dumps_json
 
     if args.format in ("text", "answer"):
         # The plain answer first, everywhere (analysis/answer.py), then its reasons in words.
-        print("\n".join(answer_lines(summary)))
+        print("\n".join(answer_lines(typed)))
+    summary: dict[str, Any] = typed.to_json()  # the views below read the document as written
     if args.format == "json":
         print(dumps_json(summary))
     elif args.format == "answer":

@@ -37,7 +37,7 @@ def build(matrix: Matrix, slo: dict[str, Any], outcomes: list[Outcome], root: Pa
         }
         if o.summary is not None:
             row.update(row_from_summary(o.summary))
-            row["warnings"] = list(o.summary.get("warnings") or [])
+            row["warnings"] = list(o.summary.warnings)
         rows.append(row)
     best = rank(rows)
     failed = [r["name"] for r in rows if r["status"] != "ok"]

@@ -61,9 +61,10 @@ def _level_cells(e: dict[str, Any]) -> list[str]:
 
 def set_markdown(s: dict[str, Any]) -> str:
     from capacity_plugins.analysis.answer import plain_answer
+    from capacity_plugins.contracts.summary import summary_from_json
 
     out = [f"# Capacity analysis of a repeat set{': ' + s['name'] if s.get('name') else ''}", "",
-           f"**{plain_answer(s)}**", ""]
+           f"**{plain_answer(summary_from_json(s, 'summary'))}**", ""]
     out += [f"- {line}" for line in set_headline(s)]
     out += ["", "## Repeats", "", "| repeat | capacity rps | interval | knee | verdict | nodes | complete |",
             "|---|---|---|---|---|---|---|"]
@@ -102,6 +103,7 @@ def throughput_plot(s: dict[str, Any]) -> bytes:
 def set_page(s: dict[str, Any], png: bytes) -> str:
     """The set's report.html: the spread, each repeat linked to its own report, the plot embedded."""
     from capacity_plugins.analysis.answer import plain_answer
+    from capacity_plugins.contracts.summary import summary_from_json
 
     e = html.escape
     rows = "".join("<tr>" + "".join(f"<td>{e(c)}</td>" for c in _level_cells(lv)) + "</tr>" for lv in s["levels"])
@@ -115,7 +117,7 @@ def set_page(s: dict[str, Any], png: bytes) -> str:
 table{{border-collapse:collapse;font-size:13px;margin:1em 0}} td,th{{border:1px solid #ccc;padding:3px 6px;text-align:right}}
 td.l,th.l{{text-align:left}} img{{max-width:100%}}</style></head><body>
 <h1 style="font-size:1.1em;color:#555">Repeat set{': ' + e(s.get('name') or '') if s.get('name') else ''}</h1>
-<p class="answer" id="answer" style="font-size:1.4em;font-weight:600">{e(plain_answer(s))}</p>
+<p class="answer" id="answer" style="font-size:1.4em;font-weight:600">{e(plain_answer(summary_from_json(s, "summary")))}</p>
 <h2 id="verdict" data-decision="{e(s['verdict']['decision'])}">{e(head[0])}</h2>
 <ul>{''.join(f'<li>{e(h)}</li>' for h in head[1:])}</ul>
 <h2>Repeats</h2><table><tr><th class=l>repeat</th><th>capacity rps</th><th>interval</th><th>knee</th><th>verdict</th>

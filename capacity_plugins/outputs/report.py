@@ -268,6 +268,7 @@ def _load_tables(summary: dict[str, Any]) -> str:
 
 def html_page(summary: dict[str, Any], figs: dict[str, bytes | None]) -> str:
     from capacity_plugins.analysis.answer import plain_answer
+    from capacity_plugins.contracts.summary import summary_from_json
 
     e = html.escape
     v = summary["verdict"]
@@ -317,7 +318,7 @@ figure{{margin:0}} img{{max-width:100%;height:auto}} .scroll{{overflow-x:auto}}
 details{{margin:.6em 0}} summary{{cursor:pointer;font-weight:600}}
 </style></head><body>
 <h1 class="title">Capacity report{': ' + e(name) if name else ''}</h1>
-<p class="answer" id="answer">{e(plain_answer(summary))}</p>
+<p class="answer" id="answer">{e(plain_answer(summary_from_json(summary, "summary")))}</p>
 {banner}
 <div class="verdict" id="verdict" data-decision="{e(v['decision'])}"><h2>{e(DECISION_TEXT[v['decision']])}</h2>
 <ul id="reasons">{li(f'<li>{e(r)}</li>' for r in decision_lines(summary))}</ul></div>

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from capacity_plugins.analysis.verdict import LIMIT_NAMES
+from capacity_plugins.contracts.summary import summary_from_json
 from capacity_plugins.outputs import cache_probe_text
 from capacity_plugins.outputs.numbers import JUDGED_MARK, fmt, fmt_iv, fmt_level, fmt_num
 
@@ -396,7 +397,7 @@ def decision_lines(summary: dict[str, Any]) -> list[str]:
     from capacity_plugins.analysis.answer import reasons_in_words
 
     v = summary["verdict"]
-    out = [r.removeprefix("- ") for r in reasons_in_words(summary)]
+    out = [r.removeprefix("- ") for r in reasons_in_words(summary_from_json(summary, "summary"))]
     if v.get("bottleneck"):
         out.append(f"Bottleneck: {v['bottleneck']}" + (" — " + "; ".join(v["bottleneck_hints"])
                                                        if v.get("bottleneck_hints") else ""))
@@ -424,7 +425,7 @@ def markdown(summary: dict[str, Any]) -> str:
 
     v = summary["verdict"]
     out = [f"# Capacity analysis{': ' + summary['name'] if summary.get('name') else ''}", "",
-           f"**{plain_answer(summary)}**", ""]
+           f"**{plain_answer(summary_from_json(summary, 'summary'))}**", ""]
     out += [f"- {line}" for line in alert_lines(summary)]
     out += ["", f"## Decision: {DECISION_TEXT[v['decision']]}", ""] + [f"- {line}" for line in decision_lines(summary)]
     if settings_lines(summary):
