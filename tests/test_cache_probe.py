@@ -216,12 +216,13 @@ def test_where_ttft_goes_draws_a_bar_per_arm():
     # Both arms of a level are steps at the same level: each keeps its own bar, labelled with its arm.
     import matplotlib.pyplot as plt
 
+    from capacity_plugins.contracts.summary import StepSummary, Summary
     from capacity_plugins.outputs.report_ttft import plot_ttft_breakdown
 
-    rows = [{"level": lv, "arm": arm, "client_ttft_mean_ms": t, "server_queue_mean_ms": 1.0,
-             "server_prefill_mean_ms": t - 5, "server_ttft_mean_ms": t - 2, "client_remainder_ms": 2.0}
+    rows = [StepSummary(level=lv, arm=arm, client_ttft_mean_ms=t, server_queue_mean_ms=1.0, server_prefill_mean_ms=t - 5,
+                        server_ttft_mean_ms=t - 2, client_remainder_ms=2.0)
             for lv in (1, 4) for arm, t in (("distinct", 160.0), ("shared_prefix", 20.0))]
-    fig = plot_ttft_breakdown({"steps": rows})
+    fig = plot_ttft_breakdown(Summary(steps=rows))
     try:
         ticks = [t.get_text() for t in fig.axes[0].get_xticklabels()]
         assert ticks == ["1\ndistinct", "1\nshared_prefix", "4\ndistinct", "4\nshared_prefix"]

@@ -167,3 +167,17 @@ def test_the_schema_doc_is_what_the_models_generate():
     assert doc.read_text(encoding="utf-8") == schema_doc.generate(), (
         "docs/results-schema.md is out of date: run python -m capacity_plugins.contracts.schema_doc")
     assert schema_doc.main(["--check"]) == 0
+
+
+def test_the_report_columns_name_fields_of_the_models():
+    # the load table, the plots and the trace table pick their columns by field name: a typo there
+    # would be an attribute error only when that column is drawn, so every one is checked here
+    from capacity_plugins.contracts.planning import SLOConfig
+    from capacity_plugins.contracts.summary import TraceWindow
+    from capacity_plugins.outputs import report, report_text
+
+    row = set(StepSummary.model_fields)
+    cols = [(k, ci) for k, _, _, ci in report_text.TABLE_COLS] + [(k, ci) for k, _, ci in report_text.SHORT_COLS]
+    assert {k for k, _ in cols} | {ci for _, ci in cols if ci} | set(report_text.TTFT_COLS) <= row
+    assert {k for k, _, _ in report.LATENCY_LINES} <= row & set(SLOConfig.model_fields)
+    assert {k for _, k in report_text.TRACE_COLS} - {"window", "span", "slo"} <= set(TraceWindow.model_fields)

@@ -32,18 +32,13 @@ from capacity_plugins.contracts.meta import Meta
 from capacity_plugins.contracts.summary import CacheProbe, ProbeArm, ProbeDelta, ProbeLevel, StepSummary
 
 DISTINCT = "distinct"
-# (words, higher is better, the compared figure with its interval) of a step row or an arm
+# The figures the arms are compared on, by the key of `deltas`: (words, higher is better, the figure
+# with its interval, of a step row or an arm)
 COMPARED_FIGURES: dict[str, tuple[str, bool, Callable[[StepSummary | ProbeArm], tuple[float | None, Interval | None]]]] = {
     "ttft_p50_ms": ("TTFT P50", False, lambda r: (r.ttft_p50_ms, r.ttft_p50_ci_ms)),
     "ttft_p95_ms": ("TTFT P95", False, lambda r: (r.ttft_p95_ms, r.ttft_p95_ci_ms)),
     "rps": ("throughput", True, lambda r: (r.rps, r.rps_ci)),
 }
-# metric key of a step row, its interval key, words, higher is better (the report's table)
-COMPARED: tuple[tuple[str, str | None, str, bool], ...] = (
-    ("ttft_p50_ms", "ttft_p50_ci_ms", "TTFT P50", False),
-    ("ttft_p95_ms", "ttft_p95_ci_ms", "TTFT P95", False),
-    ("rps", "rps_ci", "throughput", True),
-)
 # A distinct arm whose own prompts hit the cache this often is flattered too (its corpus repeats).
 DISTINCT_HIT_WARN = 0.1
 ARM_WORDS = {"shared_prefix": "with shared prefixes", "repeat": "with repeated prompts"}

@@ -23,7 +23,6 @@ from capacity_plugins.analysis.records import (
     read_requests,
 )
 from capacity_plugins.analysis.settings import Settings, read_settings
-from capacity_plugins.contracts.document import dumps_json
 from capacity_plugins.contracts.folders import COLUMNAR_FILE, RECORDS_FILE
 from capacity_plugins.contracts.meta import META_FILE, Meta
 from capacity_plugins.contracts.planning import CapacityConfig, SLOConfig, VerdictConfig
@@ -164,4 +163,4 @@ def load_run(path: Path, overrides: dict | None = None, progress=None) -> RunDat
     )
 
 
-__all__ = ["RunData", "Step", "dumps_json", "load_run", "read_steps"]
+__all__ = ["RunData", "Step", "load_run", "read_steps"]

@@ -143,6 +143,29 @@ class Search(Section):
     """In the order measured."""
 
 
+class CacheArm(Section):
+    """A prefix-cache probe's cache arm (corpus/cache_arms.py): how it was built and, estimated from
+    the corpus, what it shares."""
+
+    SOMETIMES = frozenset({"arm", "prefix_tokens", "pool_size", "seed", "tag", "shared_tokens_mean",
+                           "prompt_tokens_mean", "full_prefix_share", "pool"})
+    arm: str | None = None
+    """`shared_prefix` or `repeat`."""
+    prefix_tokens: int | None = None
+    pool_size: int | None = None
+    seed: int | None = None
+    tag: str | None = None
+    """The line its prompts begin with."""
+    shared_tokens_mean: float | None = None
+    """shared_prefix: estimated tokens each prompt shares with the others."""
+    prompt_tokens_mean: float | None = None
+    """shared_prefix: estimated prompt tokens."""
+    full_prefix_share: float | None = None
+    """shared_prefix: share of prompts that carry the whole prefix."""
+    pool: int | None = None
+    """repeat: the prompts sent in turn."""
+
+
 class Meta(Section):
     """meta.json (module doc). Every key is written only when set, except `schema_version`."""
 
@@ -192,10 +215,8 @@ class Meta(Section):
     `sha256` (of its corpus) and `request` (the class's request overrides)."""
     search: Search | None = None
     """A capacity search's bracket and path (docs/scenario.md)."""
-    cache_probe: dict[str, Any] | None = None
-    """A prefix-cache probe's cache arm: `arm`, `prefix_tokens`, `pool_size`, `seed`, `tag` (the line
-    its prompts begin with) and, estimated from the corpus, `shared_tokens_mean`, `prompt_tokens_mean`,
-    `full_prefix_share` (shared_prefix) or `pool` (repeat)."""
+    cache_probe: CacheArm | None = None
+    """A prefix-cache probe's cache arm."""
     telemetry: Telemetry | None = None
     """`provenance` (per target: kind, GPU models and count, served models, server settings such as
     vLLM's `cache_config_info`; NVML host, driver and GPUs, or why NVML was unavailable) and `gaps`."""

@@ -28,7 +28,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import AliasChoices, Field
 
 from capacity_plugins.contracts.document import Interval, Number, Section, read_json
-from capacity_plugins.contracts.meta import LostWorker, Meta, Records, Search
+from capacity_plugins.contracts.meta import CacheArm, LostWorker, Meta, Records, Search
 from capacity_plugins.contracts.planning import SLOConfig, VerdictConfig
 from capacity_plugins.errors import UserError
 
@@ -727,7 +727,7 @@ class CacheProbe(Section):
     """The cache arm: `shared_prefix` or `repeat`."""
     counted_arm: str = "distinct"
     """The arm capacity, knee and plan use."""
-    spec: dict[str, Any] | None = None
+    spec: CacheArm | None = None
     """meta.json's `cache_probe`: how the cache arm was built and what it shares."""
     server_prefix_caching: bool | None = None
     """What a scraped server's `vllm:cache_config_info` says."""
@@ -810,6 +810,13 @@ class SummaryMeta(Meta):
     """Request records read (measured or not)."""
     results_dir: str | None = None
     """The results folder analysed."""
+
+    def cache_hit_rate(self) -> float | None:
+        """A cache hit rate an older or hand-made summary carried in its meta (`prefix_cache_hit_rate`,
+        `cache_hit_rate`); no analysis writes one, so `capacity compare`'s row is unknown otherwise."""
+        extra = self.model_extra or {}
+        v = extra.get("prefix_cache_hit_rate") or extra.get("cache_hit_rate")
+        return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
 
 
 SummaryMeta.SOMETIMES = frozenset(SummaryMeta.model_fields)

@@ -181,7 +181,7 @@ SLO load (the highest level that passed); ranked by {html.escape(best['basis'])}
 
 
 def write(doc: dict[str, Any], root: Path) -> None:
-    from capacity_plugins.analysis.load import dumps_json  # inf → null: strict JSON
+    from capacity_plugins.contracts.document import dumps_json  # inf → null: strict JSON
 
     root.mkdir(parents=True, exist_ok=True)
     (root / "matrix.json").write_text(dumps_json(doc), encoding="utf-8")

@@ -58,7 +58,7 @@ def _analyze_run(results_dir: Path, overrides: dict | None, progress: Callable[[
     names = None if formats is None else list(formats)
     if names != ["json"]:
         say("writing report.html, summary.md and plots")
-    writers.write(Analysed(summary.to_json(), run), dest, names)
+    writers.write(Analysed(summary, run), dest, names)
     say(f"analysis done in {time.perf_counter() - t0:.1f} s")
     return summary
 
@@ -82,11 +82,11 @@ def analyze_set(set_dir: Path, *, overrides: dict | None = None, progress: Calla
         where = dest / folder.name
         where.mkdir(parents=True, exist_ok=True)
         if names == ["json"]:  # summary.json only (--no-report): the records need not be read again
-            writers.write(Analysed(s.to_json()), where, names)
+            writers.write(Analysed(s), where, names)
             continue
         say(f"writing {folder.name}/report.html")
         # the plots read the records again: one repeat's data in memory at a time
-        writers.write(Analysed(s.to_json(), load_run(folder, overrides)), where, names)
+        writers.write(Analysed(s, load_run(folder, overrides)), where, names)
     dest.mkdir(parents=True, exist_ok=True)
-    writers.write(Analysed(summary.to_json()), dest, names, of="set")
+    writers.write(Analysed(summary), dest, names, of="set")
     return summary
