@@ -96,8 +96,8 @@ class TelemetryProvenance(Section):
     """Per scraped URL: kind, GPU models and count, served models, server settings (`TelemetryTarget`)."""
     nvml: dict[str, Any] | None = None
     """NVML host, driver and GPUs, or why NVML was unavailable."""
-    gpu_models: list[str] = Field(default_factory=list)
-    served_models: list[str] = Field(default_factory=list)
+    gpu_models: list[Any] = Field(default_factory=list)
+    served_models: list[Any] = Field(default_factory=list)
 
     def target_list(self) -> list[TelemetryTarget]:
         """The targets that describe themselves (an entry that is not an object is skipped)."""
