@@ -39,6 +39,7 @@ from capacity_plugins.client.events import CapacityEvents
 from capacity_plugins.client.options import add_arguments, overridden, redact_headers, redacted_options
 from capacity_plugins.client.tokens import TokenCountAudit
 from capacity_plugins.contracts.dialects import url_path_problem
+from capacity_plugins.contracts.meta import Meta, Records, Workers
 from capacity_plugins.contracts.options import LLMOptions
 from capacity_plugins.contracts.redaction import strip_userinfo
 from capacity_plugins.errors import UserError
@@ -394,7 +395,7 @@ class _Run:
         if self.end_unix is None:
             self.end_unix = time.time()
         meta = self.write_outputs()
-        if meta.get("workers_lost") and self.env.process_exit_code is None:
+        if meta.workers_lost and self.env.process_exit_code is None:
             self.env.process_exit_code = 1  # a worker was lost: the run is incomplete (docs/exit-codes.md)
 
     def on_report_to_master(self, data: dict[str, Any] | None = None, **_: Any) -> None:
@@ -408,85 +409,86 @@ class _Run:
             except ValueError as e:
                 log.error("capacity: %s", e)
 
-    def write_outputs(self) -> dict[str, Any]:
+    def write_outputs(self) -> Meta:
         self.results.write_llm_stats()
         meta = self.meta()
         self.results.write_meta(meta)
         return meta
 
-    def meta(self) -> dict[str, Any]:
+    def meta(self) -> Meta:
         options, source = self.client.options, self.source
         corpus = source.corpus
         handshake = self.handshake
         seen = sorted(handshake.workers_seen) if handshake is not None else []
         records = self.client.records
-        meta: dict[str, Any] = {
-            "tool": "capacity-plugins",
-            "versions": meta_mod.versions(),
-            "options": redacted_options(self.env.parsed_options, options),
-            "extra_headers": redact_headers(options.headers),
-            "dialect": options.dialect,
-            "model": options.model,
-            "target": self.env.host,
+        meta = Meta(
+            tool="capacity-plugins",
+            versions=meta_mod.versions(),
+            options=redacted_options(self.env.parsed_options, options),
+            extra_headers=redact_headers(options.headers),
+            dialect=options.dialect,
+            model=options.model,
+            target=self.env.host,
             # the embedded simulator: every server and GPU reading of this run is simulated
-            "simulated": bool(self.scenario is not None and self.scenario.target.embedded),
-            "server": self.server,
-            "corpus": {
+            simulated=bool(self.scenario is not None and self.scenario.target.embedded),
+            server=self.server,
+            corpus={
                 "source": options.corpus,
                 "sha256": corpus.sha256 if corpus is not None else None,
                 "samples": len(corpus.samples) if corpus is not None else 0,
             },
-            "seed": options.seed,
-            "sampling": options.sampling,
-            "start_unix": self.start_unix,
-            "end_unix": self.end_unix,
-            "role": self.role,
-            "workers": {"count": source.worker_count, "indices": seen or [0]},
-            "records": records.accounting() if records is not None else None,
-            "refusals": handshake.refusals if handshake is not None else [],
-            "token_counting": self.token_audit.summary(),
-        }
+            seed=options.seed,
+            sampling=options.sampling,
+            start_unix=self.start_unix,
+            end_unix=self.end_unix,
+            role=self.role,
+            workers=Workers(count=source.worker_count, indices=seen or [0]),
+            records=Records.model_validate(records.accounting()) if records is not None else None,
+            refusals=handshake.refusals if handshake is not None else [],
+            token_counting=self.token_audit.summary(),
+        )
         if source.workload_specs:
-            meta["workloads"] = workloads_mod.provenance(source.workload_specs, options)
+            meta.workloads = workloads_mod.provenance(source.workload_specs, options)
         self.events.writing_meta.fire(meta=meta)  # the rehearsal's completeness, search, telemetry, ...
         if self.membership is not None:
             self._account_lost_workers(meta, self._lost_workers(meta))
         return meta
 
-    def _lost_workers(self, meta: dict[str, Any]) -> list[dict[str, Any]]:
+    def _lost_workers(self, meta: Meta) -> list[dict[str, Any]]:
         """Workers Locust saw go, and workers that ran but never sent their final record batch
         (killed before Locust noticed the missing heartbeats)."""
         assert self.membership is not None
         lost = self.membership.lost_list()
         known = {w["worker"] for w in lost}
-        by_worker = (meta.get("records") or {}).get("by_worker") or {}
+        by_worker = meta.records.by_worker if meta.records is not None else {}
         for w, entry in sorted(by_worker.items()):
-            if self.finished and not entry.get("final_batch") and int(w) not in known:
+            if self.finished and not entry.final_batch and int(w) not in known:
                 lost.append({"worker": int(w), "client_id": None, "lost_unix": None,
                              "reason": "stopped without its final record batch"})
         return lost
 
     @staticmethod
-    def _account_lost_workers(meta: dict[str, Any], lost: list[dict[str, Any]]) -> None:
+    def _account_lost_workers(meta: Meta, lost: list[dict[str, Any]]) -> None:
         """A lost worker makes the run incomplete; records it made after its last batch are unknown."""
-        meta["workers_lost"] = lost
+        meta.workers_lost = lost
         if not lost:
             return
         names = ", ".join(str(w["worker"]) for w in lost)
-        meta["complete"] = False
-        meta["incomplete_reason"] = "; ".join(
-            r for r in (meta.get("incomplete_reason"), f"worker(s) {names} lost during the run") if r
+        meta.complete = False
+        meta.incomplete_reason = "; ".join(
+            r for r in (meta.incomplete_reason, f"worker(s) {names} lost during the run") if r
         )
-        records = meta.get("records") or {}
-        by_worker = records.get("by_worker") or {}
+        records = meta.records
+        if records is None:
+            return
         for w in lost:
-            entry = by_worker.get(str(w["worker"]))
-            if entry is not None and not entry.get("final_batch"):
+            entry = records.by_worker.get(str(w["worker"]))
+            if entry is not None and not entry.final_batch:
                 # what it produced after its last report never reached us: unknown, not zero
-                entry["lost"] = None
-                records["lost"] = None
-                records["lost_reason"] = (f"worker(s) {names} stopped without a final batch: records made "
-                                          "after their last report (about a second, plus requests in flight) are lost")
+                entry.lost = None
+                records.lost = None
+                records.lost_reason = (f"worker(s) {names} stopped without a final batch: records made "
+                                       "after their last report (about a second, plus requests in flight) are lost")
 
 
 __all__ = ["install", "register"]

@@ -55,7 +55,7 @@ def test_the_library_call_the_runner_makes_analyses_a_set(tmp_path):
     doc = json.loads((s / "repeats.json").read_text())
     (s / "repeats.json").write_text(json.dumps({"scenario": "synthetic", **doc}))
     summary = analyze(s)
-    assert summary["kind"] == "repeat_set" and (s / "summary.json").exists() and (s / "repeat-2" / "report.html").exists()
+    assert summary.kind == "repeat_set" and (s / "summary.json").exists() and (s / "repeat-2" / "report.html").exists()
     # ... and gates it with the rule a single run's summary uses (capacity run --fail-on-slo)
     from capacity_plugins.analysis.gate import gate
 

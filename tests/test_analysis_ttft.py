@@ -22,8 +22,10 @@ from capacity_plugins.analysis.ttft_breakdown import (
     breakdown_notes,
     ttft_reasons,
 )
+from capacity_plugins.contracts.meta import Meta
 from capacity_plugins.contracts.planning import VerdictConfig
 from capacity_plugins.contracts.steps import StepRow
+from capacity_plugins.contracts.summary import StepSummary
 from capacity_plugins.telemetry.maps import Sample, SeriesTracker, normalize
 from capacity_plugins.telemetry.scrape import parse_exposition
 
@@ -167,27 +169,28 @@ def test_without_a_server_ttft_the_share_is_of_the_client_ttft_and_there_is_no_r
 
 
 def test_missing_series_are_said_once_with_the_server_kind():
-    meta = {"telemetry": {"provenance": {"targets": {
-        "http://h:8002/metrics": {"kind": "triton"}, "http://h:9400/metrics": {"kind": "dcgm"}}}}}
+    meta = Meta.model_validate({"telemetry": {"provenance": {"targets": {
+        "http://h:8002/metrics": {"kind": "triton"}, "http://h:9400/metrics": {"kind": "dcgm"}}}}})
     series = {"server_queue_s", "server_queue_s_count", "server_ttft_s", "server_ttft_s_count", "gpu_util_pct"}
     notes = breakdown_notes(series, meta)
-    assert notes["server_parts"] == {"server_queue_s": True, "server_prefill_s": False, "server_ttft_s": True}
-    assert notes["server_kinds"] == ["triton"]
-    assert len(notes["notes"]) == 1 and "server_prefill_s" in notes["notes"][0] and "triton" in notes["notes"][0]
-    none = breakdown_notes({"gpu_util_pct"}, {})
-    assert len(none["notes"]) == 1 and "only the client TTFT mean is known" in none["notes"][0]
+    assert notes.server_parts == {"server_queue_s": True, "server_prefill_s": False, "server_ttft_s": True}
+    assert notes.server_kinds == ["triton"]
+    assert len(notes.notes) == 1 and "server_prefill_s" in notes.notes[0] and "triton" in notes.notes[0]
+    none = breakdown_notes({"gpu_util_pct"}, Meta())
+    assert len(none.notes) == 1 and "only the client TTFT mean is known" in none.notes[0]
 
 
 def test_reasons_name_their_threshold_and_level():
     vc = VerdictConfig()
-    loaded = {"level": 16, "valid": True, "ttft_queue_share": 0.8, "ttft_queue_share_basis": "server_ttft",
-              "server_queue_mean_ms": 800.0, "server_ttft_mean_ms": 1000.0, "client_ttft_mean_ms": 1000.5,
-              "client_remainder_ms": 0.5}
-    low = {**loaded, "level": 2, "ttft_queue_share": 0.1, "client_remainder_ms": 2 * vc.client_remainder_max_ms,
-           "client_ttft_mean_ms": 60.0, "server_ttft_mean_ms": 60.0 - 2 * vc.client_remainder_max_ms}
+    loaded = StepSummary(level=16, valid=True, ttft_queue_share=0.8, ttft_queue_share_basis="server_ttft",
+                         server_queue_mean_ms=800.0, server_ttft_mean_ms=1000.0, client_ttft_mean_ms=1000.5,
+                         client_remainder_ms=0.5)
+    low = loaded.model_copy(update={"level": 2, "ttft_queue_share": 0.1,
+                                    "client_remainder_ms": 2 * vc.client_remainder_max_ms, "client_ttft_mean_ms": 60.0,
+                                    "server_ttft_mean_ms": 60.0 - 2 * vc.client_remainder_max_ms})
     used: dict[str, float] = {}
     reasons = ttft_reasons([low, loaded], loaded, vc, used.__setitem__)
-    assert reasons[0].startswith(f"TTFT is {loaded['ttft_queue_share'] * 100:.0f} % queue at 16 users")
+    assert reasons[0].startswith(f"TTFT is {loaded.ttft_queue_share * 100:.0f} % queue at 16 users")
     assert "add replicas or batch slots, not faster GPUs" in reasons[0]
     assert f"adds {2 * vc.client_remainder_max_ms:.1f} ms" in reasons[1] and "at 2 users" in reasons[1]
     assert "check the network / client" in reasons[1]
@@ -245,14 +248,14 @@ def test_a_results_folder_gets_the_columns_the_notes_and_the_bars(tmp_path):
     pd.DataFrame(rows)[["unix", "step", "host", "device", "series", "value", "unit"]].to_csv(
         folder / "telemetry_series.csv", index=False)
     summary = analyze(folder)
-    mid = summary["steps"][1]
+    mid = summary.steps[1]
     inside = range(1, 5)  # the window is 4 s from the first scrape: intervals ending at scrapes 1..4
-    assert mid["server_queue_mean_ms"] == pytest.approx(expected(obs, "server_queue_s", inside) * 1000)
-    assert mid["server_ttft_mean_ms"] == pytest.approx(expected(obs, "server_ttft_s", inside) * 1000)
-    assert mid["server_prefill_mean_ms"] is None
-    assert summary["steps"][0]["server_ttft_mean_ms"] is None and summary["steps"][0]["client_ttft_mean_ms"]
-    assert summary["ttft_breakdown"]["server_parts"]["server_prefill_s"] is False
-    assert len(summary["ttft_breakdown"]["notes"]) == 1
+    assert mid.server_queue_mean_ms == pytest.approx(expected(obs, "server_queue_s", inside) * 1000)
+    assert mid.server_ttft_mean_ms == pytest.approx(expected(obs, "server_ttft_s", inside) * 1000)
+    assert mid.server_prefill_mean_ms is None
+    assert summary.steps[0].server_ttft_mean_ms is None and summary.steps[0].client_ttft_mean_ms
+    assert summary.ttft_breakdown.server_parts["server_prefill_s"] is False
+    assert len(summary.ttft_breakdown.notes) == 1
     html = (folder / "report.html").read_text()
     assert "Where TTFT goes" in html and 'alt="where TTFT goes, per step"' in html
     assert html.count("exports no prefill time histogram") == 1  # said once, not per row

@@ -12,6 +12,7 @@ from helpers.processes import capacity
 
 from capacity_plugins import analyze
 from capacity_plugins.analysis.pipeline import load_run, summarise
+from capacity_plugins.contracts.summary import Setting
 
 SLO = {"ttft_p95_ms": None, "tpot_p95_ms": None, "e2e_p95_ms": 2000.0}
 
@@ -21,23 +22,23 @@ def test_steps_of_18_requests_are_insufficient_and_their_p99_has_no_upper_bound(
     p = make_results(tmp_path, levels=[1, 2, 4], rps=[1.8, 1.8, 1.8], window_s=10, e2e_p50_ms=500, e2e_p99_ms=1900,
                      slo=SLO, capacity={"peak_qps": 50})
     s = summarise(load_run(p))
-    for r in s["steps"]:
-        assert r["requests"] == 18 and r["insufficient"] and not r["valid"]
-        assert r["e2e_p95_ms"] == r["e2e_p99_ms"]  # what was observed: the percentiles collapse
-        assert r["e2e_p99_ci_ms"][1] is None and r["e2e_p95_ci_ms"][1] is None  # ... and cannot be bounded
-        assert "insufficient: 18 measured request(s) < 100 (load.min_requests)" in r["conclusion"]
-    assert s["capacity"]["per_node_rps"] is None and s["knee"]["value"] is None
-    assert s["plan"]["nodes"] is None and "no valid step" in s["plan"]["refused"]
-    assert s["outcome"]["decision_complete"] is False
-    assert any("fewer than 100 measured requests" in w for w in s["warnings"])
+    for r in s.steps:
+        assert r.requests == 18 and r.insufficient and not r.valid
+        assert r.e2e_p95_ms == r.e2e_p99_ms  # what was observed: the percentiles collapse
+        assert r.e2e_p99_ci_ms[1] is None and r.e2e_p95_ci_ms[1] is None  # ... and cannot be bounded
+        assert "insufficient: 18 measured request(s) < 100 (load.min_requests)" in r.conclusion
+    assert s.capacity.per_node_rps is None and s.knee.value is None
+    assert s.plan.nodes is None and "no valid step" in s.plan.refused
+    assert s.outcome.decision_complete is False
+    assert any("fewer than 100 measured requests" in w for w in s.warnings)
 
 
 def test_min_requests_comes_from_the_scenario_and_the_flag(tmp_path):
     p = make_results(tmp_path, levels=[1, 2, 4], rps=[5, 10, 20], window_s=10, slo=SLO, load={"min_requests": 40})
     s = summarise(load_run(p))
-    assert [r["valid"] for r in s["steps"]] == [True, True, True]  # 50, 100, 200 requests ≥ 40
+    assert [r.valid for r in s.steps] == [True, True, True]  # 50, 100, 200 requests ≥ 40
     s = summarise(load_run(p, overrides={"min_requests": 150}))
-    assert [r["valid"] for r in s["steps"]] == [False, False, True] and s["min_requests"] == 150
+    assert [r.valid for r in s.steps] == [False, False, True] and s.min_requests == 150
 
 
 def test_interrupted_run_never_plans_from_its_two_request_step(tmp_path):
@@ -47,11 +48,11 @@ def test_interrupted_run_never_plans_from_its_two_request_step(tmp_path):
                      step_extra=[{}, {}, {"interrupted": True}], capacity={"peak_qps": 100, "redundancy": 0},
                      meta={"model": "m", "complete": False, "incomplete_reason": "interrupted (Ctrl-C / SIGTERM)"})
     s = summarise(load_run(p))
-    last = s["steps"][2]
-    assert last["requests"] == 2 and not last["valid"]
-    assert any("interrupted" in x for x in last["invalid_reasons"]) and last["insufficient"]
-    assert s["capacity"]["excluded_steps"] == [2] and s["capacity"]["per_node_rps"] == pytest.approx(20)
-    assert s["plan"]["nodes"] == 8  # ceil(100 × 1.5 / 20) from the valid steps, never from 2 requests
+    last = s.steps[2]
+    assert last.requests == 2 and not last.valid
+    assert any("interrupted" in x for x in last.invalid_reasons) and last.insufficient
+    assert s.capacity.excluded_steps == [2] and s.capacity.per_node_rps == pytest.approx(20)
+    assert s.plan.nodes == 8  # ceil(100 × 1.5 / 20) from the valid steps, never from 2 requests
     r = capacity("analyze", str(p), "--quiet")
     assert r.returncode == 1, r.stderr  # the run is incomplete: the decision could not be completed
     assert "the decision could not be completed" in r.stderr and "incomplete" in r.stderr
@@ -72,21 +73,21 @@ def test_only_an_interrupted_two_request_step_refuses_the_plan(tmp_path):
 def test_event_loop_lag_over_the_scenario_threshold_makes_a_step_client_limited(tmp_path):
     lag = [{"loop_lag_p99_ms": 3.0}, {"loop_lag_p99_ms": 12.0}, {"loop_lag_p99_ms": 80.0}]
     p = make_results(tmp_path, levels=[1, 2, 4], rps=[5, 10, 20], slo=SLO, step_extra=lag)
-    rows = summarise(load_run(p))["steps"]
-    assert [r["client_limited"] for r in rows] == [False, False, True]
-    assert "load.max_loop_lag_p99_ms" in rows[2]["client_limited_reason"] and "80 ms > 25 ms" in rows[2]["client_limited_reason"]
-    assert rows[2]["conclusion"].startswith("invalid: client limited")
+    rows = summarise(load_run(p)).steps
+    assert [r.client_limited for r in rows] == [False, False, True]
+    assert "load.max_loop_lag_p99_ms" in rows[2].client_limited_reason and "80 ms > 25 ms" in rows[2].client_limited_reason
+    assert rows[2].conclusion.startswith("invalid: client limited")
     p2 = make_results(tmp_path / "lenient", levels=[1, 2, 4], rps=[5, 10, 20], slo=SLO, step_extra=lag,
                       load={"max_loop_lag_p99_ms": 100})
-    assert all(r["valid"] for r in summarise(load_run(p2))["steps"])
+    assert all(r.valid for r in summarise(load_run(p2)).steps)
 
 
 def test_membership_change_from_steps_json_invalidates_the_step(tmp_path):
     extra = [{}, {"membership_changed": True, "membership_reason": "worker 2 joined", "workers": 3}, {}]
     p = make_results(tmp_path, levels=[1, 2, 4], rps=[5, 10, 20], slo=SLO, step_extra=extra)
-    rows = summarise(load_run(p))["steps"]
-    assert [r["valid"] for r in rows] == [True, False, True]
-    assert rows[1]["membership_reason"] == "worker 2 joined" and "swarm changed: worker 2 joined" in rows[1]["conclusion"]
+    rows = summarise(load_run(p)).steps
+    assert [r.valid for r in rows] == [True, False, True]
+    assert rows[1].membership_reason == "worker 2 joined" and "swarm changed: worker 2 joined" in rows[1].conclusion
 
 
 def test_lost_workers_in_meta_are_warned_and_invalidate_their_step(tmp_path):
@@ -97,10 +98,10 @@ def test_lost_workers_in_meta_are_warned_and_invalidate_their_step(tmp_path):
     p = make_results(tmp_path, levels=[1, 2, 4], rps=[10, 20, 40], window_s=60, slo=SLO,
                      meta={"model": "m", "workers_lost": lost, "records": {"produced": 4210, "written": 4200, "lost": 10}})
     s = summarise(load_run(p))
-    assert [r["valid"] for r in s["steps"]] == [True, False, True]
-    assert "worker 1 lost at" in s["steps"][1]["membership_reason"]
-    assert any(w.startswith("worker 1 was lost at") for w in s["warnings"])
-    assert any("10 request records were lost" in w for w in s["warnings"])
+    assert [r.valid for r in s.steps] == [True, False, True]
+    assert "worker 1 lost at" in s.steps[1].membership_reason
+    assert any(w.startswith("worker 1 was lost at") for w in s.warnings)
+    assert any("10 request records were lost" in w for w in s.warnings)
     r = capacity("analyze", str(p), "--quiet")
     assert r.returncode == 0, r.stderr
     head = r.stdout.split("Capacity per node")[0]  # the console headline, before any number
@@ -116,21 +117,21 @@ def test_a_worker_lost_at_an_unknown_time_leaves_the_steps_but_not_the_decision(
     lost = [{"worker": 3, "client_id": None, "lost_unix": None, "reason": "stopped without its final record batch"}]
     p = make_results(tmp_path, levels=[1, 2, 4], rps=[10, 20, 40], slo=SLO, meta={"model": "m", "workers_lost": lost})
     s = summarise(load_run(p))
-    assert all(r["valid"] for r in s["steps"])  # it cannot be placed in a step ...
-    assert any("worker 3 was lost (time unknown" in w for w in s["warnings"])
-    assert s["outcome"]["decision_complete"] is False  # ... so the decision cannot stand on them
-    assert "lost at an unknown time" in s["outcome"]["reasons"][0]
+    assert all(r.valid for r in s.steps)  # it cannot be placed in a step ...
+    assert any("worker 3 was lost (time unknown" in w for w in s.warnings)
+    assert s.outcome.decision_complete is False  # ... so the decision cannot stand on them
+    assert "lost at an unknown time" in s.outcome.reasons[0]
     assert capacity("analyze", str(p), "--quiet", "--no-report").returncode == 1
 
 
 def test_a_torn_last_line_is_skipped_and_counted(tmp_path):
     p = make_results(tmp_path, levels=[1, 2, 4], rps=[5, 10, 20], slo=SLO)
-    whole = summarise(load_run(p))["steps"][2]["requests"]
+    whole = summarise(load_run(p)).steps[2].requests
     data = (p / "requests.jsonl").read_bytes()
     (p / "requests.jsonl").write_bytes(data + b'{"request_id": "cut", "step": 2, "warmup": false, "ok": tr')
     s = summarise(load_run(p))
-    assert s["steps"][2]["requests"] == whole
-    assert any("last line was cut" in w and "1 line skipped" in w for w in s["warnings"])
+    assert s.steps[2].requests == whole
+    assert any("last line was cut" in w and "1 line skipped" in w for w in s.warnings)
     r = capacity("analyze", str(p), "--quiet", "--no-report")
     assert r.returncode == 0, r.stderr
     # the pure-Python reader skips it the same way
@@ -169,37 +170,37 @@ def test_the_interval_that_cannot_show_the_slo_refuses_the_plan(tmp_path):
     p = make_results(tmp_path, levels=[1, 2, 4], rps=[2, 2, 2], window_s=55, e2e_p50_ms=800, e2e_p99_ms=2300,
                      slo=SLO, capacity={"peak_qps": 10})
     s = summarise(load_run(p))
-    assert all(r["slo_pass"] and r["slo"]["e2e_ms"]["judgement"] == "uncertain" for r in s["steps"])
-    assert s["capacity"]["per_node_rps"] == pytest.approx(2) and s["capacity"]["per_node_rps_ci"][0] == 0
-    assert s["plan"]["nodes"] is None and "reaches 0" in s["plan"]["refused"]
-    assert s["outcome"]["decision_complete"] is False
+    assert all(r.slo_pass and r.slo["e2e_ms"].judgement == "uncertain" for r in s.steps)
+    assert s.capacity.per_node_rps == pytest.approx(2) and s.capacity.per_node_rps_ci[0] == 0
+    assert s.plan.nodes is None and "reaches 0" in s.plan.refused
+    assert s.outcome.decision_complete is False
 
 
 def test_a_wide_capacity_interval_refuses_the_plan_and_the_flag_can_narrow_the_rule(tmp_path):
     p = make_results(tmp_path, levels=[1, 2, 4], rps=[5, 10, 20], e2e_p50_ms=[800, 1000, 1800],
                      e2e_p99_ms=[1200, 1500, 3000], slo=SLO, capacity={"peak_qps": 30})
     s = summarise(load_run(p))
-    assert s["plan"]["nodes"] is not None and s["plan"]["refused"] is None
+    assert s.plan.nodes is not None and s.plan.refused is None
     s = summarise(load_run(p, overrides={"max_capacity_interval": 0.01, "confidence": 0.99}))
-    rel = s["capacity"]["relative_interval"]
-    assert rel > 0.01 and s["plan"]["nodes"] is None
+    rel = s.capacity.relative_interval
+    assert rel > 0.01 and s.plan.nodes is None
     # the refusal says it in words; the setting that decided it is listed apart
-    assert "wider than the 1% a plan is sized from" in s["plan"]["refused"]
+    assert "wider than the 1% a plan is sized from" in s.plan.refused
     # ... with what would narrow it: a step's intervals narrow with √n
-    n = s["capacity"]["bracket_requests"]
+    n = s.capacity.bracket_requests
     need = math.ceil(n * (rel / 0.01) ** 2)
-    assert f"≈ {need:,} requests per step where the SLO is crossed (now {n:,})" in s["plan"]["refused"]
-    assert {"key": "verdict.max_capacity_interval", "value": 0.01,
-            "meaning": "widest capacity interval, as a share of the capacity, a plan is sized from"} in s["plan"]["settings"]
-    assert "verdict.max_capacity_interval" in [x["key"] for x in s["verdict"]["settings"]]
-    assert s["verdict"]["decision"] == "observe" and "no fleet size" in s["verdict"]["reasons"][0]
+    assert f"≈ {need:,} requests per step where the SLO is crossed (now {n:,})" in s.plan.refused
+    assert Setting(key="verdict.max_capacity_interval", value=0.01,
+            meaning="widest capacity interval, as a share of the capacity, a plan is sized from") in s.plan.settings
+    assert "verdict.max_capacity_interval" in [x.key for x in s.verdict.settings]
+    assert s.verdict.decision == "observe" and "no fleet size" in s.verdict.reasons[0]
 
 
 def test_run_from_records_alone_still_analyses(tmp_path):
     # no scenario copy: defaults apply (min_requests 100), and nothing crashes
     p = make_results(tmp_path, levels=[1, 2, 4], rps=[5, 10, 20], scenario=False)
     s = analyze(p)
-    assert s["min_requests"] == 100 and [r["valid"] for r in s["steps"]] == [True, True, True]
+    assert s.min_requests == 100 and [r.valid for r in s.steps] == [True, True, True]
 
 
 def test_a_bracket_wider_than_a_doubling_is_the_interval(tmp_path):
@@ -207,18 +208,18 @@ def test_a_bracket_wider_than_a_doubling_is_the_interval(tmp_path):
     # the interval spans the bracket's throughput and the plan refuses until the sweep is refined.
     p = make_results(tmp_path / "coarse", levels=[1, 2, 16], rps=[2, 4, 16], e2e_p50_ms=[800, 900, 3000],
                      e2e_p99_ms=[1000, 1100, 4000], slo=SLO, capacity={"peak_qps": 30})
-    cap = summarise(load_run(p))["capacity"]
-    assert cap["method"] == "interpolated" and (cap["last_pass_level"], cap["first_fail_level"]) == (2, 16)
-    lo, hi = cap["per_node_rps_ci"]
-    assert lo <= cap["last_pass_rps"] + 1e-9 and hi >= cap["first_fail_rps"] - 1e-9
-    assert any("wider than a doubling" in n for n in cap["notes"])
+    cap = summarise(load_run(p)).capacity
+    assert cap.method == "interpolated" and (cap.last_pass_level, cap.first_fail_level) == (2, 16)
+    lo, hi = cap.per_node_rps_ci
+    assert lo <= cap.last_pass_rps + 1e-9 and hi >= cap.first_fail_rps - 1e-9
+    assert any("wider than a doubling" in n for n in cap.notes)
     s = summarise(load_run(p))
-    assert s["plan"]["nodes"] is None and "a plan is sized from" in s["plan"]["refused"]
+    assert s.plan.nodes is None and "a plan is sized from" in s.plan.refused
     # more requests cannot narrow a bracket nobody measured inside: levels in between can
-    assert "add levels between 2 and 16" in s["plan"]["refused"]
-    assert "verdict.max_capacity_interval" in [x["key"] for x in s["plan"]["settings"]]
+    assert "add levels between 2 and 16" in s.plan.refused
+    assert "verdict.max_capacity_interval" in [x.key for x in s.plan.settings]
     # The same curve measured on a doubling grid keeps the measured interval.
     p = make_results(tmp_path / "fine", levels=[1, 2, 4], rps=[2, 4, 8], e2e_p50_ms=[800, 900, 3000],
                      e2e_p99_ms=[1000, 1100, 4000], slo=SLO, capacity={"peak_qps": 30})
-    cap = summarise(load_run(p))["capacity"]
-    assert not any("wider than a doubling" in n for n in cap["notes"])
+    cap = summarise(load_run(p)).capacity
+    assert not any("wider than a doubling" in n for n in cap.notes)

@@ -11,6 +11,7 @@ from helpers.analysis_data import make_results, with_workloads
 
 from capacity_plugins import analyze
 from capacity_plugins.analysis.pipeline import load_run, summarise
+from capacity_plugins.contracts.summary import EvidenceLevels, Setting
 from capacity_plugins.errors import UserError
 
 LEVELS, RPS = [1, 2, 4, 8], [5, 10, 20, 40]
@@ -36,50 +37,50 @@ def mix_folder(tmp_path, **kw):
 
 def test_the_class_that_fails_first_limits_the_mix(tmp_path):
     s = summarise(load_run(mix_folder(tmp_path)))
-    classes = {k["name"]: k for k in s["workloads"]["classes"]}
+    classes = {k.name: k for k in s.workloads.classes}
     # rag: its TTFT P95 crosses 3 s halfway between 2 users (2 s, 10 rps) and 4 users (4 s, 20 rps)
-    rag = classes["rag"]["capacity"]
-    assert rag["method"] == "interpolated" and rag["limiting_slo"] == "ttft_ms"
-    assert rag["per_node_rps"] == pytest.approx(15.0) and rag["per_node_concurrency"] == pytest.approx(3.0)
+    rag = classes["rag"].capacity
+    assert rag.method == "interpolated" and rag.limiting_slo == "ttft_ms"
+    assert rag.per_node_rps == pytest.approx(15.0) and rag.per_node_concurrency == pytest.approx(3.0)
     # chat: 400 ms at 4 users (20 rps), 1.5 s at 8 (40 rps); 1 s is 6/11 of the way
-    chat = classes["chat"]["capacity"]
-    assert chat["per_node_rps"] == pytest.approx(20 + 20 * 600 / 1100)
-    assert classes["batch"]["capacity"]["method"] == "never_failed"
-    assert s["workloads"]["order"] == ["rag", "chat", "batch"] and s["workloads"]["limiting"] == "rag"
+    chat = classes["chat"].capacity
+    assert chat.per_node_rps == pytest.approx(20 + 20 * 600 / 1100)
+    assert classes["batch"].capacity.method == "never_failed"
+    assert s.workloads.order == ["rag", "chat", "batch"] and s.workloads.limiting == "rag"
     # the mix (what plan and verdict use) is rag's
-    cap = s["capacity"]
-    assert cap["per_node_rps"] == pytest.approx(15.0) and cap["limiting_workload"] == "rag"
-    assert cap["limiting_slo"] == "ttft_ms" and cap["first_fail_level"] == 4
-    assert s["plan"]["nodes"] == 60 * 1.5 // 15 + 1  # ceil(60 × 1.5 / 15) + redundancy
+    cap = s.capacity
+    assert cap.per_node_rps == pytest.approx(15.0) and cap.limiting_workload == "rag"
+    assert cap.limiting_slo == "ttft_ms" and cap.first_fail_level == 4
+    assert s.plan.nodes == 60 * 1.5 // 15 + 1  # ceil(60 × 1.5 / 15) + redundancy
     # the class shares follow the weights 2:1:1
-    assert classes["chat"]["share"] == pytest.approx(0.5, abs=0.01)
+    assert classes["chat"].share == pytest.approx(0.5, abs=0.01)
 
 
 def test_each_step_is_judged_as_the_mix_and_per_class(tmp_path):
     s = summarise(load_run(mix_folder(tmp_path)))
-    rows = s["steps"]
+    rows = s.steps
     # the top-level TTFT limit (2 s) alone would fail every step (batch's TTFT is 9 s): it does not judge
-    assert [r["slo_pass"] for r in rows] == [True, True, False, False]
-    assert [r["workloads"]["rag"]["slo_judgement"] for r in rows] == ["pass", "pass", "fail", "fail"]
-    assert [r["workloads"]["chat"]["slo_judgement"] for r in rows] == ["pass", "pass", "pass", "fail"]
+    assert [r.slo_pass for r in rows] == [True, True, False, False]
+    assert [r.workloads["rag"].slo_judgement for r in rows] == ["pass", "pass", "fail", "fail"]
+    assert [r.workloads["chat"].slo_judgement for r in rows] == ["pass", "pass", "pass", "fail"]
     r2 = rows[2]
-    assert set(r2["slo"]) == {"chat.ttft_ms", "rag.ttft_ms", "batch.e2e_ms"}
-    rag = r2["workloads"]["rag"]
-    assert rag["ttft_p95_ms"] == pytest.approx(4000) and rag["ttft_p95_ci_ms"] == [pytest.approx(4000)] * 2
-    assert rag["requests"] == pytest.approx(20 * 60 / 4, abs=1)
-    assert rag["goodput_rps"] == 0 and r2["workloads"]["chat"]["goodput_rps"] == pytest.approx(10, abs=0.1)
+    assert set(r2.slo) == {"chat.ttft_ms", "rag.ttft_ms", "batch.e2e_ms"}
+    rag = r2.workloads["rag"]
+    assert rag.ttft_p95_ms == pytest.approx(4000) and rag.ttft_p95_ci_ms == [pytest.approx(4000)] * 2
+    assert rag.requests == pytest.approx(20 * 60 / 4, abs=1)
+    assert rag.goodput_rps == 0 and r2.workloads["chat"].goodput_rps == pytest.approx(10, abs=0.1)
     # the step's goodput counts requests that met their own class's SLO: chat's and batch's here
-    assert r2["goodput_rps"] == pytest.approx(15, abs=0.1)
-    assert s["verdict"]["evidence_levels"] == {"highest_passing": 2, "first_failing": 4, "decided_at": 4}
+    assert r2.goodput_rps == pytest.approx(15, abs=0.1)
+    assert s.verdict.evidence_levels == EvidenceLevels(highest_passing=2, first_failing=4, decided_at=4)
 
 
 def test_the_verdict_names_the_class_and_limit_that_missed(tmp_path):
     # an idle GPU while the SLO fails: the verdict quotes what missed, class by class
     s = summarise(load_run(mix_folder(tmp_path, gpu_util=[10] * 4, waiting=[0] * 4)))
-    assert s["verdict"]["decision"] == "dont_scale_yet"
-    reason = s["verdict"]["reasons"][0]
+    assert s.verdict.decision == "dont_scale_yet"
+    reason = s.verdict.reasons[0]
     assert "at 4 users the SLO fails (rag: TTFT p95 is 4 s against a 3 s limit)" in reason
-    assert {"key": "slo.ttft_p95_ms", "value": 3000.0, "meaning": "TTFT limit (ms)"} in s["verdict"]["settings"]
+    assert Setting(key="slo.ttft_p95_ms", value=3000.0, meaning="TTFT limit (ms)") in s.verdict.settings
     assert "chat:" not in reason  # chat still met its own SLO at 4 users
 
 
@@ -88,14 +89,14 @@ def test_a_class_short_of_min_requests_is_insufficient_in_that_step(tmp_path):
     classes = {"chat": {"weight": 9, "ttft_ms": [100] * 4}, "rare": {"weight": 1, "ttft_ms": [100] * 4}}
     with_workloads(p, classes, [{"name": "chat", "weight": 9}, {"name": "rare", "weight": 1}])
     s = summarise(load_run(p))
-    first = s["steps"][0]  # 300 requests: rare has 30 of them
-    assert first["valid"] and first["workloads"]["rare"]["requests"] == 30
-    assert first["workloads"]["rare"]["insufficient"] and not first["workloads"]["rare"]["valid"]
-    assert not first["workloads"]["chat"]["insufficient"]
-    assert first["slo_judgement"] == "uncertain"  # the mix cannot show rare passes there
-    rare = next(k for k in s["workloads"]["classes"] if k["name"] == "rare")
-    assert rare["insufficient_levels"] == [1] and rare["capacity"]["excluded_steps"] == [0]
-    assert any("class rare has fewer than 60" in w for w in s["warnings"])
+    first = s.steps[0]  # 300 requests: rare has 30 of them
+    assert first.valid and first.workloads["rare"].requests == 30
+    assert first.workloads["rare"].insufficient and not first.workloads["rare"].valid
+    assert not first.workloads["chat"].insufficient
+    assert first.slo_judgement == "uncertain"  # the mix cannot show rare passes there
+    rare = next(k for k in s.workloads.classes if k.name == "rare")
+    assert rare.insufficient_levels == [1] and rare.capacity.excluded_steps == [0]
+    assert any("class rare has fewer than 60" in w for w in s.warnings)
 
 
 def test_the_report_has_a_workload_classes_section(tmp_path):
@@ -108,7 +109,7 @@ def test_the_report_has_a_workload_classes_section(tmp_path):
     for text in (md, html):
         assert "rag" in text and "batch" in text and "E2E P95" in text
     assert json.loads((p / "summary.json").read_text())["workloads"]["limiting"] == "rag"
-    assert s["verdict"]["decision"] in ("observe", "scale", "dont_scale_yet")
+    assert s.verdict.decision in ("observe", "scale", "dont_scale_yet")
 
 
 def test_a_what_if_on_the_top_level_slo_reaches_classes_that_did_not_set_it(tmp_path):
@@ -116,10 +117,10 @@ def test_a_what_if_on_the_top_level_slo_reaches_classes_that_did_not_set_it(tmp_
     # chat and rag set their own TTFT limit; batch inherits tpot from the top level: give it one it misses
     base = summarise(load_run(p))
     s = summarise(load_run(p, {"tpot_p95_ms": 1.0}))
-    assert base["capacity"]["limiting_workload"] == "rag"
-    assert s["capacity"]["method"] == "fails_at_lowest_load"  # every class now misses TPOT ≤ 1 ms
-    batch = next(k for k in s["workloads"]["classes"] if k["name"] == "batch")
-    assert batch["slo"]["tpot_p95_ms"] == 1.0 and batch["slo"]["e2e_p95_ms"] == 60000
+    assert base.capacity.limiting_workload == "rag"
+    assert s.capacity.method == "fails_at_lowest_load"  # every class now misses TPOT ≤ 1 ms
+    batch = next(k for k in s.workloads.classes if k.name == "batch")
+    assert batch.slo.tpot_p95_ms == 1.0 and batch.slo.e2e_p95_ms == 60000
 
 
 def test_a_run_without_classes_is_analysed_as_before(tmp_path):
@@ -130,8 +131,8 @@ def test_a_run_without_classes_is_analysed_as_before(tmp_path):
     (p / "requests.jsonl").write_text("".join(json.dumps({**{k: v for k, v in r.items() if k != "workload"},
                                                           "class": "default"}) + "\n" for r in lines))
     s = summarise(load_run(p))
-    assert s["workloads"] is None and "workloads" not in s["steps"][0]
-    assert s["capacity"]["per_node_rps"] == pytest.approx(15.0) and "limiting_workload" not in s["capacity"]
+    assert s.workloads is None and "workloads" not in s.steps[0].to_json()
+    assert s.capacity.per_node_rps == pytest.approx(15.0) and "limiting_workload" not in s.capacity.to_json()
 
 
 def test_a_bad_workloads_section_in_the_copy_is_one_line(tmp_path):
@@ -151,10 +152,10 @@ def test_a_class_with_no_request_in_a_step_makes_it_uncertain_not_failed(tmp_pat
     lines = [json.loads(x) for x in (p / "requests.jsonl").read_text().splitlines()]
     (p / "requests.jsonl").write_text("".join(json.dumps({**r, "workload": "chat"} if r["step"] == 0 else r) + "\n"
                                               for r in lines))
-    first, second = summarise(load_run(p))["steps"][:2]
-    assert first["workloads"]["rare"]["requests"] == 0 and set(first["slo"]) == {"chat.ttft_ms"}
-    assert first["slo_pass"] and first["slo_judgement"] == "uncertain"  # rare cannot show it passes there
-    assert second["slo_judgement"] == "pass"
+    first, second = summarise(load_run(p)).steps[:2]
+    assert first.workloads["rare"].requests == 0 and set(first.slo) == {"chat.ttft_ms"}
+    assert first.slo_pass and first.slo_judgement == "uncertain"  # rare cannot show it passes there
+    assert second.slo_judgement == "pass"
 
 
 def test_a_class_too_thin_in_every_step_leaves_the_mix_unknown_and_the_report_says_so(tmp_path):
@@ -162,7 +163,7 @@ def test_a_class_too_thin_in_every_step_leaves_the_mix_unknown_and_the_report_sa
     classes = {"chat": {"weight": 9, "ttft_ms": [100] * 4}, "rare": {"weight": 1, "ttft_ms": [100] * 4}}
     with_workloads(p, classes, [{"name": "chat", "weight": 9}, {"name": "rare", "weight": 1}])
     s = analyze(p)  # rare has 30–48 requests per step: insufficient in all of them
-    assert s["capacity"]["per_node_rps"] is None and s["capacity"]["limiting_workload"] == "rare"
+    assert s.capacity.per_node_rps is None and s.capacity.limiting_workload == "rare"
     md = (p / "summary.md").read_text()
     assert "Mix: the mix's capacity is the load at which any class first misses its own SLO: unknown (class rare " \
            "has no valid step" in md

@@ -5,8 +5,6 @@ cannot tell a readable page from a cramped one)."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 from helpers.analysis_data import make_results
 from helpers.binaries import require_binary
@@ -14,6 +12,7 @@ from helpers.paths import ARTIFACTS
 from helpers.processes import capacity
 
 from capacity_plugins.analysis.answer import plain_answer
+from capacity_plugins.contracts.summary import Summary
 
 pytestmark = pytest.mark.browser  # no Locust: a synthetic folder through `capacity analyze`, then Chromium
 
@@ -38,7 +37,7 @@ def test_the_report_reads_at_1280_px(report):
     chromium = require_binary("chromium")
     from playwright.sync_api import sync_playwright
 
-    summary = json.loads((report / "summary.json").read_text())
+    summary = Summary.load(report / "summary.json")
     ARTIFACTS.mkdir(exist_ok=True)
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)

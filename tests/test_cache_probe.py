@@ -149,26 +149,26 @@ def probe_folder(path: Path, *, cache_e2e: float, hit: tuple[float, float] | Non
 
 def test_analysis_reports_the_cache_effect_per_level_and_counts_the_distinct_arm_only(tmp_path):
     summary = analyze(probe_folder(tmp_path / "run", cache_e2e=150.0))
-    probe = summary["cache_probe"]
-    assert probe["status"] == "cache_flatters" and probe["counted_arm"] == "distinct"
-    assert [e["level"] for e in probe["levels"]] == [1, 4] and all(e["compared"] for e in probe["levels"])
-    e = probe["levels"][0]
+    probe = summary.cache_probe
+    assert probe.status == "cache_flatters" and probe.counted_arm == "distinct"
+    assert [e.level for e in probe.levels] == [1, 4] and all(e.compared for e in probe.levels)
+    e = probe.levels[0]
     # TTFT is a quarter of E2E in this folder: P50s of 125 and 37.5 ms, as written.
-    assert e["distinct"]["ttft_p50_ms"] == pytest.approx(125.0, rel=0.01)
-    assert e["cache"]["ttft_p50_ms"] == pytest.approx(37.5, rel=0.01)
-    p95 = e["deltas"]["ttft_p95_ms"]
-    assert p95["change"] == pytest.approx(0.3 - 1, abs=0.02) and p95["judgement"] == "cache_flatters"
-    assert p95["noise"] is not None and p95["noise"] < abs(p95["distinct"] - p95["cache"])
-    assert e["distinct"]["prefix_cache_hit_rate"] == 0.0 and e["cache"]["prefix_cache_hit_rate"] == 0.75
-    assert probe["answer"].startswith("TTFT P95 is 70 % lower with shared prefixes (at 1 users: ")
-    assert "hit rate in the cache arm was 75%" in probe["answer"] and "overstate capacity" in probe["answer"]
+    assert e.distinct.ttft_p50_ms == pytest.approx(125.0, rel=0.01)
+    assert e.cache.ttft_p50_ms == pytest.approx(37.5, rel=0.01)
+    p95 = e.deltas["ttft_p95_ms"]
+    assert p95.change == pytest.approx(0.3 - 1, abs=0.02) and p95.judgement == "cache_flatters"
+    assert p95.noise is not None and p95.noise < abs(p95.distinct - p95.cache)
+    assert e.distinct.prefix_cache_hit_rate == 0.0 and e.cache.prefix_cache_hit_rate == 0.75
+    assert probe.answer.startswith("TTFT P95 is 70 % lower with shared prefixes (at 1 users: ")
+    assert "hit rate in the cache arm was 75%" in probe.answer and "overstate capacity" in probe.answer
     # Capacity, knee and plan: the distinct arm's steps only, and the summary says so.
-    rows = summary["steps"]
-    assert [r["arm"] for r in rows] == ["distinct", "shared_prefix", "distinct", "shared_prefix"]
-    assert [r["valid"] for r in rows] == [True, False, True, False]
-    assert rows[1]["invalid_reasons"][0].startswith("cache arm (shared_prefix)")
-    assert summary["capacity"]["excluded_steps"] == [1, 3]
-    assert any("capacity counts the distinct arm only" in n for n in summary["capacity"]["notes"])
+    rows = summary.steps
+    assert [r.arm for r in rows] == ["distinct", "shared_prefix", "distinct", "shared_prefix"]
+    assert [r.valid for r in rows] == [True, False, True, False]
+    assert rows[1].invalid_reasons[0].startswith("cache arm (shared_prefix)")
+    assert summary.capacity.excluded_steps == [1, 3]
+    assert any("capacity counts the distinct arm only" in n for n in summary.capacity.notes)
     md = (tmp_path / "run" / "summary.md").read_text()
     assert "## Prefix-cache probe" in md and "| 1 users | shared_prefix |" in md and "beyond noise" in md
     assert "Prefix-cache probe: TTFT P95 is 70 % lower" in md  # in the decision's headline too
@@ -178,48 +178,51 @@ def test_analysis_reports_the_cache_effect_per_level_and_counts_the_distinct_arm
 
 def test_no_effect_is_said_as_such_and_a_cache_that_serves_nothing_is_named(tmp_path):
     summary = analyze(probe_folder(tmp_path / "run", cache_e2e=510.0, hit=(0.0, 0.0)))
-    probe = summary["cache_probe"]
-    assert probe["status"] == "no_effect"
-    assert all(e["deltas"]["ttft_p95_ms"]["judgement"] == "within noise" for e in probe["levels"])
-    assert probe["answer"].startswith("No cache effect beyond noise: TTFT P95 +2 % ± ")
-    assert probe["answer"].endswith("is prefix caching off?")
+    probe = summary.cache_probe
+    assert probe.status == "no_effect"
+    assert all(e.deltas["ttft_p95_ms"].judgement == "within noise" for e in probe.levels)
+    assert probe.answer.startswith("No cache effect beyond noise: TTFT P95 +2 % ± ")
+    assert probe.answer.endswith("is prefix caching off?")
     # Without scraped server metrics the hit rate is unknown, not zero.
-    probe = analyze(probe_folder(tmp_path / "bare", cache_e2e=510.0, hit=None))["cache_probe"]
-    assert probe["levels"][0]["cache"]["prefix_cache_hit_rate"] is None and "hit rate" not in probe["answer"]
+    probe = analyze(probe_folder(tmp_path / "bare", cache_e2e=510.0, hit=None)).cache_probe
+    assert probe.levels[0].cache.prefix_cache_hit_rate is None and "hit rate" not in probe.answer
 
 
 def test_whether_the_server_says_its_prefix_caching_is_on():
     from capacity_plugins.analysis.cache_probe import server_prefix_caching
+    from capacity_plugins.contracts.meta import Meta
 
-    def meta(*flags: str) -> dict:
+    def meta(*flags: str) -> Meta:
         targets = {f"http://s{i}/metrics": {"info": {"vllm:cache_config_info": {"enable_prefix_caching": f}}}
                    for i, f in enumerate(flags)}
-        return {"telemetry": {"provenance": {"targets": targets}}}
+        return Meta.model_validate({"telemetry": {"provenance": {"targets": targets}}})
 
     assert server_prefix_caching(meta("True")) is True and server_prefix_caching(meta("False")) is False
     assert server_prefix_caching(meta("False", "True")) is True  # one server caching is enough to flatter
-    assert server_prefix_caching({}) is None and server_prefix_caching({"telemetry": {"provenance": {}}}) is None
+    assert server_prefix_caching(Meta()) is None
+    assert server_prefix_caching(Meta.model_validate({"telemetry": {"provenance": {}}})) is None
 
 
 def test_an_unsound_step_leaves_its_level_uncompared(tmp_path):
     limited = {"client_limited": True, "client_limited_reason": "generator CPU stayed above 90 %"}
     summary = analyze(probe_folder(tmp_path / "run", cache_e2e=150.0, step_extra=[{}, {}, {}, limited]))
-    probe = summary["cache_probe"]
-    assert [e["compared"] for e in probe["levels"]] == [True, False]
-    assert any(n.startswith("level 4 users: not compared (client limited") for n in probe["notes"])
-    assert probe["status"] == "cache_flatters"  # level 1 still answers
+    probe = summary.cache_probe
+    assert [e.compared for e in probe.levels] == [True, False]
+    assert any(n.startswith("level 4 users: not compared (client limited") for n in probe.notes)
+    assert probe.status == "cache_flatters"  # level 1 still answers
 
 
 def test_where_ttft_goes_draws_a_bar_per_arm():
     # Both arms of a level are steps at the same level: each keeps its own bar, labelled with its arm.
     import matplotlib.pyplot as plt
 
+    from capacity_plugins.contracts.summary import StepSummary, Summary
     from capacity_plugins.outputs.report_ttft import plot_ttft_breakdown
 
-    rows = [{"level": lv, "arm": arm, "client_ttft_mean_ms": t, "server_queue_mean_ms": 1.0,
-             "server_prefill_mean_ms": t - 5, "server_ttft_mean_ms": t - 2, "client_remainder_ms": 2.0}
+    rows = [StepSummary(level=lv, arm=arm, client_ttft_mean_ms=t, server_queue_mean_ms=1.0, server_prefill_mean_ms=t - 5,
+                        server_ttft_mean_ms=t - 2, client_remainder_ms=2.0)
             for lv in (1, 4) for arm, t in (("distinct", 160.0), ("shared_prefix", 20.0))]
-    fig = plot_ttft_breakdown({"steps": rows})
+    fig = plot_ttft_breakdown(Summary(steps=rows))
     try:
         ticks = [t.get_text() for t in fig.axes[0].get_xticklabels()]
         assert ticks == ["1\ndistinct", "1\nshared_prefix", "4\ndistinct", "4\nshared_prefix"]
@@ -230,7 +233,7 @@ def test_where_ttft_goes_draws_a_bar_per_arm():
 
 def test_other_runs_have_no_probe_and_no_arm_column(tmp_path):
     summary = analyze(make_results(tmp_path / "run", levels=[1, 2, 4], rps=[2.0, 4.0, 8.0]))
-    assert summary["cache_probe"] is None and all(r["arm"] is None for r in summary["steps"])
+    assert summary.cache_probe is None and all(r.arm is None for r in summary.steps)
     md = (tmp_path / "run" / "summary.md").read_text()
     assert "Prefix-cache probe" not in md and "| arm |" not in md
 

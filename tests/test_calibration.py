@@ -15,6 +15,7 @@ from helpers.virtual_sim import LEVELS, calibration_study, true_throughput, virt
 
 from capacity_plugins import analyze
 from capacity_plugins.analysis.knee import find_knee, requests_to_decide
+from capacity_plugins.contracts.summary import StepSummary
 
 
 def test_eight_slots_at_200_requests_per_step_intervals_cover_and_the_knee_is_found(tmp_path: Path) -> None:
@@ -39,23 +40,23 @@ def test_one_noisy_slot_never_shows_a_false_knee(tmp_path: Path) -> None:
     for seed in range(8):
         s = analyze(virtual_sweep(tmp_path / f"r{seed}", levels=LEVELS, rates=[truth] * len(LEVELS), seed=seed,
                                   **config), formats=["json"])
-        knee = s["knee"]
-        assert knee["value"] in (None, 1.0), knee["reason"]
-        if knee["value"] is None:
-            assert "to decide" in knee["reason"] and knee["to_decide"]["requests_per_step"] > 200, knee
+        knee = s.knee
+        assert knee.value in (None, 1.0), knee.reason
+        if knee.value is None:
+            assert "to decide" in knee.reason and knee.to_decide.requests_per_step > 200, knee
 
 
 def test_closed_loop_throughput_is_littles_law_and_counting_its_cross_check(tmp_path: Path) -> None:
     s = analyze(virtual_sweep(tmp_path / "v", levels=[2, 8], rates=[3.9, 9.2], seed=1), formats=["json"])
-    for row in s["steps"]:
-        assert row["rps_method"] == "littles_law" and row["rps_methods_agree"] is True
-        e2e_s = row["e2e_mean_ms"] / 1000
-        assert abs(row["rps"] - row["level"] / e2e_s) < 0.01 * row["rps"]
-        lo, hi = row["rps_counted_ci"]
-        assert lo <= row["rps"] <= hi
+    for row in s.steps:
+        assert row.rps_method == "littles_law" and row.rps_methods_agree is True
+        e2e_s = row.e2e_mean_ms / 1000
+        assert abs(row.rps - row.level / e2e_s) < 0.01 * row.rps
+        lo, hi = row.rps_counted_ci
+        assert lo <= row.rps <= hi
     # At saturation Little's interval is the sharper one (completions come in batches there).
-    sat = s["steps"][-1]
-    assert sat["rps_ci"][1] - sat["rps_ci"][0] < sat["rps_counted_ci"][1] - sat["rps_counted_ci"][0]
+    sat = s.steps[-1]
+    assert sat.rps_ci[1] - sat.rps_ci[0] < sat.rps_counted_ci[1] - sat.rps_counted_ci[0]
 
 
 def test_a_loop_that_is_not_closed_falls_back_to_counting(tmp_path: Path) -> None:
@@ -63,18 +64,18 @@ def test_a_loop_that_is_not_closed_falls_back_to_counting(tmp_path: Path) -> Non
     count): the count decides and the row says the two disagreed."""
     s = analyze(make_results(tmp_path / "m", levels=[1, 2, 4], rps=[10.0, 20.0, 40.0], e2e_p50_ms=500.0,
                              e2e_p99_ms=600.0), formats=["json"])
-    for row in s["steps"]:
-        assert row["rps_method"] == "counting" and row["rps_methods_agree"] is False
-        assert row["rps"] == row["rps_counted"]
+    for row in s.steps:
+        assert row.rps_method == "counting" and row.rps_methods_agree is False
+        assert row.rps == row.rps_counted
 
 
 def test_an_undecided_knee_says_what_would_decide_it() -> None:
-    rows = [{"level": lv, "valid": True, "rps": x, "rps_ci": [x * 0.85, x * 1.15], "requests": 200,
-             "e2e_p95_ms": 100.0 * lv} for lv, x in zip([1, 2, 4, 8], [10.0, 14.0, 15.0, 15.5], strict=True)]
+    rows = [StepSummary(level=lv, valid=True, rps=x, rps_ci=[x * 0.85, x * 1.15], requests=200, e2e_p95_ms=100.0 * lv)
+            for lv, x in zip([1, 2, 4, 8], [10.0, 14.0, 15.0, 15.5], strict=True)]
     knee = find_knee(rows, "concurrency")
-    assert knee["value"] is None
+    assert knee.value is None
     decide = requests_to_decide(rows)
-    assert decide is not None and knee["to_decide"] == decide
+    assert decide is not None and knee.to_decide == decide
     # ±15 % → the 6.7 % a 10 % step needs: (15 / 6.73)² × 200 ≈ 994 requests.
-    assert 950 <= decide["requests_per_step"] <= 1050
-    assert f"{decide['requests_per_step']:,} requests per step" in knee["reason"]
+    assert 950 <= decide.requests_per_step <= 1050
+    assert f"{decide.requests_per_step:,} requests per step" in knee.reason

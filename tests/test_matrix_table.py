@@ -6,18 +6,20 @@ import json
 
 import pytest
 
+from capacity_plugins.contracts.summary import Summary
 from capacity_plugins.matrix import report
 from capacity_plugins.matrix.table import PER_GPU, PER_USD, rank, row_from_summary
 
 
-def summary(cap, ci, method="interpolated", last_pass=8, ttft=50.0, tpot=20.0, per_1m=1.5, knee=8):
+def summary(cap, ci, method="interpolated", last_pass=8, ttft=50.0, tpot=20.0, per_1m=1.5, knee=8) -> Summary:
     steps = [{"level": lv, "valid": True, "ttft_p95_ms": ttft if lv == last_pass else ttft * 10,
               "ttft_p95_ci_ms": [ttft * 0.9, ttft * 1.2], "tpot_p95_ms": tpot, "tpot_p95_ci_ms": [tpot, tpot]}
              for lv in (1, 2, 4, 8, 16)]
-    return {"capacity": {"per_node_rps": cap, "per_node_rps_ci": ci, "method": method, "last_pass_level": last_pass,
-                         "limiting_slo": "ttft_ms"},
-            "knee": {"value": knee, "unit": "users", "interval": [knee, knee], "confidence": "high"},
-            "cost": {"per_1m_output_tokens_usd": per_1m}, "steps": steps, "verdict": {"decision": "observe"}}
+    return Summary.model_validate({
+        "capacity": {"per_node_rps": cap, "per_node_rps_ci": ci, "method": method, "last_pass_level": last_pass,
+                     "limiting_slo": "ttft_ms"},
+        "knee": {"value": knee, "unit": "users", "interval": [knee, knee], "confidence": "high"},
+        "cost": {"per_1m_output_tokens_usd": per_1m}, "steps": steps, "verdict": {"decision": "observe"}})
 
 
 def row(name, cap, ci, gpus=1, price=2.0, status="ok", **kw):

@@ -12,6 +12,8 @@ import pytest
 from helpers.analysis_data import make_results
 from helpers.processes import capacity
 
+from capacity_plugins.contracts.summary import RunFacts, Setting, StepSummary, Summary
+
 SEED = dict(levels=[1, 4, 8, 16], rps=[2, 7, 9, 9], e2e_p50_ms=[480, 620, 850, 1200], e2e_p99_ms=[490, 800, 1500, 2600],
             gpu_util=[35, 72, 89, 91], waiting=[0, 1, 3, 8])
 
@@ -257,7 +259,7 @@ def test_every_slo_line_is_named_in_a_legend(tmp_path):
 
     p = make_results(tmp_path, slo={"ttft_p95_ms": 1500, "tpot_p95_ms": 100, "e2e_p95_ms": 2000}, **SEED)
     assert cli("analyze", str(p), "--quiet").returncode == 0
-    summary = json.loads((p / "summary.json").read_text())
+    summary = Summary.load(p / "summary.json")
     for fig, want in ((throughput_latency_figure(summary), ["TTFT P95 SLO ≤ 1.5 s", "E2E P95 SLO ≤ 2 s",
                                                              "TPOT P95 SLO ≤ 100 ms"]),
                       (distributions_figure(load_run(p), summary), ["TTFT P95 SLO ≤ 1.5 s", "E2E P95 SLO ≤ 2 s"])):
@@ -290,14 +292,14 @@ def test_where_ttft_goes_has_no_overlapping_labels(levels, arms):
 
     from capacity_plugins.outputs.report_ttft import plot_ttft_breakdown
 
-    def row(lv: float, arm: str | None, client: float) -> dict:
-        return {"level": lv, "arm": arm, "client_ttft_mean_ms": client, "server_queue_mean_ms": client * 0.6,
-                "server_prefill_mean_ms": client * 0.3, "server_ttft_mean_ms": client - 0.6,
-                "client_remainder_ms": 0.6}
+    def row(lv: float, arm: str | None, client: float) -> StepSummary:
+        return StepSummary(level=lv, arm=arm, client_ttft_mean_ms=client, server_queue_mean_ms=client * 0.6,
+                           server_prefill_mean_ms=client * 0.3, server_ttft_mean_ms=client - 0.6,
+                           client_remainder_ms=0.6)
 
     rows = [row(lv, arm, 30.0 * i + 2825.0 * (lv >= 16)) for i, lv in enumerate(levels)
             for arm in (("distinct", "shared_prefix") if arms else (None,))]
-    fig = plot_ttft_breakdown({"steps": rows, "run": {"simulated": True}})
+    fig = plot_ttft_breakdown(Summary(steps=rows, run=RunFacts(simulated=True)))
     try:
         assert _overlaps(fig) == []
         assert len(fig.axes[1].texts) == len(rows)  # each bar's total, once
@@ -310,13 +312,13 @@ def test_the_settings_that_decided_are_a_folded_list_not_part_of_the_answer(anal
     from capacity_plugins.outputs.report_text import markdown
 
     p, _ = analysed
-    summary = json.loads((p / "summary.json").read_text())
-    summary["verdict"]["settings"] = [{"key": "verdict.gpu_busy_pct", "value": 85.0, "meaning": "GPU counted busy above this (%)"},
-                                      {"key": "capacity.redundancy", "value": 1, "meaning": "spare nodes added on top"}]
+    summary = Summary.load(p / "summary.json")
+    summary.verdict.settings = [Setting(key="verdict.gpu_busy_pct", value=85.0, meaning="GPU counted busy above this (%)"),
+                                Setting(key="capacity.redundancy", value=1, meaning="spare nodes added on top")]
     page, md = html_page(summary, {}), markdown(summary)
     folded = page.split('<details id="settings"><summary>Settings that decided this</summary>')[1].split("</details>")[0]
     assert "<td class=l>verdict.gpu_busy_pct</td><td>85</td>" in folded and "<td>1</td>" in folded
     assert "verdict.gpu_busy_pct" not in page.split('id="answer">')[1].split("</p>")[0]
     assert "- verdict.gpu_busy_pct = 85: GPU counted busy above this (%)" in md.split("### Settings that decided this")[1]
-    del summary["verdict"]["settings"]
+    summary.verdict.settings = None
     assert 'id="settings"' not in html_page(summary, {}) and "Settings that decided" not in markdown(summary)

@@ -173,7 +173,11 @@ def test_seams_pacer_timeline_record_event_and_meta_event(fake_llm, tmp_path):
     events = env.capacity_events
     events.record.add_listener(lambda record: 1 / 0)  # a broken listener must not lose the record
     events.record.add_listener(lambda record: seen.append(record))
-    events.writing_meta.add_listener(lambda meta: meta.update(scenario="unit"))  # what meta.json learns
+
+    def learn(meta):  # what meta.json learns: a field of the document (contracts/meta.py)
+        meta.scenario = "unit"
+
+    events.writing_meta.add_listener(learn)
     user.llm_request()  # pacer says "nothing now": no request
     assert fired == []
     user.llm_request()

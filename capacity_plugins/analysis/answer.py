@@ -25,7 +25,7 @@ What it says, case by case:
 
 from __future__ import annotations
 
-from typing import Any
+from capacity_plugins.contracts.summary import AnySummary, Capacity, Summary
 
 LIMIT_WORDS = {"ttft_ms": "TTFT", "tpot_ms": "TPOT", "e2e_ms": "E2E", "itl_ms": "ITL"}
 DECISION_WORDS = {"scale": "SCALE", "dont_scale_yet": "DON'T SCALE YET", "observe": "OBSERVE"}
@@ -40,77 +40,76 @@ def _ms(v: float) -> str:
     return f"{v / 1000:g} s" if v >= 1000 else f"{v:g} ms"
 
 
-def _within(summary: dict[str, Any]) -> str:
+def _within(summary: AnySummary) -> str:
     """'within TTFT p95 ≤ 1.5 s and TPOT p95 ≤ 100 ms' from the SLO the run was judged by."""
-    workloads = summary.get("workloads")
+    workloads = summary.workloads if isinstance(summary, Summary) else None
     if workloads:
-        limiting = workloads.get("limiting")
+        limiting = workloads.limiting
         return "within each workload class's own SLO" + (f" (class {limiting} limits the mix)" if limiting else "")
-    slo = summary.get("slo") or {}
-    pct = f"p{float(slo.get('attainment', 0.95)) * 100:g}"
-    parts = [f"{LIMIT_WORDS[m]} {pct} ≤ {_ms(float(slo[f'{m[:-3]}_p95_ms']))}"
-             for m in LIMIT_WORDS if slo.get(f"{m[:-3]}_p95_ms") is not None]
+    slo = summary.slo
+    pct = f"p{float(slo.attainment) * 100:g}"
+    limits = {m: getattr(slo, f"{m[:-3]}_p95_ms") for m in LIMIT_WORDS}
+    parts = [f"{LIMIT_WORDS[m]} {pct} ≤ {_ms(float(v))}" for m, v in limits.items() if v is not None]
     return "within " + " and ".join(parts) if parts else "at 70 % of its best throughput (no SLO limit set)"
 
 
-def _slo_words(summary: dict[str, Any]) -> str:
+def _slo_words(summary: AnySummary) -> str:
     """'TTFT p95 ≤ 1.5 s' — the SLO, without 'within'."""
     return _within(summary).removeprefix("within ")
 
 
-def _unknown(cap: dict[str, Any]) -> bool:
-    return cap.get("per_node_rps") is None
+def _unknown(cap: Capacity) -> bool:
+    return cap.per_node_rps is None
 
 
-def _infeasible(summary: dict[str, Any]) -> bool:
-    cap = summary.get("capacity") or {}
-    return cap.get("per_node_rps") == 0 and bool((summary.get("plan") or {}).get("infeasible")
-                                                 or cap.get("method") == "fails_at_lowest_load")
+def _infeasible(summary: AnySummary) -> bool:
+    cap = summary.capacity
+    return cap.per_node_rps == 0 and bool(summary.plan.infeasible or cap.method == "fails_at_lowest_load")
 
 
-def capacity_sentence(summary: dict[str, Any]) -> str:
+def capacity_sentence(summary: AnySummary) -> str:
     """What one node carries, with its interval, or why that is not known."""
-    cap = summary.get("capacity") or {}
-    per_node = cap.get("per_node_rps")
+    cap = summary.capacity
+    per_node = cap.per_node_rps
     if per_node is None:
-        why = cap.get("unknown_reason") or next(iter(cap.get("notes") or []), None) or "it was not measured"
-        todo = f" — {cap['measure_next']}" if cap.get("measure_next") else ""
+        why = cap.unknown_reason or next(iter(cap.notes), None) or "it was not measured"
+        todo = f" — {cap.measure_next}" if cap.measure_next else ""
         return f"One node's capacity is unknown: {why}{todo}."
-    ci = cap.get("per_node_rps_ci")
+    ci = cap.per_node_rps_ci
     if per_node == 0:
         if ci and ci[1]:
             return (f"One node's capacity is 0 req/s as measured, and up to {_rps(ci[1])} req/s within the noise, "
                     f"{_within(summary)}: one request at a time already misses it as measured.")
         return f"One request at a time already misses {_slo_words(summary)}, so no number of nodes meets it."
     span = f" [{_rps(ci[0])}–{_rps(ci[1])}]" if ci else ""
-    if cap.get("method") == "never_failed":
+    if cap.method == "never_failed":
         return (f"One node serves at least {_rps(per_node)} req/s{span} {_within(summary)} "
                 "(the SLO held at every level tested).")
-    if cap.get("method") == "repeats":  # a repeat set: the mean over its repeats, the run-to-run interval
-        return f"One node serves {_rps(per_node)} req/s{span} {_within(summary)} (mean of {cap.get('n')} repeats)."
+    if cap.method == "repeats":  # a repeat set: the mean over its repeats, the run-to-run interval
+        return f"One node serves {_rps(per_node)} req/s{span} {_within(summary)} (mean of {cap.n} repeats)."
     return f"One node serves {_rps(per_node)} req/s{span} {_within(summary)}."
 
 
-def plan_sentence(summary: dict[str, Any]) -> str:
+def plan_sentence(summary: AnySummary) -> str:
     """The fleet the forecast peak needs, in words, ending with the decision."""
-    plan = summary.get("plan") or {}
-    cap = summary.get("capacity") or {}
-    decision = DECISION_WORDS.get((summary.get("verdict") or {}).get("decision", ""), "OBSERVE")
-    peak = plan.get("peak_qps")
+    plan = summary.plan
+    cap = summary.capacity
+    decision = DECISION_WORDS.get(summary.verdict.decision, "OBSERVE")
+    peak = plan.peak_qps
     if _infeasible(summary):
         return f"Relax the SLO or make a single request faster → {decision}."
     if peak is None:
         return f"No forecast peak given (--peak-qps), so no fleet size → {decision}."
-    if plan.get("nodes") is None:
+    if plan.nodes is None:
         if _unknown(cap):
             return f"A peak of {peak:g} req/s cannot be sized without it → {decision}."
-        why = plan.get("refused") or plan.get("infeasible") or "the capacity is not known"
+        why = plan.refused or plan.infeasible or "the capacity is not known"
         return f"A peak of {peak:g} req/s cannot be sized: {why} → {decision}."
-    base = plan["nodes"] - (plan.get("redundancy") or 0)
-    spare = f" + {plan['redundancy']} spare = {plan['nodes']}" if plan.get("redundancy") else ""
-    cur = plan.get("current_nodes")
+    base = plan.nodes - (plan.redundancy or 0)
+    spare = f" + {plan.redundancy} spare = {plan.nodes}" if plan.redundancy else ""
+    cur = plan.current_nodes
     have = f"; you have {cur}" if cur is not None else ""
-    sf = plan.get("safety_factor") or 1
+    sf = plan.safety_factor or 1
     safety = f" × {sf:g} safety" if sf != 1 else ""
     return (f"A peak of {peak:g} req/s{safety} needs {base} node{'s' if base != 1 else ''}{spare}{have} → "
             f"{decision}{_why_not_the_plan(summary)}.")
@@ -126,45 +125,44 @@ RULE_WORDS = {
 }
 
 
-def _why_not_the_plan(summary: dict[str, Any]) -> str:
+def _why_not_the_plan(summary: AnySummary) -> str:
     """': the GPU is not the bottleneck' when the decision is not what the plan's node count says."""
-    plan = summary.get("plan") or {}
-    verdict = summary.get("verdict") or {}
-    nodes, cur = plan.get("nodes"), plan.get("current_nodes")
-    if verdict.get("decision") == "scale" or nodes is None or (cur is not None and nodes <= cur):
+    plan, verdict = summary.plan, summary.verdict
+    nodes, cur = plan.nodes, plan.current_nodes
+    if verdict.decision == "scale" or nodes is None or (cur is not None and nodes <= cur):
         return ""
-    words = RULE_WORDS.get(verdict.get("rule") or "")
+    words = RULE_WORDS.get(verdict.rule or "")
     return f": {words}" if words else ""
 
 
-def _trace_sentence(summary: dict[str, Any]) -> str:
-    trace = summary.get("trace")
+def _trace_sentence(summary: AnySummary) -> str:
+    trace = summary.trace if isinstance(summary, Summary) else None
     if not trace:
         return ""
-    speed = f"{trace.get('speedup', 1):g}×"
-    first = trace.get("first_broken_window")
+    speed = f"{trace.speedup:g}×"
+    first = trace.first_broken_window
     if first is None:
         return f"Replaying the trace at {speed}, the SLO held in every window. "
     return (f"Replaying the trace at {speed}, the SLO first broke in window {first + 1} of "
-            f"{len(trace.get('windows') or [])}. ")
+            f"{len(trace.windows)}. ")
 
 
-def _cache_sentence(summary: dict[str, Any]) -> str:
-    probe = summary.get("cache_probe") or {}
-    answer = (probe.get("answer") or "").strip()
+def _cache_sentence(summary: AnySummary) -> str:
+    probe = summary.cache_probe if isinstance(summary, Summary) else None
+    answer = (probe.answer if probe is not None else "").strip()
     if not answer:
         return ""
     return " Prefix cache: " + (answer if answer.endswith(".") else answer + ".")
 
 
-def _not_completed(summary: dict[str, Any]) -> str:
+def _not_completed(summary: AnySummary) -> str:
     """'Decision not completed: the run is incomplete (…). ' — a refused plan says so itself."""
-    said = ("plan refused", "no valid step") if (summary.get("capacity") or {}).get("unknown_reason") else ("plan refused",)
-    reasons = [r for r in (summary.get("outcome") or {}).get("reasons") or [] if not r.startswith(said)]
+    said = ("plan refused", "no valid step") if summary.capacity.unknown_reason else ("plan refused",)
+    reasons = [r for r in summary.outcome.reasons if not r.startswith(said)]
     return f"Decision not completed: {reasons[0]}. " if reasons else ""
 
 
-def plain_answer(summary: dict[str, Any]) -> str:
+def plain_answer(summary: AnySummary) -> str:
     """The one sentence (two short ones) that opens every view of a run."""
     return (f"{_not_completed(summary)}{_trace_sentence(summary)}{capacity_sentence(summary)} "
             f"{plan_sentence(summary)}{_cache_sentence(summary)}")
@@ -176,16 +174,21 @@ def _said(reason: str, answer: str) -> bool:
     return len(core) > 20 and core in answer
 
 
-def reasons_in_words(summary: dict[str, Any]) -> list[str]:
+def _stored_answer(summary: AnySummary) -> str:
+    """The answer summary.json holds (a repeat set's is worded when asked)."""
+    return (summary.answer if isinstance(summary, Summary) else "") or plain_answer(summary)
+
+
+def reasons_in_words(summary: AnySummary) -> list[str]:
     """The verdict's reasons, then what to measure next: plain lines, for under the answer."""
-    verdict = summary.get("verdict") or {}
-    answer = summary.get("answer") or plain_answer(summary)
-    out = [f"- {r}" for r in verdict.get("reasons") or [] if not _said(r, answer)]
-    nxt = [m for m in verdict.get("measure_next") or [] if m and m not in answer]
+    verdict = summary.verdict
+    answer = _stored_answer(summary)
+    out = [f"- {r}" for r in verdict.reasons if not _said(r, answer)]
+    nxt = [m for m in verdict.measure_next or [] if m and m not in answer]
     out += [f"Measure next: {m}" for m in nxt]
     return out
 
 
-def answer_lines(summary: dict[str, Any]) -> list[str]:
+def answer_lines(summary: AnySummary) -> list[str]:
     """The answer and its reasons in words: what a terminal prints."""
-    return [summary.get("answer") or plain_answer(summary), *(f"  {x}" for x in reasons_in_words(summary))]
+    return [_stored_answer(summary), *(f"  {x}" for x in reasons_in_words(summary))]

@@ -18,7 +18,7 @@ Capacity, knee and plan count the distinct arm only: the cache-arm steps are inv
 from __future__ import annotations
 
 import math
-from typing import Any
+from collections.abc import Callable
 
 import numpy as np
 
@@ -27,87 +27,89 @@ from capacity_plugins.analysis.load import RunData, Step
 from capacity_plugins.analysis.noise import Value, judge
 from capacity_plugins.analysis.step_telemetry import step_rows
 from capacity_plugins.analysis.validity import CACHE_ARM_REASON
+from capacity_plugins.contracts.document import Interval
+from capacity_plugins.contracts.meta import Meta
+from capacity_plugins.contracts.summary import CacheProbe, ProbeArm, ProbeDelta, ProbeLevel, StepSummary
 
 DISTINCT = "distinct"
-# metric key of a step row, its interval key, words, higher is better
-COMPARED: tuple[tuple[str, str | None, str, bool], ...] = (
-    ("ttft_p50_ms", "ttft_p50_ci_ms", "TTFT P50", False),
-    ("ttft_p95_ms", "ttft_p95_ci_ms", "TTFT P95", False),
-    ("rps", "rps_ci", "throughput", True),
-)
+# The figures the arms are compared on, by the key of `deltas`: (words, higher is better, the figure
+# with its interval, of a step row or an arm)
+COMPARED_FIGURES: dict[str, tuple[str, bool, Callable[[StepSummary | ProbeArm], tuple[float | None, Interval | None]]]] = {
+    "ttft_p50_ms": ("TTFT P50", False, lambda r: (r.ttft_p50_ms, r.ttft_p50_ci_ms)),
+    "ttft_p95_ms": ("TTFT P95", False, lambda r: (r.ttft_p95_ms, r.ttft_p95_ci_ms)),
+    "rps": ("throughput", True, lambda r: (r.rps, r.rps_ci)),
+}
 # A distinct arm whose own prompts hit the cache this often is flattered too (its corpus repeats).
 DISTINCT_HIT_WARN = 0.1
 ARM_WORDS = {"shared_prefix": "with shared prefixes", "repeat": "with repeated prompts"}
 
 
-def cache_probe(run: RunData, rows: list[dict[str, Any]], meta: dict[str, Any] | None = None) -> dict[str, Any] | None:
-    """summary.json `cache_probe` (SCHEMA.md); None unless the run's steps carry arms."""
+def cache_probe(run: RunData, rows: list[StepSummary], meta: Meta | None = None) -> CacheProbe | None:
+    """summary.json `cache_probe` (contracts/summary.py); None unless the run's steps carry arms."""
     steps = {st.index: st for st in run.steps}
     if not any(st.arm for st in run.steps):
         return None
     cache_arm = next((st.arm for st in run.steps if st.arm not in (None, DISTINCT)), None)
     vs = run.verdict
-    levels: list[dict[str, Any]] = []
-    for level in sorted({r["level"] for r in rows if r.get("arm")}):
-        d = next((r for r in rows if r["level"] == level and r.get("arm") == DISTINCT), None)
-        c = next((r for r in rows if r["level"] == level and r.get("arm") not in (None, DISTINCT)), None)
-        entry: dict[str, Any] = {
-            "level": level,
-            "unit": "rps" if (d or c or {}).get("kind") in ("rate", "peak") else "users",
-            "distinct": _arm(run, steps, d),
-            "cache": _arm(run, steps, c),
-        }
-        entry["compared"] = bool(d and c and entry["distinct"]["sound"] and entry["cache"]["sound"])
-        entry["deltas"] = {key: _delta(d, c, key, ci_key, hib, vs.min_detectable_difference)
-                           for key, ci_key, _w, hib in COMPARED} if d and c else {}
-        levels.append(entry)
-    caching = server_prefix_caching(meta or {})
+    levels: list[ProbeLevel] = []
+    for level in sorted({r.level for r in rows if r.arm}):
+        d = next((r for r in rows if r.level == level and r.arm == DISTINCT), None)
+        c = next((r for r in rows if r.level == level and r.arm not in (None, DISTINCT)), None)
+        either = d or c
+        distinct, cache = _arm(run, steps, d), _arm(run, steps, c)
+        levels.append(ProbeLevel(
+            level=level,
+            unit="rps" if either is not None and either.kind in ("rate", "peak") else "users",
+            distinct=distinct,
+            cache=cache,
+            compared=bool(d and c and distinct.sound and cache.sound),
+            deltas={key: _delta(d, c, key, vs.min_detectable_difference) for key in COMPARED_FIGURES} if d and c else {},
+        ))
+    caching = server_prefix_caching(meta or Meta())
     status, answer, notes = _answer(levels, cache_arm, caching)
-    return {
-        "arm": cache_arm,
-        "counted_arm": DISTINCT,
-        "spec": (meta or {}).get("cache_probe"),
-        "server_prefix_caching": caching,
-        "min_detectable_difference": vs.min_detectable_difference,
-        "levels": levels,
-        "status": status,
-        "answer": answer,
-        "notes": notes,
-    }
+    return CacheProbe(
+        arm=cache_arm,
+        counted_arm=DISTINCT,
+        spec=(meta or Meta()).cache_probe,
+        server_prefix_caching=caching,
+        min_detectable_difference=vs.min_detectable_difference,
+        levels=levels,
+        status=status,
+        answer=answer,
+        notes=notes,
+    )
 
 
-def _arm(run: RunData, steps: dict[int, Step], row: dict[str, Any] | None) -> dict[str, Any]:
+def _arm(run: RunData, steps: dict[int, Step], row: StepSummary | None) -> ProbeArm:
     if row is None:
-        return {"step": None, "sound": False, "problems": ["not measured"]}
+        return ProbeArm(step=None, sound=False, problems=["not measured"])
     # The step's own problems: the cache arm's standing exclusion from capacity is not one.
-    problems = [r for r in row["invalid_reasons"] if not r.startswith(CACHE_ARM_REASON)]
-    out: dict[str, Any] = {"step": row["step"], "sound": not problems, "problems": problems,
-                           "requests": row["requests"]}
-    for key, ci_key, _w, _hib in COMPARED:
-        out[key] = row.get(key)
-        if ci_key:
-            out[ci_key] = row.get(ci_key)
-    out["output_tokens_per_s"] = row.get("output_tokens_per_s")
-    out["prompt_tokens_mean"] = _prompt_tokens(run, row["step"])
-    out["prefix_cache_hit_rate"] = _hit_rate(run, steps[row["step"]])
-    return out
+    problems = [r for r in row.invalid_reasons if not r.startswith(CACHE_ARM_REASON)]
+    return ProbeArm(
+        step=row.step, sound=not problems, problems=problems, requests=row.requests,
+        ttft_p50_ms=row.ttft_p50_ms, ttft_p50_ci_ms=row.ttft_p50_ci_ms,
+        ttft_p95_ms=row.ttft_p95_ms, ttft_p95_ci_ms=row.ttft_p95_ci_ms,
+        rps=row.rps, rps_ci=row.rps_ci,
+        output_tokens_per_s=row.output_tokens_per_s,
+        prompt_tokens_mean=_prompt_tokens(run, row.step),
+        prefix_cache_hit_rate=_hit_rate(run, steps[row.step]),
+    )
 
 
-def _half(row: dict[str, Any], key: str, ci_key: str | None) -> float:
-    ci = row.get(ci_key) if ci_key else None
-    return half_width(row.get(key), ci[0], ci[1]) if ci else 0.0
+def _value(row: StepSummary, key: str) -> Value:
+    """The figure `key` of a row, with the half-width of its interval (0 without one)."""
+    v, ci = COMPARED_FIGURES[key][2](row)
+    return Value(v, half_width(v, ci[0], ci[1]) if ci else 0.0, False)
 
 
-def _delta(d: dict[str, Any], c: dict[str, Any], key: str, ci_key: str | None, higher_is_better: bool,
-           mdd: float) -> dict[str, Any]:
-    before = Value(d.get(key), _half(d, key, ci_key), False)
-    after = Value(c.get(key), _half(c, key, ci_key), False)
-    verdict, noise = judge(before, after, higher_is_better, mdd)
+def _delta(d: StepSummary, c: StepSummary, key: str, mdd: float) -> ProbeDelta:
+    before, after = _value(d, key), _value(c, key)
+    verdict, noise = judge(before, after, COMPARED_FIGURES[key][1], mdd)
     change = (after.value / before.value - 1) if before.value and after.value is not None else None
-    return {"distinct": before.value, "cache": after.value, "change": change,
-            "noise": noise if noise is not None and math.isfinite(noise) else None,
-            # better: the cache arm looks better than the real load does
-            "judgement": {"better": "cache_flatters", "worse": "cache_arm_worse"}.get(verdict, verdict)}
+    return ProbeDelta(distinct=before.value, cache=after.value, change=change,
+                      noise=noise if noise is not None and math.isfinite(noise) else None,
+                      # better: the cache arm looks better than the real load does
+                      judgement={"better": "cache_flatters", "worse": "cache_arm_worse"}.get(verdict, verdict))
 
 
 def _prompt_tokens(run: RunData, index: int) -> float | None:
@@ -128,12 +130,11 @@ def _hit_rate(run: RunData, st: Step) -> float | None:
     return float(values.mean()) if len(values) else None
 
 
-def server_prefix_caching(meta: dict[str, Any]) -> bool | None:
+def server_prefix_caching(meta: Meta) -> bool | None:
     """Whether a scraped server says its prefix caching is on (vLLM's, and the simulator's,
     `vllm:cache_config_info{enable_prefix_caching}` in meta.json's telemetry provenance)."""
-    targets = ((meta.get("telemetry") or {}).get("provenance") or {}).get("targets") or {}
-    said = {str(((t.get("info") or {}).get("vllm:cache_config_info") or {}).get("enable_prefix_caching")).lower()
-            for t in targets.values() if isinstance(t, dict)}
+    said = {str((info.get("vllm:cache_config_info") or {}).get("enable_prefix_caching")).lower()
+            for info in meta.target_infos()}
     if "true" in said:
         return True
     return False if "false" in said else None
@@ -143,57 +144,57 @@ def _pct(x: float) -> str:
     return f"{abs(x) * 100:.0f} %"
 
 
-def _judged_ttft(e: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+def _judged_ttft(e: ProbeLevel) -> tuple[str, ProbeDelta]:
     """The TTFT percentile a level is judged on: P95, or P50 when a step has too few requests to
     bound its P95 (the noise is then unknown, and nothing could ever count as beyond it)."""
-    d95 = e["deltas"]["ttft_p95_ms"]
-    if d95["noise"] is not None or d95["change"] is None:
+    d95 = e.deltas["ttft_p95_ms"]
+    if d95.noise is not None or d95.change is None:
         return "P95", d95
-    return "P50", e["deltas"]["ttft_p50_ms"]
+    return "P50", e.deltas["ttft_p50_ms"]
 
 
-def _answer(levels: list[dict[str, Any]], arm: str | None, caching: bool | None) -> tuple[str, str, list[str]]:
+def _answer(levels: list[ProbeLevel], arm: str | None, caching: bool | None) -> tuple[str, str, list[str]]:
     """(status, the one-line answer, notes) to "is the cache hiding the real load?"."""
     words = ARM_WORDS.get(arm or "", "in the cache arm")
     notes: list[str] = []
     for e in levels:
-        if not e["compared"]:
-            why = "; ".join(e["distinct"]["problems"] + e["cache"]["problems"]) or "an arm is missing"
-            notes.append(f"level {e['level']:g} {e['unit']}: not compared ({why})")
+        if not e.compared:
+            why = "; ".join(e.distinct.problems + e.cache.problems) or "an arm is missing"
+            notes.append(f"level {e.level:g} {e.unit}: not compared ({why})")
         elif _judged_ttft(e)[0] == "P50":
-            notes.append(f"level {e['level']:g} {e['unit']}: too few requests to bound TTFT P95 "
-                         f"({e['distinct']['requests']} and {e['cache']['requests']}): judged on P50 (longer steps "
+            notes.append(f"level {e.level:g} {e.unit}: too few requests to bound TTFT P95 "
+                         f"({e.distinct.requests} and {e.cache.requests}): judged on P50 (longer steps "
                          "or a higher load.min_requests bound the P95)")
-        hit_d = e["distinct"].get("prefix_cache_hit_rate")
+        hit_d = e.distinct.prefix_cache_hit_rate
         if hit_d is not None and hit_d >= DISTINCT_HIT_WARN:
-            notes.append(f"level {e['level']:g}: the distinct arm's own prompts hit the cache ({hit_d:.0%} of prompt "
+            notes.append(f"level {e.level:g}: the distinct arm's own prompts hit the cache ({hit_d:.0%} of prompt "
                          "tokens): the corpus shares prefixes, so even the distinct arm is flattered "
                          "(check it with `capacity corpus stats`)")
-    compared = [e for e in levels if e["compared"]]
+    compared = [e for e in levels if e.compared]
     if not compared:
         return "not_compared", "The prefix-cache probe could not compare the arms at any level (see the notes).", notes
     judged = [(e, *_judged_ttft(e)) for e in compared]
-    known = [h for e in compared if (h := e["cache"].get("prefix_cache_hit_rate")) is not None]
+    known = [h for e in compared if (h := e.cache.prefix_cache_hit_rate) is not None]
     hit_text = (f"; the server's prefix-cache hit rate in the cache arm was {min(known):.0%}"
                 + (f"–{max(known):.0%}" if max(known) - min(known) >= 0.005 else "")) if known else ""
-    flattered = [x for x in judged if x[2]["judgement"] == "cache_flatters"]
+    flattered = [x for x in judged if x[2].judgement == "cache_flatters"]
     if flattered:
-        e, label, d = min(flattered, key=lambda x: x[2]["change"])
+        e, label, d = min(flattered, key=lambda x: x[2].change or 0.0)
         return "cache_flatters", (
-            f"TTFT {label} is {_pct(d['change'])} lower {words} (at {e['level']:g} {e['unit']}: "
-            f"{d['distinct']:.0f} → {d['cache']:.0f} ms, beyond the noise of ± {d['noise']:.0f} ms){hit_text}: "
+            f"TTFT {label} is {_pct(d.change or 0.0)} lower {words} (at {e.level:g} {e.unit}: "
+            f"{d.distinct:.0f} → {d.cache:.0f} ms, beyond the noise of ± {d.noise:.0f} ms){hit_text}: "
             "a benchmark on such prompts would overstate capacity — the capacity here counts the distinct arm "
             "only"), notes
-    worse = [x for x in judged if x[2]["judgement"] == "cache_arm_worse"]
+    worse = [x for x in judged if x[2].judgement == "cache_arm_worse"]
     if worse:
         e, label, d = worse[0]
         return "cache_arm_worse", (
-            f"No sign the cache flatters: TTFT {label} is {_pct(d['change'])} higher {words} at {e['level']:g} "
-            f"{e['unit']} ({d['distinct']:.0f} → {d['cache']:.0f} ms){hit_text}"), notes
+            f"No sign the cache flatters: TTFT {label} is {_pct(d.change or 0.0)} higher {words} at {e.level:g} "
+            f"{e.unit} ({d.distinct:.0f} → {d.cache:.0f} ms){hit_text}"), notes
     spread = ", ".join(
-        f"{label} {(d['change'] or 0) * 100:+.0f} % ± "
-        + (f"{d['noise'] / d['distinct'] * 100:.0f} %" if d["noise"] is not None and d["distinct"] else "∞")
-        + f" at {e['level']:g} {e['unit']}" for e, label, d in judged)
+        f"{label} {(d.change or 0) * 100:+.0f} % ± "
+        + (f"{d.noise / d.distinct * 100:.0f} %" if d.noise is not None and d.distinct else "∞")
+        + f" at {e.level:g} {e.unit}" for e, label, d in judged)
     answer = f"No cache effect beyond noise: TTFT {spread} {words}{hit_text}"
     if caching is False:
         answer += " — the server reports prefix caching off (vllm:cache_config_info enable_prefix_caching)"

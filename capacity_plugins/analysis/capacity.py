@@ -34,9 +34,10 @@ requests may still overlap, and a lower rate was not measured.
 from __future__ import annotations
 
 import math
-from typing import Any, Literal
+from typing import Literal
 
 from capacity_plugins.contracts.planning import CapacityConfig, SLOConfig
+from capacity_plugins.contracts.summary import Capacity, StepSummary
 
 BRACKET_WARN = 0.20
 # Wider than a doubling, the straight line between the last pass and the first fail is a guess
@@ -52,18 +53,18 @@ def _interp(x0: float, x1: float, y0: float, y1: float, y: float) -> float:
     return x0 + min(max(f, 0.0), 1.0) * (x1 - x0)
 
 
-def _limiting(fail: dict[str, Any], slo: SLOConfig) -> tuple[str, float | None]:
+def _limiting(fail: StepSummary, slo: SLOConfig) -> tuple[str, float | None]:
     """The limit the first failing step missed worst (ratio of its quantile to the limit)."""
     worst, ratio = None, -1.0
-    for m, v in fail["slo"].items():
-        if v["pass"]:
+    for m, v in fail.slo.items():
+        if v.passed:
             continue
-        q = v["quantile_ms"]
-        r = (q / v["limit_ms"]) if q is not None else float("inf")
+        q = v.quantile_ms
+        r = (q / v.limit_ms) if q is not None and v.limit_ms else float("inf")
         if r > ratio:
             worst, ratio = m, r
     if worst is None:
-        if fail["ok_requests"] == 0:
+        if fail.ok_requests == 0:
             return "no_successful_requests", None
         return "error_rate", None
     return worst, ratio
@@ -72,164 +73,167 @@ def _limiting(fail: dict[str, Any], slo: SLOConfig) -> tuple[str, float | None]:
 Side = Literal["low", "high"]
 
 
-def _view(row: dict[str, Any], side: Side, slo: SLOConfig) -> dict[str, Any]:
+def _view(row: StepSummary, side: Side, slo: SLOConfig) -> StepSummary:
     """The row as the pessimistic (`low`) or optimistic (`high`) end of its intervals sees it."""
     low = side == "low"
-    r = dict(row)
-    ci = row.get("rps_ci")
-    if ci and row.get("rps") is not None:
-        r["rps"] = ci[0] if low else ci[1]
-    judged: dict[str, Any] = {}
-    for m, v in row["slo"].items():
-        q_lo, q_hi = v.get("quantile_ci_ms") or (None, None)
-        a_lo, a_hi = v.get("attainment_ci") or (None, None)
+    rps = row.rps
+    ci = row.rps_ci
+    if ci and row.rps is not None:
+        rps = ci[0] if low else ci[1]
+    judged = {}
+    for m, v in row.slo.items():
+        q_lo, q_hi = v.quantile_ci_ms or (None, None)
+        a_lo, a_hi = v.attainment_ci or (None, None)
         q = (q_hi if q_hi is not None else math.inf) if low else (q_lo if q_lo is not None else 0.0)
         a = a_lo if low else a_hi
-        judged[m] = {**v, "quantile_ms": q, "pass": a is not None and a >= slo.attainment}
-    r["slo"] = judged
-    err_ok = r["error_rate"] is not None and r["error_rate"] <= slo.error_rate
-    r["slo_pass"] = bool(row["ok_requests"] > 0 and err_ok and all(v["pass"] for v in judged.values()))
-    return r
+        judged[m] = v.model_copy(update={"quantile_ms": q, "passed": a is not None and a >= slo.attainment})
+    err_ok = row.error_rate is not None and row.error_rate <= slo.error_rate
+    return row.model_copy(update={
+        "rps": rps, "slo": judged,
+        "slo_pass": bool(row.ok_requests > 0 and err_ok and all(v.passed for v in judged.values())),
+    })
 
 
-def capacity_under_slo(rows: list[dict[str, Any]], slo: SLOConfig, cap: CapacityConfig, sweep_kind: str) -> dict[str, Any]:
-    valid = sorted((r for r in rows if r["valid"]), key=lambda r: r["level"])
+def capacity_under_slo(rows: list[StepSummary], slo: SLOConfig, cap: CapacityConfig, sweep_kind: str) -> Capacity:
+    valid = sorted((r for r in rows if r.valid), key=lambda r: r.level)
     out = _capacity(valid, slo, cap, sweep_kind)
-    out["unknown_reason"] = out["measure_next"] = None
-    if out["per_node_rps"] is None:
-        out["unknown_reason"], out["measure_next"] = _not_measured(rows, out)
-        out["notes"].insert(0, f"{out['unknown_reason']} — {out['measure_next']}")
-    out["excluded_steps"] = [r["step"] for r in rows if not r["valid"]]
-    if out["excluded_steps"]:
-        why = "; ".join(f"{r['level']:g}: {r['invalid_reasons'][0]}" for r in rows if not r["valid"] and r["invalid_reasons"])
-        out["notes"].insert(1 if out["unknown_reason"] else 0, f"steps {out['excluded_steps']} excluded ({why})")
-    point = out["per_node_rps"]
-    out["per_node_rps_ci"] = out["per_node_concurrency_ci"] = out["relative_interval"] = None
+    out.unknown_reason = out.measure_next = None
+    if out.per_node_rps is None:
+        out.unknown_reason, out.measure_next = _not_measured(rows, out)
+        out.notes.insert(0, f"{out.unknown_reason} — {out.measure_next}")
+    out.excluded_steps = [r.step for r in rows if not r.valid]
+    if out.excluded_steps:
+        why = "; ".join(f"{r.level:g}: {r.invalid_reasons[0]}" for r in rows if not r.valid and r.invalid_reasons)
+        out.notes.insert(1 if out.unknown_reason else 0, f"steps {out.excluded_steps} excluded ({why})")
+    point = out.per_node_rps
+    out.per_node_rps_ci = out.per_node_concurrency_ci = out.relative_interval = None
     if point is None:
         return out
     lo = _capacity([_view(r, "low", slo) for r in valid], slo, cap, sweep_kind)
     hi = _capacity([_view(r, "high", slo) for r in valid], slo, cap, sweep_kind)
-    out["per_node_rps_ci"] = [min(lo["per_node_rps"] or 0.0, point), max(hi["per_node_rps"] or 0.0, point)]
-    conc = out["per_node_concurrency"]
+    rps_ci = out.per_node_rps_ci = [min(lo.per_node_rps or 0.0, point), max(hi.per_node_rps or 0.0, point)]
+    conc = out.per_node_concurrency
     if conc is not None:
-        out["per_node_concurrency_ci"] = [min(lo["per_node_concurrency"] or 0.0, conc),
-                                          max(hi["per_node_concurrency"] or 0.0, conc)]
-    width = out.get("bracket_width")
-    if out["method"] == "interpolated" and width is not None and width > BRACKET_INTERVAL:
-        ci = out["per_node_rps_ci"]
-        out["per_node_rps_ci"] = [min(ci[0], out["last_pass_rps"]), max(ci[1], out["first_fail_rps"])]
-        if out["per_node_concurrency_ci"] is not None and sweep_kind == "concurrency":
-            cc, r = out["per_node_concurrency_ci"], cap.replicas_behind_url
-            out["per_node_concurrency_ci"] = [min(cc[0], out["last_pass_level"] / r),
-                                              max(cc[1], out["first_fail_level"] / r)]
-        out["notes"].append(f"the bracket is wider than a doubling ({width:.0%}): the interval spans all of it, "
-                            "the interpolated point is only a guess inside")
+        out.per_node_concurrency_ci = [min(lo.per_node_concurrency or 0.0, conc),
+                                       max(hi.per_node_concurrency or 0.0, conc)]
+    width = out.bracket_width
+    if out.method == "interpolated" and width is not None and width > BRACKET_INTERVAL:
+        assert out.last_pass_rps is not None and out.first_fail_rps is not None  # interpolated: both ends
+        rps_ci = out.per_node_rps_ci = [min(rps_ci[0], out.last_pass_rps), max(rps_ci[1], out.first_fail_rps)]
+        cc = out.per_node_concurrency_ci
+        if cc is not None and sweep_kind == "concurrency":
+            assert out.last_pass_level is not None and out.first_fail_level is not None
+            r = cap.replicas_behind_url
+            out.per_node_concurrency_ci = [min(cc[0], out.last_pass_level / r), max(cc[1], out.first_fail_level / r)]
+        out.notes.append(f"the bracket is wider than a doubling ({width:.0%}): the interval spans all of it, "
+                         "the interpolated point is only a guess inside")
     if point > 0:
-        out["relative_interval"] = (out["per_node_rps_ci"][1] - out["per_node_rps_ci"][0]) / point
-    if lo["method"] != out["method"]:
-        out["notes"].append(f"at the pessimistic end of the step intervals the method becomes {lo['method']}"
-                            + (f" (the SLO may already fail at level {lo['first_fail_level']:g})"
-                               if lo.get("first_fail_level") is not None else ""))
+        out.relative_interval = (rps_ci[1] - rps_ci[0]) / point
+    if lo.method != out.method:
+        out.notes.append(f"at the pessimistic end of the step intervals the method becomes {lo.method}"
+                         + (f" (the SLO may already fail at level {lo.first_fail_level:g})"
+                            if lo.first_fail_level is not None else ""))
     return out
 
 
-def _capacity(valid: list[dict[str, Any]], slo: SLOConfig, cap: CapacityConfig, sweep_kind: str) -> dict[str, Any]:
+def _capacity(valid: list[StepSummary], slo: SLOConfig, cap: CapacityConfig, sweep_kind: str) -> Capacity:
     """The capacity rule on valid rows sorted by level (one end of the interval, or the point)."""
     replicas = cap.replicas_behind_url
-    out: dict[str, Any] = {
-        "per_node_rps": None, "per_node_concurrency": None, "limiting_slo": None,
-        "last_pass_level": None, "first_fail_level": None, "method": None, "replicas_behind_url": replicas,
-        "notes": [],
-    }
+    out = Capacity(per_node_rps=None, per_node_concurrency=None, limiting_slo=None, last_pass_level=None,
+                   first_fail_level=None, method=None, replicas_behind_url=replicas, notes=[])
     if not valid:
-        out["method"] = "no_valid_steps"
+        out.method = "no_valid_steps"
         return out
 
     no_limits = slo.ttft_p95_ms is None and slo.tpot_p95_ms is None and slo.e2e_p95_ms is None and slo.itl_p95_ms is None
     if no_limits:
         # Without an SLO the only defensible figure is a utilisation cap on the best sustained
         # throughput; with an SLO this cap would be double headroom (docs/capacity.md).
-        best = max(valid, key=lambda r: r["rps"] or 0.0)
-        out.update(method="utilisation_cap", last_pass_level=best["level"],
-                   per_node_rps=(best["rps"] or 0.0) * cap.utilisation_cap / replicas)
+        best = max(valid, key=lambda r: r.rps or 0.0)
+        out.method, out.last_pass_level = "utilisation_cap", best.level
+        out.per_node_rps = (best.rps or 0.0) * cap.utilisation_cap / replicas
         if sweep_kind == "concurrency":
-            out["per_node_concurrency"] = best["level"] * cap.utilisation_cap / replicas
-        out["notes"].append(f"no SLO limit set: {cap.utilisation_cap:.0%} of the best sustained throughput")
+            out.per_node_concurrency = best.level * cap.utilisation_cap / replicas
+        out.notes.append(f"no SLO limit set: {cap.utilisation_cap:.0%} of the best sustained throughput")
         return out
 
-    first_fail = next((i for i, r in enumerate(valid) if not r["slo_pass"]), None)
+    first_fail = next((i for i, r in enumerate(valid) if not r.slo_pass), None)
     if first_fail == 0:
         fail = valid[0]
-        out.update(first_fail_level=fail["level"], limiting_slo=_limiting(fail, slo)[0])
+        out.first_fail_level, out.limiting_slo = fail.level, _limiting(fail, slo)[0]
         if single_request(fail):
-            out.update(method="fails_at_lowest_load", per_node_rps=0.0)
-            out["notes"].append("the SLO fails already with one request at a time (1 user): no number of nodes "
-                                "meets it — capacity 0 under this SLO")
+            out.method, out.per_node_rps = "fails_at_lowest_load", 0.0
+            out.notes.append("the SLO fails already with one request at a time (1 user): no number of nodes "
+                             "meets it — capacity 0 under this SLO")
         else:  # below the first failing level nothing was measured (module doc): unknown, not 0
-            out["method"] = "not_measured_below"
+            out.method = "not_measured_below"
         return out
     if first_fail is None:
         # The best passing step, not simply the last: past saturation throughput can dip.
-        top = max(valid, key=lambda r: (r["rps"] or 0.0, -r["level"]))
-        out.update(method="never_failed", last_pass_level=valid[-1]["level"],
-                   per_node_rps=(top["rps"] or 0.0) / replicas, bracket_requests=top["requests"])
+        top = max(valid, key=lambda r: (r.rps or 0.0, -r.level))
+        out.method, out.last_pass_level = "never_failed", valid[-1].level
+        out.per_node_rps, out.bracket_requests = (top.rps or 0.0) / replicas, top.requests
         if sweep_kind == "concurrency":
-            out["per_node_concurrency"] = top["level"] / replicas
-        out["notes"].append("the SLO held at every level: capacity is at least this; extend the sweep")
+            out.per_node_concurrency = top.level / replicas
+        out.notes.append("the SLO held at every level: capacity is at least this; extend the sweep")
         return out
 
     passed, fail = valid[first_fail - 1], valid[first_fail]
-    later_pass = [r["level"] for r in valid[first_fail + 1:] if r["slo_pass"]]
+    later_pass = [r.level for r in valid[first_fail + 1:] if r.slo_pass]
     if later_pass:
-        out["notes"].append(f"levels {later_pass} passed again after the first failure (noise?): the first failure sets capacity")
+        out.notes.append(f"levels {later_pass} passed again after the first failure (noise?): the first failure sets capacity")
     metric, _ = _limiting(fail, slo)
-    x0, x1 = passed["rps"] or 0.0, fail["rps"] or 0.0
-    if metric in passed["slo"] and metric in fail["slo"] and fail["slo"][metric]["quantile_ms"] is not None:
-        y0 = passed["slo"][metric]["quantile_ms"]
-        y1 = fail["slo"][metric]["quantile_ms"]
-        lim = fail["slo"][metric]["limit_ms"]
+    x0, x1 = passed.rps or 0.0, fail.rps or 0.0
+    f_rps: float
+    f_lvl: float
+    if metric in passed.slo and metric in fail.slo and fail.slo[metric].quantile_ms is not None:
+        y0 = passed.slo[metric].quantile_ms
+        y1 = fail.slo[metric].quantile_ms
+        lim = fail.slo[metric].limit_ms
+        assert y0 is not None and y1 is not None and lim is not None  # a judged limit has all three
         f_rps = _interp(x0, x1, y0, y1, lim) if x1 > x0 and y1 > y0 else x0
-        f_lvl = _interp(passed["level"], fail["level"], y0, y1, lim) if y1 > y0 else passed["level"]
+        f_lvl = _interp(passed.level, fail.level, y0, y1, lim) if y1 > y0 else passed.level
     elif metric == "error_rate":
-        e0, e1 = passed["error_rate"] or 0.0, fail["error_rate"] or 0.0
+        e0, e1 = passed.error_rate or 0.0, fail.error_rate or 0.0
         f_rps = _interp(x0, x1, e0, e1, slo.error_rate) if x1 > x0 and e1 > e0 else x0
-        f_lvl = _interp(passed["level"], fail["level"], e0, e1, slo.error_rate) if e1 > e0 else passed["level"]
+        f_lvl = _interp(passed.level, fail.level, e0, e1, slo.error_rate) if e1 > e0 else passed.level
     else:
-        f_rps, f_lvl = x0, passed["level"]
-    best = max(valid[:first_fail], key=lambda r: (r["rps"] or 0.0, -r["level"]))
-    if (best["rps"] or 0.0) > f_rps:
+        f_rps, f_lvl = x0, passed.level
+    best = max(valid[:first_fail], key=lambda r: (r.rps or 0.0, -r.level))
+    if (best.rps or 0.0) > f_rps:
         # an earlier passing step carried more than the interpolated point (throughput dipped)
-        f_rps, f_lvl = best["rps"] or 0.0, best["level"]
-        out["notes"].append(f"throughput peaked at level {best['level']:g} before the SLO failed: capacity taken there")
-    out.update(method="interpolated", limiting_slo=metric, last_pass_level=passed["level"],
-               first_fail_level=fail["level"], per_node_rps=f_rps / replicas,
-               last_pass_rps=x0 / replicas, first_fail_rps=x1 / replicas,
-               # The fewer requests of the two steps the capacity is read between: what its interval's
-               # width scales with (plan.py says how many would narrow it enough).
-               bracket_requests=min(passed["requests"], fail["requests"]))
+        f_rps, f_lvl = best.rps or 0.0, best.level
+        out.notes.append(f"throughput peaked at level {best.level:g} before the SLO failed: capacity taken there")
+    out.method, out.limiting_slo = "interpolated", metric
+    out.last_pass_level, out.first_fail_level = passed.level, fail.level
+    out.per_node_rps = f_rps / replicas
+    out.last_pass_rps, out.first_fail_rps = x0 / replicas, x1 / replicas
+    # The fewer requests of the two steps the capacity is read between: what its interval's
+    # width scales with (plan.py says how many would narrow it enough).
+    out.bracket_requests = min(passed.requests, fail.requests)
     if sweep_kind == "concurrency":
-        out["per_node_concurrency"] = f_lvl / replicas
-    elif passed.get("e2e_mean_ms"):
+        out.per_node_concurrency = f_lvl / replicas
+    elif passed.e2e_mean_ms:
         # Little's law: requests in flight at the capacity point (rate sweeps).
-        out["per_node_concurrency"] = f_rps * passed["e2e_mean_ms"] / 1000 / replicas
-    width = (fail["level"] - passed["level"]) / passed["level"] if passed["level"] else None
-    out["bracket_width"] = width
+        out.per_node_concurrency = f_rps * passed.e2e_mean_ms / 1000 / replicas
+    width = (fail.level - passed.level) / passed.level if passed.level else None
+    out.bracket_width = width
     if width is not None and width > BRACKET_WARN:
-        out["notes"].append(
-            f"bracket {passed['level']:g}–{fail['level']:g} is {width:.0%} wide: add levels in between to refine"
+        out.notes.append(
+            f"bracket {passed.level:g}–{fail.level:g} is {width:.0%} wide: add levels in between to refine"
         )
     return out
 
 
-def single_request(row: dict[str, Any]) -> bool:
+def single_request(row: StepSummary) -> bool:
     """A closed-loop step at one user: each request ran alone (the only load below which nothing is)."""
-    return not row.get("open_loop") and row.get("kind") != "trace" and row["level"] <= 1
+    return not row.open_loop and row.kind != "trace" and row.level <= 1
 
 
-def level_words(row: dict[str, Any], level: float | None = None) -> str:
+def level_words(row: StepSummary, level: float | None = None) -> str:
     """'16 users' (closed loop) or '4.5 req/s' (open loop, trace)."""
-    v = row["level"] if level is None else level
-    if row.get("open_loop") or row.get("kind") in ("rate", "trace"):
+    v = row.level if level is None else level
+    if row.open_loop or row.kind in ("rate", "trace"):
         return f"{v:.3g} req/s"
     return f"{v:g} user" + ("" if v == 1 else "s")
 
@@ -245,10 +249,10 @@ RERUN_WITH = {
 }
 
 
-def _lower_levels(row: dict[str, Any]) -> str:
+def _lower_levels(row: StepSummary) -> str:
     """A few levels below a failing one, for the advice: 1, 2, 4, 8 users below 16; halvings of a rate."""
-    top = row["level"]
-    if row.get("open_loop") or row.get("kind") in ("rate", "trace"):
+    top = row.level
+    if row.open_loop or row.kind in ("rate", "trace"):
         vals = [top / 8, top / 4, top / 2]
         return ", ".join(f"{v:.3g}" for v in vals) + " req/s"
     vals, v = [], 1.0
@@ -259,24 +263,23 @@ def _lower_levels(row: dict[str, Any]) -> str:
     return ", ".join(f"{x:g}" for x in vals) + " users"
 
 
-def _not_measured(rows: list[dict[str, Any]], out: dict[str, Any]) -> tuple[str, str]:
+def _not_measured(rows: list[StepSummary], out: Capacity) -> tuple[str, str]:
     """(what was not measured, what run would measure it) for a capacity that is unknown."""
-    fail_level = out.get("first_fail_level")
-    failed = next((r for r in rows if r["valid"] and r["level"] == fail_level), None)
+    fail_level = out.first_fail_level
+    failed = next((r for r in rows if r.valid and r.level == fail_level), None)
 
-    def excluded(r: dict[str, Any]) -> bool:
-        reasons = r.get("invalid_reasons") or []
+    def excluded(r: StepSummary) -> bool:
         # a cache probe's cache arm is compared apart, never part of the capacity sweep
-        return not r["valid"] and not any(x.startswith("cache arm") for x in reasons)
+        return not r.valid and not any(x.startswith("cache arm") for x in r.invalid_reasons)
 
-    skipped = [r for r in rows if excluded(r) and (fail_level is None or r["level"] < fail_level)]
+    skipped = [r for r in rows if excluded(r) and (fail_level is None or r.level < fail_level)]
     kinds: list[str] = []
     for r in skipped:
-        first = (r.get("invalid_reasons") or ["excluded"])[0].split(":", 1)[0].strip()
+        first = (r.invalid_reasons or ["excluded"])[0].split(":", 1)[0].strip()
         if first not in kinds:
             kinds.append(first)
     if skipped:
-        levels = sorted({r["level"] for r in skipped})
+        levels = sorted({r.level for r in skipped})
         lv = (level_words(skipped[0], levels[0]) if len(levels) == 1
               else f"{levels[0]:g}–{level_words(skipped[0], levels[-1])}")
         excl = f"level{'s' if len(levels) > 1 else ''} {lv} {'were' if len(levels) > 1 else 'was'} excluded: " \

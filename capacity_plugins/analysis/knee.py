@@ -27,18 +27,19 @@ import numpy as np
 
 from capacity_plugins.analysis.intervals import gain_class
 from capacity_plugins.analysis.table import rps_half_width
+from capacity_plugins.contracts.summary import CrossChecks, Knee, Kneedle, StepSummary, ToDecide, Usl
 
 GAIN_MIN = 0.10
 RATE_RATIO_MIN = 0.95
 
 
-def _no_knee(unit: str, method: str, reason: str, **extra: Any) -> dict[str, Any]:
-    return {"value": None, "unit": unit, "bracket": None, "interval": None, "method": method, "confidence": None,
-            "reason": reason, **extra}
+def _no_knee(unit: str, method: str, reason: str, **extra: Any) -> Knee:
+    return Knee(value=None, unit=unit, bracket=None, interval=None, method=method, confidence=None, reason=reason,
+                **extra)
 
 
 def marginal_gain_knee(levels: list[float], xs: list[float], latency: list[float | None] | None = None,
-                       halves: list[float] | None = None) -> dict[str, Any]:
+                       halves: list[float] | None = None) -> Knee:
     """Concurrency sweep: the last level before throughput stops rising >= 10 % beyond the noise.
 
     `halves`: half-width of each throughput's interval (None or zeros: plain point comparisons).
@@ -49,8 +50,8 @@ def marginal_gain_knee(levels: list[float], xs: list[float], latency: list[float
     h = np.asarray(halves if halves is not None else [0.0] * len(x), float)
     best = [int(np.argmax(x[: k + 1])) for k in range(len(x))]  # index of the best so far
     # gains[0] is undefined (nothing before the first level); math.nan compares False everywhere
-    gains: list[float] = [math.nan] + [float(x[k] / x[best[k - 1]] - 1) if x[best[k - 1]] > 0 else math.inf
-                                       for k in range(1, len(x))]
+    gains: list[float | None] = [math.nan, *(float(x[k] / x[best[k - 1]] - 1) if x[best[k - 1]] > 0 else math.inf
+                                             for k in range(1, len(x)))]
     cls: list[str] = ["rise"] + [gain_class(float(x[k]), float(h[k]), float(x[best[k - 1]]), float(h[best[k - 1]]), GAIN_MIN)
                                  for k in range(1, len(x))]
     for i in range(len(levels) - 1):
@@ -77,14 +78,14 @@ def marginal_gain_knee(levels: list[float], xs: list[float], latency: list[float
         head = (f"no gain beyond level {levels[0]:g}: saturated from the first level; " if i == 0 else "")
         upper = levels[unclear[-1]] if unclear else levels[i]
         noise_note = (f"; within the noise the knee may be as late as {upper:g}" if unclear else "")
-        return {
-            "value": levels[i], "unit": "users", "bracket": [levels[i], levels[i + 1]],
-            "interval": [levels[i], upper], "saturated_from_first": i == 0,
-            "method": "marginal_gain", "confidence": confidence,
-            "reason": f"{head}throughput rose < {GAIN_MIN:.0%} beyond the noise at the next level(s): {words}"
-                      f" ({len(flat)} level{'s' if len(flat) != 1 else ''} shown flat){lat_note}{noise_note}",
-            "gains": gains, "gain_classes": cls,
-        }
+        return Knee(
+            value=levels[i], unit="users", bracket=[levels[i], levels[i + 1]],
+            interval=[levels[i], upper], saturated_from_first=i == 0,
+            method="marginal_gain", confidence=confidence,
+            reason=f"{head}throughput rose < {GAIN_MIN:.0%} beyond the noise at the next level(s): {words}"
+                   f" ({len(flat)} level{'s' if len(flat) != 1 else ''} shown flat){lat_note}{noise_note}",
+            gains=gains, gain_classes=cls,
+        )
     risers = [k for k in range(1, len(cls)) if cls[k] == "rise"]
     if not risers:
         return _no_knee("users", "marginal_gain",
@@ -99,7 +100,7 @@ def marginal_gain_knee(levels: list[float], xs: list[float], latency: list[float
     return _no_knee("users", "marginal_gain", f"no knee within the tested range: {why}", gains=gains, gain_classes=cls)
 
 
-def requests_to_decide(rows: list[dict[str, Any]], gain: float = GAIN_MIN) -> dict[str, Any] | None:
+def requests_to_decide(rows: list[StepSummary], gain: float = GAIN_MIN) -> ToDecide | None:
     """How many requests per step would tell a `gain` rise from flat at the noise these steps had.
 
     Two levels' throughputs with relative half-widths r each separate a flat pair from a `gain`
@@ -107,19 +108,19 @@ def requests_to_decide(rows: list[dict[str, Any]], gain: float = GAIN_MIN) -> di
     noisiest step needs n × (r / r*)² requests. None when every step is already that sharp.
     """
     target = gain / math.hypot(1.0, 1.0 + gain)
-    worst = max(((rps_half_width(r) / r["rps"], r) for r in rows if r.get("rps") and r.get("requests")),
+    worst = max(((rps_half_width(r) / r.rps, r) for r in rows if r.rps and r.requests),
                 key=lambda p: p[0], default=None)
     if worst is None or not math.isfinite(worst[0]) or worst[0] <= target:
         return None
     rel, row = worst
-    need = math.ceil(row["requests"] * (rel / target) ** 2)
-    slowest = min(r["rps"] for r in rows if r.get("rps"))
+    need = math.ceil(row.requests * (rel / target) ** 2)
+    slowest = min(r.rps for r in rows if r.rps)
     step_s = math.ceil(need / slowest)
-    repeats = math.ceil(need / row["requests"])
-    return {"requests_per_step": need, "step_s": step_s, "repeats": repeats,
-            "text": f"a {gain:.0%} difference at this noise (±{rel:.0%} at level {row['level']:g}) needs ≈ {need:,} "
-                    f"requests per step: measured windows of ≥ {step_s} s at the slowest level "
-                    f"({slowest:.3g} req/s), or --repeat {repeats}"}
+    repeats = math.ceil(need / row.requests)
+    return ToDecide(requests_per_step=need, step_s=step_s, repeats=repeats,
+                    text=f"a {gain:.0%} difference at this noise (±{rel:.0%} at level {row.level:g}) needs ≈ {need:,} "
+                         f"requests per step: measured windows of ≥ {step_s} s at the slowest level "
+                         f"({slowest:.3g} req/s), or --repeat {repeats}")
 
 
 def boundary_noise(offered_rps: float | None, e2e_mean_ms: float | None, window_s: float | None) -> float:
@@ -137,7 +138,7 @@ def boundary_noise(offered_rps: float | None, e2e_mean_ms: float | None, window_
 
 
 def rate_knee(levels: list[float], achieved: list[float | None], offered: list[float | None],
-              noise: list[float] | None = None) -> dict[str, Any]:
+              noise: list[float] | None = None) -> Knee:
     """Rate sweep: the last level before achieved/offered falls under 0.95 (beyond counting noise)."""
     ratios = [a / o if a is not None and o else None for a, o in zip(achieved, offered, strict=True)]
     floors = [min(RATE_RATIO_MIN, 1.0 - (noise[k] if noise else 0.0)) for k in range(len(levels))]
@@ -155,12 +156,12 @@ def rate_knee(levels: list[float], achieved: list[float | None], offered: list[f
         # Earlier levels short of 95 % only by counting noise: the knee may be that early.
         noisy = [j for j in range(k) if (q := ratios[j]) is not None and q < RATE_RATIO_MIN]
         low = levels[max(noisy[0] - 1, 0)] if noisy else levels[k - 1]
-        return {"value": levels[k - 1], "unit": "rps", "bracket": [levels[k - 1], levels[k]],
-                "interval": [low, levels[k - 1]], "saturated_from_first": False,
-                "method": "achieved_over_offered", "confidence": confidence,
-                "reason": f"achieved fell to {r:.0%} of offered at {levels[k]:g} rps"
-                          + ("" if after else " (no further level to confirm)"),
-                "ratios": ratios}
+        return Knee(value=levels[k - 1], unit="rps", bracket=[levels[k - 1], levels[k]],
+                    interval=[low, levels[k - 1]], saturated_from_first=False,
+                    method="achieved_over_offered", confidence=confidence,
+                    reason=f"achieved fell to {r:.0%} of offered at {levels[k]:g} rps"
+                           + ("" if after else " (no further level to confirm)"),
+                    ratios=ratios)
     lowered = [f"{lv:g}" for lv, f in zip(levels, floors, strict=True) if f < RATE_RATIO_MIN]
     note = (f" (steps at {', '.join(lowered)} rps are too short to judge 95 % against counting noise; "
             "longer steps sharpen this)") if lowered else ""
@@ -173,7 +174,7 @@ def _usl(n: np.ndarray, lam: float, a: float, b: float) -> np.ndarray:
     return lam * n / (1 + a * (n - 1) + b * n * (n - 1))
 
 
-def usl_fit(levels: list[float], xs: list[float]) -> dict[str, Any] | None:
+def usl_fit(levels: list[float], xs: list[float]) -> Usl | None:
     """Bounded USL fit with a 95 % CI on beta; None when there are too few points to fit 3 parameters."""
     from scipy.optimize import curve_fit
 
@@ -193,19 +194,19 @@ def usl_fit(levels: list[float], xs: list[float]) -> dict[str, Any] | None:
     n_star = math.sqrt((1 - a) / b) if b > 0 else math.inf
     beta_sig = bool(b - 2 * se[2] > 0)
     trusted = beta_sig and n.min() <= n_star <= n.max()
-    out: dict[str, Any] = {
-        "lambda": lam, "alpha": a, "beta": b,
-        "beta_ci95": [b - 2 * float(se[2]), b + 2 * float(se[2])],
-        "n_star": n_star if math.isfinite(n_star) else None,
-        "x_star": float(_usl(np.array([n_star]), lam, a, b)[0]) if math.isfinite(n_star) else None,
-        "trusted": bool(trusted),
-    }
+    out = Usl(
+        lambda_=lam, alpha=a, beta=b,
+        beta_ci95=[b - 2 * float(se[2]), b + 2 * float(se[2])],
+        n_star=n_star if math.isfinite(n_star) else None,
+        x_star=float(_usl(np.array([n_star]), lam, a, b)[0]) if math.isfinite(n_star) else None,
+        trusted=bool(trusted),
+    )
     if not trusted:
         # Amdahl reading (beta ~ 0): asymptote lambda/alpha, 90 % of it at N90 = 9(1-alpha)/alpha.
-        out["amdahl_x_max"] = lam / a if a > 0 else None
-        out["amdahl_n90"] = 9 * (1 - a) / a if a > 0 else None
-        out["why_untrusted"] = ("beta's 95 % CI includes 0" if not beta_sig
-                                else f"N* = {n_star:.0f} outside the tested range")
+        out.amdahl_x_max = lam / a if a > 0 else None
+        out.amdahl_n90 = 9 * (1 - a) / a if a > 0 else None
+        out.why_untrusted = ("beta's 95 % CI includes 0" if not beta_sig
+                             else f"N* = {n_star:.0f} outside the tested range")
     return out
 
 
@@ -236,7 +237,7 @@ def kneedle_x(x: np.ndarray, y: np.ndarray, sensitivity: float = 1.0) -> float |
     return None
 
 
-def kneedle(levels: list[float], xs: list[float]) -> dict[str, Any] | None:
+def kneedle(levels: list[float], xs: list[float]) -> Kneedle | None:
     """Kneedle on (log2 N, X); needs >= 7 points, else it only reflects the grid."""
     if len(levels) < 7 or min(levels) <= 0:
         return None
@@ -244,46 +245,48 @@ def kneedle(levels: list[float], xs: list[float]) -> dict[str, Any] | None:
     if len(set(lx)) != len(lx):
         return None
     knee = kneedle_x(lx, np.asarray(xs, float))
-    return {"value": float(2 ** knee) if knee is not None else None, "x": "log2(level)"}
+    return Kneedle(value=float(2 ** knee) if knee is not None else None, x="log2(level)")
 
 
-def find_knee(rows: list[dict[str, Any]], sweep_kind: str) -> dict[str, Any]:
-    valid = sorted((r for r in rows if r["valid"]), key=lambda r: r["level"])
-    excluded = [r["level"] for r in rows if not r["valid"]]
+def find_knee(rows: list[StepSummary], sweep_kind: str) -> Knee:
+    valid = sorted((r for r in rows if r.valid), key=lambda r: r.level)
+    excluded = [r.level for r in rows if not r.valid]
     if sweep_kind == "rate":
-        offered = [r["offered_rps"] if r["offered_rps"] is not None else r["target_rps"] for r in valid]
-        knee = rate_knee([r["level"] for r in valid], [r["achieved_rps"] for r in valid], offered,
-                         [boundary_noise(o, r["e2e_mean_ms"], r["window_s"]) for o, r in zip(offered, valid, strict=True)])
+        offered = [r.offered_rps if r.offered_rps is not None else r.target_rps for r in valid]
+        knee = rate_knee([r.level for r in valid], [r.achieved_rps for r in valid], offered,
+                         [boundary_noise(o, r.e2e_mean_ms, r.window_s) for o, r in zip(offered, valid, strict=True)])
     elif sweep_kind in ("peak", "trace") or len(valid) < 2:
         why = ("not a sweep (one valid level): no knee to find" if len(valid) < 2 else
                "trace replay: windows of recorded traffic, not a sweep" if sweep_kind == "trace" else
                "peak rehearsal: no sweep")
         knee = _no_knee("users" if sweep_kind == "concurrency" else "rps", "none", why)
     else:
-        levels = [r["level"] for r in valid]
-        xs = [r["rps"] or 0.0 for r in valid]
-        lat = [r["e2e_p95_ms"] for r in valid]
+        levels = [r.level for r in valid]
+        xs = [r.rps or 0.0 for r in valid]
+        lat = [r.e2e_p95_ms for r in valid]
         knee = marginal_gain_knee(levels, xs, lat, [rps_half_width(r) for r in valid])
         usl = usl_fit(levels, xs)
         kn = kneedle(levels, xs)
-        checks: dict[str, Any] = {}
+        checks = CrossChecks()
         if usl is not None:
-            checks["usl"] = usl
+            checks.usl = usl
         if kn is not None:
-            checks["kneedle"] = kn
-        knee["cross_checks"] = checks
-        undecided = knee["value"] is None and "unclear" in knee.get("gain_classes", [])
-        decide = requests_to_decide(valid) if undecided or (knee["value"] is not None and knee["confidence"] != "high") else None
+            checks.kneedle = kn
+        knee.cross_checks = checks
+        undecided = knee.value is None and "unclear" in (knee.gain_classes or [])
+        decide = requests_to_decide(valid) if undecided or (knee.value is not None and knee.confidence != "high") else None
         if decide is not None:
-            knee["to_decide"] = decide
-            knee["reason"] += f"; to decide: {decide['text']}"
-        if knee["value"] is not None and knee["confidence"] == "high":
+            knee.to_decide = decide
+            knee.reason += f"; to decide: {decide.text}"
+        if knee.value is not None and knee.confidence == "high":
             disagree = []
-            if usl and usl["trusted"] and usl["n_star"] and not (knee["bracket"][0] / 2 <= usl["n_star"] <= knee["bracket"][1] * 2):
-                disagree.append(f"USL N* = {usl['n_star']:.0f}")
+            bracket = knee.bracket or [None, None]
+            if usl and usl.trusted and usl.n_star and bracket[0] is not None and bracket[1] is not None \
+                    and not (bracket[0] / 2 <= usl.n_star <= bracket[1] * 2):
+                disagree.append(f"USL N* = {usl.n_star:.0f}")
             if disagree:
-                knee["confidence"] = "medium"
-                knee["reason"] += "; cross-check disagrees: " + ", ".join(disagree)
+                knee.confidence = "medium"
+                knee.reason += "; cross-check disagrees: " + ", ".join(disagree)
     if excluded:
-        knee["excluded_levels"] = excluded
+        knee.excluded_levels = excluded
     return knee

@@ -7,8 +7,6 @@ analysis/records.py.
 
 from __future__ import annotations
 
-import json
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,6 +24,7 @@ from capacity_plugins.analysis.records import (
 )
 from capacity_plugins.analysis.settings import Settings, read_settings
 from capacity_plugins.contracts.folders import COLUMNAR_FILE, RECORDS_FILE
+from capacity_plugins.contracts.meta import META_FILE, Meta
 from capacity_plugins.contracts.planning import CapacityConfig, SLOConfig, VerdictConfig
 from capacity_plugins.contracts.steps import STEPS_FILE, StepRow
 from capacity_plugins.errors import UserError
@@ -42,7 +41,7 @@ class RunData:
     requests: pd.DataFrame  # one row per attempt, REQUEST_COLUMNS (request_id only where the JSONL was read)
     itl: dict[int, Gaps]  # step index → the ITL gaps (ms) of its measured, successful requests
     steps: list[Step]
-    meta: dict[str, Any]
+    meta: Meta  # meta.json (empty when the folder has none)
     name: str | None
     load_kind: str | None
     settings: Settings
@@ -100,17 +99,18 @@ def load_run(path: Path, overrides: dict | None = None, progress=None) -> RunDat
     steps = read_steps(path)
     settings = read_settings(path, overrides)
 
-    meta: dict[str, Any] = {}
-    if (path / "meta.json").exists():
-        meta = _read_json_file(path / "meta.json")
-        if not isinstance(meta, dict):
+    meta = Meta()
+    if (path / META_FILE).exists():
+        doc = _read_json_file(path / META_FILE)
+        if not isinstance(doc, dict):
             raise UserError("meta.json: expected a JSON object")
+        meta = Meta.from_json(doc, META_FILE)
     else:
         warnings.append("meta.json missing: provenance (versions, model, GPU) unknown")
     # The load side writes `complete: false` (+ `incomplete_reason`); older folders and synthetic
-    # ones may say `incomplete: true`. Both mean the same here.
-    if meta.get("complete") is False:
-        meta["incomplete"] = True
+    # ones may say `incomplete: true`. Both mean the same here (and the summary's meta says so).
+    if meta.complete is False:
+        meta.incomplete = True
 
     side = (path / "itl.parquet").exists() or (path / "itl.jsonl").exists()
     f = path / RECORDS_FILE
@@ -163,18 +163,4 @@ def load_run(path: Path, overrides: dict | None = None, progress=None) -> RunDat
     )
 
 
-def dumps_json(obj: Any) -> str:
-    """JSON text with NaN/inf as null (summary.json is read by other tools)."""
-
-    def clean(o: Any) -> Any:
-        if isinstance(o, float):
-            return None if not math.isfinite(o) else o
-        if isinstance(o, dict):
-            return {str(k): clean(v) for k, v in o.items()}
-        if isinstance(o, list | tuple):
-            return [clean(v) for v in o]
-        if isinstance(o, np.generic):
-            return clean(o.item())
-        return o
-
-    return json.dumps(clean(obj), indent=2, ensure_ascii=False)
+__all__ = ["RunData", "Step", "load_run", "read_steps"]

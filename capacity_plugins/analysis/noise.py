@@ -8,6 +8,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from capacity_plugins.contracts.comparison import Verdict
+
 
 @dataclass
 class Value:
@@ -16,7 +18,7 @@ class Value:
     run_to_run: bool  # the half-width is a run-to-run spread (repeats), not a within-run interval
 
 
-def judge(before: Value, after: Value, higher_is_better: bool | None, mdd: float) -> tuple[str, float | None]:
+def judge(before: Value, after: Value, higher_is_better: bool | None, mdd: float) -> tuple[Verdict, float | None]:
     """(verdict, the noise the change had to beat)."""
     if before.value is None or after.value is None:
         return "unknown", None

@@ -13,34 +13,32 @@ claimed from a run that could not show it.
 
 from __future__ import annotations
 
-from typing import Any
-
 from capacity_plugins.analysis.validity import lost_without_time
+from capacity_plugins.contracts.meta import Meta
+from capacity_plugins.contracts.summary import AnySummary, Outcome, Plan, RunFacts, StepSummary
 from capacity_plugins.errors import EXIT_GATE_FAILED, EXIT_OK, EXIT_RUN_FAILED
 
 NO_REQUESTS = "no requests were recorded"
 
 
-def outcome(summary: dict[str, Any], records: int, meta: dict[str, Any] | None = None) -> dict[str, Any]:
+def outcome(steps: list[StepSummary], plan: Plan, run: RunFacts, records: int, meta: Meta | None = None) -> Outcome:
     """{decision_complete, reasons}: why the decision is incomplete (empty reasons: it is complete)."""
     reasons: list[str] = []
     if records == 0:
         reasons.append(NO_REQUESTS)
-    elif not any(r["valid"] for r in summary["steps"]):
+    elif not any(r.valid for r in steps):
         reasons.append("no valid step: every step is invalid or insufficient (the load table says why)")
-    refused = summary["plan"].get("refused")
-    if refused and records:
-        reasons.append(f"plan refused: {refused}")
-    run = summary.get("run") or {}
-    if run.get("complete") is False:
-        reasons.append(f"the run is incomplete ({run.get('incomplete_reason') or 'interrupted'})")
-    unplaced = lost_without_time(meta or {})
+    if plan.refused and records:
+        reasons.append(f"plan refused: {plan.refused}")
+    if run.complete is False:
+        reasons.append(f"the run is incomplete ({run.incomplete_reason or 'interrupted'})")
+    unplaced = lost_without_time(meta or Meta())
     if unplaced:
         reasons.append(f"{len(unplaced)} worker(s) lost at an unknown time: no step can be shown unaffected")
-    return {"decision_complete": not reasons, "reasons": reasons}
+    return Outcome(decision_complete=not reasons, reasons=reasons)
 
 
-def exit_code(summary: dict[str, Any], gates_failed: list[str]) -> int:
-    if not summary["outcome"]["decision_complete"]:
+def exit_code(summary: AnySummary, gates_failed: list[str]) -> int:
+    if not summary.outcome.decision_complete:
         return EXIT_RUN_FAILED
     return EXIT_GATE_FAILED if gates_failed else EXIT_OK

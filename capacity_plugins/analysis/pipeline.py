@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
-from typing import Any
 
 from capacity_plugins.analysis.answer import plain_answer
 from capacity_plugins.analysis.cache_probe import cache_probe
@@ -27,12 +26,10 @@ from capacity_plugins.analysis.ttft_breakdown import breakdown_notes
 from capacity_plugins.analysis.validity import meta_warnings
 from capacity_plugins.analysis.verdict import checklists, decide
 from capacity_plugins.analysis.workloads import add_class_rows, class_warnings, mix_capacity
+from capacity_plugins.contracts.summary import SCHEMA_VERSION, Summary, SummaryMeta
 
 # load_run is the pipeline's first stage, summarise the rest
 __all__ = ["SCHEMA_VERSION", "load_run", "summarise", "sweep_kind"]
-
-# 2: intervals (`*_ci*`), step validity, `run`, `outcome`, the `verdict` settings (SCHEMA.md).
-SCHEMA_VERSION = 2
 
 
 def sweep_kind(run: RunData) -> str:
@@ -42,7 +39,7 @@ def sweep_kind(run: RunData) -> str:
     return {"rate": "rate", "rate_sweep": "rate", "peak": "peak", "trace": "trace"}.get(run.load_kind or "", "concurrency")
 
 
-def summarise(run: RunData, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+def summarise(run: RunData, progress: Callable[[str], None] | None = None) -> Summary:
     say = progress or (lambda _m: None)
     kind = sweep_kind(run)
     say(f"per-step table ({len(run.steps)} steps)")
@@ -59,70 +56,68 @@ def summarise(run: RunData, progress: Callable[[str], None] | None = None) -> di
         cap, workloads = mix_capacity(rows, run, kind)
     probe = cache_probe(run, rows, run.meta)
     if probe is not None:
-        cap["notes"].append(f"cache probe: capacity counts the distinct arm only; the {probe['arm']} arm is "
-                            "compared in the prefix-cache probe")
+        cap.notes.append(f"cache probe: capacity counts the distinct arm only; the {probe.arm} arm is "
+                         "compared in the prefix-cache probe")
     plan = make_plan(cap, run.capacity, run.verdict)
     cost = make_cost(rows, cap, run.capacity)
     series = set(run.telemetry["series"].unique()) if run.telemetry is not None and not run.telemetry.empty else set()
     facts = run_facts(run.path, run.meta, run.settings, run.steps, rows)
     verdict = decide(rows, knee, cap, plan, bool(series & {"gpu_util_pct", "sm_active"}), run.slo, run.verdict,
-                     run.settings.max_client_cpu_pct, facts["simulated"])
+                     run.settings.max_client_cpu_pct, facts.simulated)
     trace = trace_summary(rows, run.settings.load, run.slo, run.requests)
     if trace is not None:  # a replay is judged window by window: where in the traffic it broke comes first
-        verdict["reasons"].insert(0, trace["line"])
-        verdict["trace_first_broken_window"] = trace["first_broken_window"]
+        verdict.reasons.insert(0, trace.line)
+        verdict.trace_first_broken_window = trace.first_broken_window
     warnings = meta_warnings(run.meta) + list(run.warnings)
     if not len(run.requests):
         warnings.insert(0, f"requests.jsonl: {NO_REQUESTS}")
-    if facts["simulated"]:
+    if facts.simulated:
         warnings.append("the target was the embedded simulator: GPU and server readings are simulated, not measured")
-    short = [f"{r['level']:g}" for r in rows if r["insufficient"] and r["requests"]]
+    short = [f"{r.level:g}" for r in rows if r.insufficient and r.requests]
     if short:
         warnings.append(f"{len(short)} step(s) have fewer than {run.settings.min_requests} measured requests "
                         f"(load.min_requests) and decide nothing: levels {', '.join(short)}")
     if workloads is not None:
         warnings += class_warnings(workloads, run.settings.min_requests)
-    summary: dict[str, Any] = {
-        "schema_version": SCHEMA_VERSION,
-        "name": run.name,
-        "sweep_kind": kind,
-        "run": facts,
-        "slo": run.slo.model_dump(),
-        "verdict_settings": run.verdict.model_dump(),
-        "min_requests": run.settings.min_requests,
-        "steps": rows,
-        "ttft_breakdown": breakdown_notes(series, run.meta),
-        "knee": knee,
-        "capacity": cap,
-        "plan": plan,
-        "cost": cost,
-        "verdict": verdict,
-        "stability": stability(run.requests, run.telemetry, run.load_kind),
-        # A capacity search's own account: the bracket it found and why it stopped (meta.json).
-        "search": run.meta.get("search"),
-        # Workload classes: each one's SLO and capacity, and which class limits the mix (null: none).
-        "workloads": workloads,
-        # A cache probe's comparison of its arms, and its answer (analysis/cache_probe.py).
-        "cache_probe": probe,
-        # A trace replay's windows: offered vs achieved rate, SLO per window, the first broken one.
-        "trace": trace,
-        "warnings": warnings,
-        "meta": _meta(run),
-    }
-    summary["checklist"] = checklists(summary, run.meta, series, run.slo, run.verdict)
     if not series:
-        summary["warnings"].append("no telemetry_series.csv: GPU / queue columns are empty")
-    summary["outcome"] = outcome(summary, len(run.requests), run.meta)
-    summary["answer"] = plain_answer(summary)  # the one sentence every view opens with (analysis/answer.py)
+        warnings.append("no telemetry_series.csv: GPU / queue columns are empty")
+    summary = Summary(
+        schema_version=SCHEMA_VERSION,
+        name=run.name,
+        sweep_kind=kind,
+        run=facts,
+        slo=run.slo,
+        verdict_settings=run.verdict,
+        min_requests=run.settings.min_requests,
+        steps=rows,
+        ttft_breakdown=breakdown_notes(series, run.meta),
+        knee=knee,
+        capacity=cap,
+        plan=plan,
+        cost=cost,
+        verdict=verdict,
+        stability=stability(run.requests, run.telemetry, run.load_kind),
+        # A capacity search's own account: the bracket it found and why it stopped (meta.json).
+        search=run.meta.search,
+        # Workload classes: each one's SLO and capacity, and which class limits the mix (null: none).
+        workloads=workloads,
+        # A cache probe's comparison of its arms, and its answer (analysis/cache_probe.py).
+        cache_probe=probe,
+        # A trace replay's windows: offered vs achieved rate, SLO per window, the first broken one.
+        trace=trace,
+        warnings=warnings,
+        meta=_meta(run),
+        checklist=checklists(rows, cap, cost, plan, run.meta, series, run.slo, run.verdict),
+        outcome=outcome(rows, plan, facts, len(run.requests), run.meta),
+    )
+    summary.answer = plain_answer(summary)  # the one sentence every view opens with (analysis/answer.py)
     return summary
 
 
-def _meta(run: RunData) -> dict[str, Any]:
-    keep = ("versions", "model", "server", "dialect", "gpu", "gpus", "gpu_names", "incomplete", "incomplete_reason",
-            "start_unix", "end_unix", "records", "workers", "workers_lost")
-    meta = {k: run.meta[k] for k in keep if k in run.meta}
-    if run.meta.get("target"):  # never a URL password in a summary
-        meta["target"] = redact_url(str(run.meta["target"]))
-    meta["requests_total"] = len(run.requests)
-    meta["results_dir"] = str(run.path)
+def _meta(run: RunData) -> SummaryMeta:
+    meta = SummaryMeta(**{k: getattr(run.meta, k) for k in SummaryMeta.COPIED if k in run.meta.model_fields_set})
+    if run.meta.target:  # never a URL password in a summary
+        meta.target = redact_url(str(run.meta.target))
+    meta.requests_total = len(run.requests)
+    meta.results_dir = str(run.path)
     return meta

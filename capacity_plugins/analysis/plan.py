@@ -26,6 +26,7 @@ from typing import Any
 
 from capacity_plugins.analysis.capacity import BRACKET_INTERVAL
 from capacity_plugins.contracts.planning import CapacityConfig, VerdictConfig
+from capacity_plugins.contracts.summary import Capacity, Cost, Plan, Setting, StepSummary
 
 
 def _nodes(peak_qps: float, cap: CapacityConfig, per_node: float) -> int:
@@ -35,30 +36,30 @@ def _nodes(peak_qps: float, cap: CapacityConfig, per_node: float) -> int:
 INFEASIBLE = "the SLO fails already with one request at a time: no number of nodes meets it"
 
 
-def infeasible(capacity: dict[str, Any]) -> bool:
+def infeasible(capacity: Capacity) -> bool:
     """The SLO surely fails at the lowest load: capacity 0 at both ends of its interval."""
-    ci = capacity.get("per_node_rps_ci")
-    return capacity.get("per_node_rps") == 0 and (not ci or not ci[1])
+    ci = capacity.per_node_rps_ci
+    return capacity.per_node_rps == 0 and (not ci or not ci[1])
 
 
-def refusal(capacity: dict[str, Any], vc: VerdictConfig) -> str | None:
+def refusal(capacity: Capacity, vc: VerdictConfig) -> str | None:
     """Why the data cannot size a fleet (None: it can, or it showed that no fleet meets the SLO)."""
-    per_node = capacity.get("per_node_rps")
+    per_node = capacity.per_node_rps
     if per_node is None:
-        why = capacity.get("unknown_reason") or f"capacity under the SLO unknown ({capacity.get('method')})"
-        todo = capacity.get("measure_next")
+        why = capacity.unknown_reason or f"capacity under the SLO unknown ({capacity.method})"
+        todo = capacity.measure_next
         return f"{why}" + (f" — {todo}" if todo else "")
-    ci = capacity.get("per_node_rps_ci")
+    ci = capacity.per_node_rps_ci
     if infeasible(capacity):
         return None
     if per_node <= 0:  # not infeasible: so its interval reaches above 0
         top = f" (capacity up to {ci[1]:.3g} rps)" if ci else ""
         return (f"the SLO fails at the lowest load as measured, but within the noise it may hold{top}: "
                 "measure longer steps at low load")
-    if ci and ci[0] <= 0:
+    if ci and ci[0] is not None and ci[0] <= 0:
         return (f"the capacity interval reaches 0 ({ci[0]:.3g}–{ci[1]:.3g} rps): the data cannot show that "
                 "one node meets the SLO at any load")
-    rel = capacity.get("relative_interval")
+    rel = capacity.relative_interval
     if ci and rel is not None and rel > vc.max_capacity_interval:
         return (f"the capacity interval {ci[0]:.3g}–{ci[1]:.3g} req/s is {rel:.0%} of the capacity "
                 f"({per_node:.3g} req/s), wider than the {vc.max_capacity_interval:.0%} a plan is sized from: "
@@ -66,14 +67,14 @@ def refusal(capacity: dict[str, Any], vc: VerdictConfig) -> str | None:
     return None
 
 
-def _to_narrow(capacity: dict[str, Any], rel: float, most: float) -> str:
+def _to_narrow(capacity: Capacity, rel: float, most: float) -> str:
     """What would bring a too-wide capacity interval under `most`: levels between the bracket's ends
     when the interval spans a bracket wider than a doubling (more requests cannot narrow that), else
     requests per step — a step's intervals narrow with √n, so n × (rel / most)² of them."""
-    lo, hi = capacity.get("last_pass_level"), capacity.get("first_fail_level")
-    if (capacity.get("bracket_width") or 0.0) > BRACKET_INTERVAL and lo is not None and hi is not None:
+    lo, hi = capacity.last_pass_level, capacity.first_fail_level
+    if (capacity.bracket_width or 0.0) > BRACKET_INTERVAL and lo is not None and hi is not None:
         return f"add levels between {lo:g} and {hi:g} (the interval spans that whole bracket)"
-    n = capacity.get("bracket_requests")
+    n = capacity.bracket_requests
     if not n:
         return "measure longer steps (more requests per step) or repeat the run"
     need = math.ceil(n * (rel / most) ** 2)
@@ -81,86 +82,86 @@ def _to_narrow(capacity: dict[str, Any], rel: float, most: float) -> str:
             f"or --repeat {math.ceil(need / n)}")
 
 
-def make_plan(capacity: dict[str, Any], cap: CapacityConfig, vc: VerdictConfig | None = None) -> dict[str, Any]:
+def make_plan(capacity: Capacity, cap: CapacityConfig, vc: VerdictConfig | None = None) -> Plan:
     vc = vc or VerdictConfig()
-    per_node = capacity.get("per_node_rps")
-    plan: dict[str, Any] = {
-        "peak_qps": cap.peak_qps, "peak_concurrency": cap.peak_concurrency, "safety_factor": cap.safety_factor,
-        "redundancy": cap.redundancy, "current_nodes": cap.current_nodes, "gpus_per_node": cap.gpus_per_node,
-        "nodes": None, "nodes_interval": None, "gpus": None, "gpus_by_concurrency": None, "per_gpu_concurrency": None,
-        "peak_share_of_current_capacity": None, "trigger_share": vc.trigger_share, "trigger_reached": None,
-        "refused": None, "infeasible": None, "notes": [], "settings": [],
-    }
+    per_node = capacity.per_node_rps
+    plan = Plan(
+        peak_qps=cap.peak_qps, peak_concurrency=cap.peak_concurrency, safety_factor=cap.safety_factor,
+        redundancy=cap.redundancy, current_nodes=cap.current_nodes, gpus_per_node=cap.gpus_per_node,
+        nodes=None, nodes_interval=None, gpus=None, gpus_by_concurrency=None, per_gpu_concurrency=None,
+        peak_share_of_current_capacity=None, trigger_share=vc.trigger_share, trigger_reached=None,
+        refused=None, infeasible=None, notes=[], settings=[],
+    )
 
     def used(key: str, value: Any, meaning: str) -> None:
-        if all(x["key"] != key for x in plan["settings"]):
-            plan["settings"].append({"key": key, "value": value, "meaning": meaning})
+        if all(x.key != key for x in plan.settings):
+            plan.settings.append(Setting(key=key, value=value, meaning=meaning))
 
     why_not = refusal(capacity, vc)
-    rel = capacity.get("relative_interval")
-    if why_not is not None and rel is not None and rel > vc.max_capacity_interval and capacity.get("per_node_rps"):
+    rel = capacity.relative_interval
+    if why_not is not None and rel is not None and rel > vc.max_capacity_interval and capacity.per_node_rps:
         used("verdict.max_capacity_interval", vc.max_capacity_interval,
              "widest capacity interval, as a share of the capacity, a plan is sized from")
     if cap.peak_qps is None:
-        plan["notes"].append("no forecast peak: give one (--peak-qps, or the scenario's capacity section) to size the fleet")
+        plan.notes.append("no forecast peak: give one (--peak-qps, or the scenario's capacity section) to size the fleet")
     elif infeasible(capacity):
-        plan["infeasible"] = INFEASIBLE
-        plan["notes"].append(INFEASIBLE)
+        plan.infeasible = INFEASIBLE
+        plan.notes.append(INFEASIBLE)
         why_not = INFEASIBLE  # nothing below applies either
     elif why_not is not None:
-        plan["refused"] = why_not
-        plan["notes"].append(f"plan refused: {why_not}")
+        plan.refused = why_not
+        plan.notes.append(f"plan refused: {why_not}")
     else:
         assert per_node is not None  # refusal() said why not otherwise
-        plan["nodes"] = _nodes(cap.peak_qps, cap, per_node)
+        nodes = plan.nodes = _nodes(cap.peak_qps, cap, per_node)
         used("capacity.safety_factor", cap.safety_factor, "the forecast peak is multiplied by this before sizing")
         used("capacity.redundancy", cap.redundancy, "spare nodes added on top (N+k)")
-        plan["gpus"] = plan["nodes"] * cap.gpus_per_node
-        ci = capacity.get("per_node_rps_ci")
-        if ci:
-            plan["nodes_interval"] = [_nodes(cap.peak_qps, cap, ci[1]), _nodes(cap.peak_qps, cap, ci[0])]
-    conc = capacity.get("per_node_concurrency")
+        plan.gpus = nodes * cap.gpus_per_node
+        ci = capacity.per_node_rps_ci
+        if ci and ci[0] is not None and ci[1] is not None:
+            plan.nodes_interval = [_nodes(cap.peak_qps, cap, ci[1]), _nodes(cap.peak_qps, cap, ci[0])]
+    conc = capacity.per_node_concurrency
     if conc and why_not is None:
-        plan["per_gpu_concurrency"] = conc / cap.gpus_per_node
+        per_gpu = plan.per_gpu_concurrency = conc / cap.gpus_per_node
         if cap.peak_concurrency is not None:
-            plan["gpus_by_concurrency"] = math.ceil(round(cap.peak_concurrency / plan["per_gpu_concurrency"], 9))
+            plan.gpus_by_concurrency = math.ceil(round(cap.peak_concurrency / per_gpu, 9))
     if cap.peak_qps is not None and per_node and why_not is None:
         fleet = per_node * (cap.current_nodes if cap.current_nodes else 1)
         share = cap.peak_qps / fleet
-        plan["peak_share_of_current_capacity"] = share
-        plan["trigger_reached"] = share >= vc.trigger_share
+        plan.peak_share_of_current_capacity = share
+        plan.trigger_reached = share >= vc.trigger_share
         who = ((f"{cap.current_nodes} current nodes carry" if cap.current_nodes != 1 else "the 1 current node carries") if cap.current_nodes
                else "one node carries (the current node count is not given)")
-        plan["notes"].append(f"the forecast peak of {cap.peak_qps:g} req/s is {share:.0%} of what {who}"
-                             + (f" — above the {vc.trigger_share:.0%} at which planning starts"
-                                if share >= vc.trigger_share else ""))
+        plan.notes.append(f"the forecast peak of {cap.peak_qps:g} req/s is {share:.0%} of what {who}"
+                          + (f" — above the {vc.trigger_share:.0%} at which planning starts"
+                             if share >= vc.trigger_share else ""))
         used("verdict.trigger_share", vc.trigger_share, "share of the current capacity at which planning starts")
     return plan
 
 
-def make_cost(rows: list[dict[str, Any]], capacity: dict[str, Any], cap: CapacityConfig) -> dict[str, Any]:
-    cost: dict[str, Any] = {"gpu_hour_usd": cap.gpu_hour_usd, "per_1k_requests_usd": None, "per_1k_requests_ci_usd": None,
-                            "per_1m_output_tokens_usd": None, "per_effective_output_usd": None, "basis": None}
-    per_node = capacity.get("per_node_rps")
+def make_cost(rows: list[StepSummary], capacity: Capacity, cap: CapacityConfig) -> Cost:
+    cost = Cost(gpu_hour_usd=cap.gpu_hour_usd, per_1k_requests_usd=None, per_1k_requests_ci_usd=None,
+                per_1m_output_tokens_usd=None, per_effective_output_usd=None, basis=None)
+    per_node = capacity.per_node_rps
     if cap.gpu_hour_usd is None:
-        cost["basis"] = "no gpu_hour_usd given"
+        cost.basis = "no gpu_hour_usd given"
         return cost
     node_usd_per_s = cap.gpu_hour_usd * cap.gpus_per_node / 3600.0
-    passing = [r for r in rows if r["valid"] and r["slo_pass"]]
-    ref = max(passing, key=lambda r: r["level"]) if passing else None
+    passing = [r for r in rows if r.valid and r.slo_pass]
+    ref = max(passing, key=lambda r: r.level) if passing else None
     if per_node:
-        cost["per_1k_requests_usd"] = node_usd_per_s / per_node * 1000
-        ci = capacity.get("per_node_rps_ci")
-        if ci and ci[0] > 0:  # cost falls as capacity rises: the interval's ends swap
-            cost["per_1k_requests_ci_usd"] = [node_usd_per_s / ci[1] * 1000, node_usd_per_s / ci[0] * 1000]
-        toks = ref["output_tokens_mean"] if ref else None
+        cost.per_1k_requests_usd = node_usd_per_s / per_node * 1000
+        ci = capacity.per_node_rps_ci
+        if ci and ci[0] is not None and ci[1] is not None and ci[0] > 0:  # cost falls as capacity rises: the ends swap
+            cost.per_1k_requests_ci_usd = [node_usd_per_s / ci[1] * 1000, node_usd_per_s / ci[0] * 1000]
+        toks = ref.output_tokens_mean if ref else None
         if toks:
-            cost["per_1m_output_tokens_usd"] = node_usd_per_s / (per_node * toks) * 1e6
-        cost["basis"] = f"one node at its capacity under the SLO ({per_node:.3g} rps)"
-    if ref is not None and ref.get("goodput_rps"):
+            cost.per_1m_output_tokens_usd = node_usd_per_s / (per_node * toks) * 1e6
+        cost.basis = f"one node at its capacity under the SLO ({per_node:.3g} rps)"
+    if ref is not None and ref.goodput_rps:
         # Cost divided over the outputs that succeeded *and* met the SLO only (docs/capacity.md).
-        node_rps = ref["goodput_rps"] / cap.replicas_behind_url
-        cost["per_effective_output_usd"] = node_usd_per_s / node_rps
-        cost["effective_share"] = ref["good_requests"] / ref["requests"] if ref["requests"] else None
-        cost["effective_basis_level"] = ref["level"]
+        node_rps = ref.goodput_rps / cap.replicas_behind_url
+        cost.per_effective_output_usd = node_usd_per_s / node_rps
+        cost.effective_share = ref.good_requests / ref.requests if ref.requests else None
+        cost.effective_basis_level = ref.level
     return cost

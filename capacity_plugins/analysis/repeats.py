@@ -23,11 +23,29 @@ import orjson
 from capacity_plugins.analysis.intervals import t_interval
 from capacity_plugins.analysis.plan import make_plan
 from capacity_plugins.analysis.settings import read_settings
+from capacity_plugins.contracts.summary import (
+    Capacity,
+    LevelStats,
+    Outcome,
+    RepeatEntry,
+    RepeatSetSummary,
+    SetKnee,
+    SetLevel,
+    StepSummary,
+    Summary,
+    SummaryMeta,
+    Verdict,
+)
 from capacity_plugins.errors import UserError
 
 REPEATS_FILE = "repeats.json"
-# Per-level figures whose run-to-run spread the set reports (and `capacity compare` judges).
-LEVEL_METRICS = ("rps", "goodput_rps", "ttft_p95_ms", "e2e_p50_ms", "e2e_p95_ms", "e2e_p99_ms", "gpu_util_pct")
+# Per-level figures whose run-to-run spread the set reports (and `capacity compare` judges): a
+# field of the set's level (contracts/summary.py `SetLevel`) ← the same figure of a repeat's step.
+LEVEL_FIGURES: dict[str, Callable[[StepSummary], float | None]] = {
+    "rps": lambda r: r.rps, "goodput_rps": lambda r: r.goodput_rps, "ttft_p95_ms": lambda r: r.ttft_p95_ms,
+    "e2e_p50_ms": lambda r: r.e2e_p50_ms, "e2e_p95_ms": lambda r: r.e2e_p95_ms, "e2e_p99_ms": lambda r: r.e2e_p99_ms,
+    "gpu_util_pct": lambda r: r.gpu_util_pct,
+}
 
 
 def is_repeat_set(path: Path) -> bool:
@@ -57,88 +75,92 @@ def read_repeats(path: Path) -> list[Path]:
     return out
 
 
-def _stats(values: list[float | None], confidence: float) -> dict[str, Any]:
+def _stats(values: list[float | None], confidence: float) -> LevelStats:
     v = [x for x in values if x is not None]
     mean, sd, lo, hi = t_interval(v, confidence)
-    return {"mean": mean, "sd": sd, "min": min(v) if v else None, "max": max(v) if v else None,
-            "ci": None if lo is None else [lo, hi], "n": len(v), "values": values}
+    return LevelStats(mean=mean, sd=sd, min=min(v) if v else None, max=max(v) if v else None,
+                      ci=[lo, hi] if lo is not None and hi is not None else None, n=len(v), values=values)
 
 
-def _levels(names: list[str], summaries: list[dict[str, Any]], confidence: float) -> list[dict[str, Any]]:
-    levels = sorted({r["level"] for s in summaries for r in s["steps"]})
+def _levels(names: list[str], summaries: list[Summary], confidence: float) -> list[SetLevel]:
+    levels = sorted({r.level for s in summaries for r in s.steps})
     out = []
     for lv in levels:
-        rows = [next((r for r in s["steps"] if r["level"] == lv and r["valid"]), None) for s in summaries]
-        entry: dict[str, Any] = {"level": lv, "valid_repeats": [n for n, r in zip(names, rows, strict=True) if r],
-                                 "invalid_repeats": [n for n, r in zip(names, rows, strict=True) if r is None]}
-        for m in LEVEL_METRICS:
-            entry[m] = _stats([r.get(m) if r else None for r in rows], confidence)
-        rps = entry["rps"]
-        entry["rps_relative_spread"] = ((rps["max"] - rps["min"]) / rps["mean"]) if rps["n"] >= 2 and rps["mean"] else None
-        out.append(entry)
+        rows = [next((r for r in s.steps if r.level == lv and r.valid), None) for s in summaries]
+        figures = {m: _stats([get(r) if r else None for r in rows], confidence) for m, get in LEVEL_FIGURES.items()}
+        rps = figures["rps"]
+        out.append(SetLevel(
+            level=lv, valid_repeats=[n for n, r in zip(names, rows, strict=True) if r],
+            invalid_repeats=[n for n, r in zip(names, rows, strict=True) if r is None],
+            **figures,
+            rps_relative_spread=((rps.max - rps.min) / rps.mean)
+            if rps.n >= 2 and rps.mean and rps.max is not None and rps.min is not None else None,
+        ))
     return out
 
 
-def summarise_set(path: Path, names: list[str], summaries: list[dict[str, Any]],
-                  overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+def summarise_set(path: Path, names: list[str], summaries: list[Summary],
+                  overrides: dict[str, Any] | None = None) -> RepeatSetSummary:
     settings = read_settings(Path(path) / names[0], overrides)
     conf = settings.verdict.confidence
-    caps = [s["capacity"].get("per_node_rps") for s in summaries]
+    caps = [s.capacity.per_node_rps for s in summaries]
     cap_stats = _stats(caps, conf)
-    known = [s for s in summaries if s["capacity"].get("per_node_rps") is not None]
-    capacity: dict[str, Any] = {
-        "per_node_rps": cap_stats["mean"], "per_node_rps_ci": cap_stats["ci"], "sd": cap_stats["sd"],
-        "min": cap_stats["min"], "max": cap_stats["max"], "values": caps, "n": cap_stats["n"],
-        "methods": [s["capacity"].get("method") for s in summaries], "method": "repeats",
-        "interval_kind": "run_to_run" if cap_stats["ci"] else "within_run",
-        "per_node_concurrency": _stats([s["capacity"].get("per_node_concurrency") for s in summaries], conf)["mean"],
-        "relative_interval": None, "notes": [],
-    }
-    if cap_stats["ci"] is None and len(known) == 1:
+    known = [s for s in summaries if s.capacity.per_node_rps is not None]
+    capacity = Capacity(
+        per_node_rps=cap_stats.mean, per_node_rps_ci=cap_stats.ci, sd=cap_stats.sd,
+        min=cap_stats.min, max=cap_stats.max, values=caps, n=cap_stats.n,
+        methods=[s.capacity.method for s in summaries], method="repeats",
+        interval_kind="run_to_run" if cap_stats.ci else "within_run",
+        per_node_concurrency=_stats([s.capacity.per_node_concurrency for s in summaries], conf).mean,
+        relative_interval=None, notes=[],
+    )
+    if cap_stats.ci is None and len(known) == 1:
         # One repeat with a capacity: only its within-run interval is known (it understates).
-        capacity["per_node_rps_ci"] = known[0]["capacity"].get("per_node_rps_ci")
-        capacity["notes"].append("only one repeat has a capacity: its within-run interval stands in for the spread")
-    ci, mean = capacity["per_node_rps_ci"], capacity["per_node_rps"]
-    if ci and mean:
-        capacity["relative_interval"] = (ci[1] - ci[0]) / mean
+        capacity.per_node_rps_ci = known[0].capacity.per_node_rps_ci
+        capacity.notes.append("only one repeat has a capacity: its within-run interval stands in for the spread")
+    ci, mean = capacity.per_node_rps_ci, capacity.per_node_rps
+    if ci and mean and ci[0] is not None and ci[1] is not None:
+        capacity.relative_interval = (ci[1] - ci[0]) / mean
     if len(known) < len(summaries):
-        capacity["notes"].append(f"{len(summaries) - len(known)} repeat(s) have no capacity under the SLO")
-    knees = [s["knee"].get("value") for s in summaries]
+        capacity.notes.append(f"{len(summaries) - len(known)} repeat(s) have no capacity under the SLO")
+    knees = [s.knee.value for s in summaries]
     found = [k for k in knees if k is not None]
-    knee = {"values": knees, "min": min(found) if found else None, "max": max(found) if found else None,
-            "agree": len(set(knees)) == 1, "unit": summaries[0]["knee"].get("unit")}
+    knee = SetKnee(values=knees, min=min(found) if found else None, max=max(found) if found else None,
+                   agree=len(set(knees)) == 1, unit=summaries[0].knee.unit)
     plan = make_plan(capacity, settings.capacity, settings.verdict)
-    decisions = [s["verdict"]["decision"] for s in summaries]
-    if plan.get("refused") and settings.capacity.peak_qps is not None:
-        verdict = {"decision": "observe", "reasons": [f"no fleet size from the set: {plan['refused']}"]}
+    decisions = [s.verdict.decision for s in summaries]
+    if plan.refused and settings.capacity.peak_qps is not None:
+        verdict = Verdict(decision="observe", reasons=[f"no fleet size from the set: {plan.refused}"])
     elif len(set(decisions)) == 1:
-        verdict = {"decision": decisions[0],
-                   "reasons": [f"all {len(decisions)} repeats agree"] + summaries[0]["verdict"]["reasons"]}
+        verdict = Verdict(decision=decisions[0],
+                          reasons=[f"all {len(decisions)} repeats agree"] + summaries[0].verdict.reasons)
     else:
-        verdict = {"decision": "observe", "reasons": ["the repeats disagree: " + ", ".join(
-            f"{n} {d}" for n, d in zip(names, decisions, strict=True)) + " — the decision is within run-to-run noise"]}
-    warnings = [f"{n}: {w}" for n, s in zip(names, summaries, strict=True) for w in s["warnings"]]
-    reasons = [f"{n}: {r}" for n, s in zip(names, summaries, strict=True) for r in s["outcome"]["reasons"]]
-    if plan.get("refused") and settings.capacity.peak_qps is not None:
-        reasons.append(f"plan refused: {plan['refused']}")
-    return {
-        "schema_version": summaries[0].get("schema_version"), "kind": "repeat_set", "name": summaries[0].get("name"),
-        "sweep_kind": summaries[0].get("sweep_kind"), "run": {**(summaries[0].get("run") or {}), "repeats": names},
-        "slo": summaries[0]["slo"], "verdict_settings": settings.verdict.model_dump(),
-        "repeats": [{"name": n, "per_node_rps": s["capacity"].get("per_node_rps"),
-                     "per_node_rps_ci": s["capacity"].get("per_node_rps_ci"), "knee": s["knee"].get("value"),
-                     "decision": s["verdict"]["decision"], "nodes": s["plan"].get("nodes"),
-                     "valid_steps": sum(1 for r in s["steps"] if r["valid"]),
-                     "slo_missed_levels": [r["level"] for r in s["steps"] if r["valid"] and not r["slo_pass"]],
-                     "decision_complete": s["outcome"]["decision_complete"]} for n, s in zip(names, summaries, strict=True)],
-        "levels": _levels(names, summaries, conf), "capacity": capacity, "knee": knee, "plan": plan, "verdict": verdict,
-        "warnings": warnings, "outcome": {"decision_complete": not reasons, "reasons": reasons},
-        "meta": {"results_dir": str(path)},
-    }
+        verdict = Verdict(decision="observe", reasons=["the repeats disagree: " + ", ".join(
+            f"{n} {d}" for n, d in zip(names, decisions, strict=True)) + " — the decision is within run-to-run noise"])
+    warnings = [f"{n}: {w}" for n, s in zip(names, summaries, strict=True) for w in s.warnings]
+    reasons = [f"{n}: {r}" for n, s in zip(names, summaries, strict=True) for r in s.outcome.reasons]
+    if plan.refused and settings.capacity.peak_qps is not None:
+        reasons.append(f"plan refused: {plan.refused}")
+    first = summaries[0]
+    return RepeatSetSummary(
+        schema_version=first.schema_version, kind="repeat_set", name=first.name,
+        sweep_kind=first.sweep_kind, run=first.run.model_copy(update={"repeats": names}),
+        slo=first.slo, verdict_settings=settings.verdict,
+        repeats=[RepeatEntry(name=n, per_node_rps=s.capacity.per_node_rps,
+                             per_node_rps_ci=s.capacity.per_node_rps_ci, knee=s.knee.value,
+                             decision=s.verdict.decision, nodes=s.plan.nodes,
+                             valid_steps=sum(1 for r in s.steps if r.valid),
+                             slo_missed_levels=[r.level for r in s.steps if r.valid and not r.slo_pass],
+                             decision_complete=s.outcome.decision_complete)
+                 for n, s in zip(names, summaries, strict=True)],
+        levels=_levels(names, summaries, conf), capacity=capacity, knee=knee, plan=plan, verdict=verdict,
+        warnings=warnings, outcome=Outcome(decision_complete=not reasons, reasons=reasons),
+        meta=SummaryMeta(results_dir=str(path)),
+    )
 
 
 def summarise_repeats(path: Path, overrides: dict | None = None, progress: Callable[[str], None] | None = None
-                      ) -> tuple[dict[str, Any], list[tuple[Path, dict[str, Any]]]]:
+                      ) -> tuple[RepeatSetSummary, list[tuple[Path, Summary]]]:
     """The set's summary and each repeat's (folder, summary).
 
     Every repeat is read and judged before the caller writes anything, so a bad repeat is exit 2

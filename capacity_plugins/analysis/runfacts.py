@@ -15,9 +15,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-from capacity_plugins.analysis.validity import lost_workers
+from capacity_plugins.contracts.meta import Meta
 from capacity_plugins.contracts.planning import SLOConfig
 from capacity_plugins.contracts.redaction import REDACTED, is_secret_name, strip_userinfo
+from capacity_plugins.contracts.summary import InvalidStep, RunFacts, StepSummary
 from capacity_plugins.scenario.sections import EMBEDDED
 
 TRUTH_FILE = "simulator_truth.jsonl"
@@ -36,9 +37,9 @@ def redact_url(url: str) -> str:
     return urlunsplit(parts._replace(query=urlencode(query, safe="<>")))
 
 
-def simulated_because(path: Path, meta: dict[str, Any], target: dict[str, Any]) -> str | None:
+def simulated_because(path: Path, meta: Meta, target: dict[str, Any]) -> str | None:
     """Why this run's target was the embedded simulator (None: a real server, as far as the folder says)."""
-    if meta.get("simulated") is True:
+    if meta.simulated is True:
         return "meta.json says simulated"
     if target.get("url") == EMBEDDED:
         return "scenario.yaml target.url: embedded (the built-in simulator)"
@@ -59,26 +60,24 @@ def _utc(unix: float | None) -> str | None:
     return None if unix is None else time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(unix))
 
 
-def run_facts(path: Path, meta: dict[str, Any], settings: Any, steps: list[Any], rows: list[dict[str, Any]]) -> dict[str, Any]:
+def run_facts(path: Path, meta: Meta, settings: Any, steps: list[Any], rows: list[StepSummary]) -> RunFacts:
     starts = [s.start_unix for s in steps if s.start_unix is not None]
     ends = [s.drain_end_unix or s.end_unix for s in steps if (s.drain_end_unix or s.end_unix) is not None]
-    start = meta.get("start_unix") if isinstance(meta.get("start_unix"), int | float) else (min(starts) if starts else None)
-    end = meta.get("end_unix") if isinstance(meta.get("end_unix"), int | float) else (max(ends) if ends else None)
-    target = meta.get("target") or settings.target.get("url")
+    start = meta.start_unix if meta.start_unix is not None else (min(starts) if starts else None)
+    end = meta.end_unix if meta.end_unix is not None else (max(ends) if ends else None)
+    target = meta.target or settings.target.get("url")
     sim = simulated_because(path, meta, settings.target)
-    records = meta.get("records") if isinstance(meta.get("records"), dict) else None
-    return {
-        "date_utc": _utc(start), "start_unix": start, "end_unix": end,
-        "duration_s": (end - start) if start is not None and end is not None else None,
-        "target": None if target is None else (EMBEDDED if target == EMBEDDED else redact_url(str(target))),
-        "model": meta.get("model") or settings.target.get("model"),
-        "dialect": meta.get("dialect") or settings.target.get("dialect"),
-        "scenario": settings.name, "load_kind": settings.load_kind,
-        "simulated": sim is not None, "simulated_because": sim,
-        "complete": not meta.get("incomplete"), "incomplete_reason": meta.get("incomplete_reason"),
-        "workers_lost": lost_workers(meta), "records": records,
-        "slo_limits": slo_lines(settings.slo), "confidence": settings.verdict.confidence,
-        "min_requests": settings.min_requests,
-        "invalid_steps": [{"step": r["step"], "level": r["level"], "reasons": r["invalid_reasons"]}
-                          for r in rows if not r["valid"]],
-    }
+    return RunFacts(
+        date_utc=_utc(start), start_unix=start, end_unix=end,
+        duration_s=(end - start) if start is not None and end is not None else None,
+        target=None if target is None else (EMBEDDED if target == EMBEDDED else redact_url(str(target))),
+        model=meta.model or settings.target.get("model"),
+        dialect=meta.dialect or settings.target.get("dialect"),
+        scenario=settings.name, load_kind=settings.load_kind,
+        simulated=sim is not None, simulated_because=sim,
+        complete=not meta.incomplete, incomplete_reason=meta.incomplete_reason,
+        workers_lost=meta.lost_workers(), records=meta.records,
+        slo_limits=slo_lines(settings.slo), confidence=settings.verdict.confidence,
+        min_requests=settings.min_requests,
+        invalid_steps=[InvalidStep(step=r.step, level=r.level, reasons=r.invalid_reasons) for r in rows if not r.valid],
+    )

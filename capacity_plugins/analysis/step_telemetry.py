@@ -26,8 +26,9 @@ def step_rows(run: RunData, step: Step) -> Any:
     return t[(t["unix"] >= begin) & (t["unix"] <= step.end_unix)]
 
 
-def telemetry_for(run: RunData, step: Step) -> dict[str, float | None]:
-    out: dict[str, float | None] = {
+def telemetry_for(run: RunData, step: Step) -> dict[str, Any]:
+    """The telemetry fields of the step's row (summary.json `steps[]`)."""
+    out: dict[str, Any] = {
         "gpu_util_pct": None, "gpu_util_max_pct": None, "sm_active": None, "vram_used_gb": None,
         "vram_total_gb": None, "gpu_temp_max_c": None, "gpu_power_w": None, "server_running": None,
         "server_waiting": None, "server_waiting_max": None, "kv_cache_usage_max": None,

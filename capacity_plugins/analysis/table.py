@@ -13,6 +13,7 @@ import math
 import os
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict
 from typing import Any
 
 import numpy as np
@@ -35,6 +36,7 @@ from capacity_plugins.analysis.validity import step_validity
 from capacity_plugins.contracts.planning import SLOConfig, VerdictConfig
 from capacity_plugins.contracts.slo import share_judgement
 from capacity_plugins.contracts.steps import OPEN_LOOP_KINDS
+from capacity_plugins.contracts.summary import Judged, Judgement, SloLimit, StepSummary
 
 PCTS = (50, 95, 99)
 LATENCY_METRICS = ("ttft_ms", "itl_ms", "tpot_ms", "e2e_ms")
@@ -53,7 +55,7 @@ def _pcts(values: np.ndarray, prefix: str, confidence: float, n_eff: int | None 
 
 
 def _limit_row(values: np.ndarray | Gaps, limit: float, target: float, confidence: float,
-               n_eff: int | None = None) -> dict[str, Any]:
+               n_eff: int | None = None) -> SloLimit:
     """One SLO limit on one step: attainment (a missing value counts as over), its quantile, both intervals."""
     if isinstance(values, Gaps):  # a step's ITL gaps: finite, raw or counted by value
         n, share, v, counts = values.size, values.share_at_most(limit), values.values, values.counts
@@ -62,15 +64,14 @@ def _limit_row(values: np.ndarray | Gaps, limit: float, target: float, confidenc
         n = int(v.size)
         share = float(np.count_nonzero(v <= limit)) / n if n else 0.0
     if n == 0:
-        return {"limit_ms": limit, "attainment": None, "attainment_ci": None, "quantile_ms": None,
-                "quantile_ci_ms": None, "pass": False, "judgement": "uncertain"}
+        return SloLimit(limit_ms=limit, attainment=None, attainment_ci=None, quantile_ms=None, quantile_ci_ms=None,
+                        passed=False, judgement="uncertain")
     m = n_eff if n_eff is not None and n_eff < n else n
     k = int(round(share * m))
     lo, hi = share_ci(k, m, confidence)
     (q, qlo, qhi), = quantiles_ci(v, [target], confidence, n_eff, keep_inf=True, counts=counts)
-    return {"limit_ms": limit, "attainment": share, "attainment_ci": [lo, hi], "quantile_ms": q,
-            "quantile_ci_ms": [qlo, qhi], "pass": share >= target,
-            "judgement": share_judgement(k, m, target, confidence)}
+    return SloLimit(limit_ms=limit, attainment=share, attainment_ci=[lo, hi], quantile_ms=q, quantile_ci_ms=[qlo, qhi],
+                    passed=share >= target, judgement=share_judgement(k, m, target, confidence))
 
 
 def _filled(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -103,7 +104,7 @@ def _positions_by_step(step: np.ndarray, keep: np.ndarray, indexes: list[int]) -
     return {i: pos[lo:hi] for i, lo, hi in zip(indexes, los, his, strict=True)}
 
 
-def step_rows(run: RunData, slo: SLOConfig) -> list[dict[str, Any]]:
+def step_rows(run: RunData, slo: SLOConfig) -> list[StepSummary]:
     conf = run.verdict.confidence
     req = run.requests
     column = _Columns(req)
@@ -116,7 +117,7 @@ def step_rows(run: RunData, slo: SLOConfig) -> list[dict[str, Any]]:
     itl_pcts = _itl_pcts(run, ok_at, conf)
     limits = {k: getattr(slo, f"{k[:-3]}_p95_ms") for k in ("ttft_ms", "tpot_ms", "e2e_ms")}
     breakdown = TTFTBreakdown(req, run.telemetry)
-    rows: list[dict[str, Any]] = []
+    rows: list[StepSummary] = []
     for st in run.steps:
         mine, ok = at[st.index], ok_at[st.index]
 
@@ -130,57 +131,59 @@ def step_rows(run: RunData, slo: SLOConfig) -> list[dict[str, Any]]:
             sent = sent[~np.isnan(sent)]
             window = float(sent.max() - sent.min()) if sent.size > 1 else None
         achieved = st.achieved_rps if st.achieved_rps is not None else (n / window if window else None)
-        row: dict[str, Any] = {
-            "step": st.index, "kind": st.kind, "level": st.level, "arm": st.arm, "window_s": window,
-            "target_rps": st.target_rps, "offered_rps": st.offered_rps, "achieved_rps": achieved,
-            "requests": n, "ok_requests": n_ok, "errors": n - n_ok,
-            "cancelled": int(cancelled_at[st.index].size),
-            "error_rate": (n - n_ok) / n if n else None,
-            "error_rate_ci": list(share_ci(n - n_ok, n, conf)) if n else None,
-            "rps": n_ok / window if window else None,
-        }
-        row.update(_throughput(st, row, col, mine, window, conf))
+        error_rate = (n - n_ok) / n if n else None
         failed = mine[~column("ok")[mine]]
         errs = req["error_kind"].iloc[failed].fillna("unknown").value_counts()
-        row["error_kinds"] = {str(k): int(v) for k, v in errs.items()}
+        pcts: dict[str, Any] = {}
         for m in ("ttft_ms", "tpot_ms", "e2e_ms"):
-            row.update(_pcts(col(m), m[:-3], conf))
-        row.update(itl_pcts[st.index])
+            pcts.update(_pcts(col(m), m[:-3], conf))
+        pcts.update(itl_pcts[st.index])
         open_loop = st.kind in OPEN_LOOP_KINDS and bool((~np.isnan(col("scheduled_unix"))).any())
-        row["open_loop"] = open_loop
         if open_loop:
-            row.update(_pcts(col("ttft_from_schedule_ms"), "ttft_from_schedule", conf))
-            row.update(_pcts(col("e2e_from_schedule_ms"), "e2e_from_schedule", conf))
+            pcts.update(_pcts(col("ttft_from_schedule_ms"), "ttft_from_schedule", conf))
+            pcts.update(_pcts(col("e2e_from_schedule_ms"), "e2e_from_schedule", conf))
         out_tok = col("output_tokens")
-        row["output_tokens_per_s"] = float(np.nansum(out_tok)) / window if window else None
-        row["output_tokens_mean"] = float(np.nanmean(out_tok)) if n_ok and np.isfinite(out_tok).any() else None
         e2e = col("e2e_ms")
-        row["e2e_mean_ms"] = float(np.nanmean(e2e)) if n_ok and not bool(np.isnan(e2e).all()) else None
 
         # SLO judgement: share of measured requests under each limit (failures count as misses
         # in goodput, and separately through the error rate).
         views = slo_views(st, col)
         good = np.ones(n_ok, dtype=bool)
-        row["slo"] = {}
+        judged: dict[str, SloLimit] = {}
         for m, lim in limits.items():
             if lim is None:
                 continue
-            row["slo"][m] = _limit_row(views[m], lim, slo.attainment, conf)
+            judged[m] = _limit_row(views[m], lim, slo.attainment, conf)
             good &= np.nan_to_num(views[m], nan=math.inf) <= lim
         if slo.itl_p95_ms is not None:
-            row["slo"]["itl_ms"] = _limit_row(run.itl.get(st.index, EMPTY_GAPS), slo.itl_p95_ms, slo.attainment,
-                                              conf, n_eff=n_ok)
+            judged["itl_ms"] = _limit_row(run.itl.get(st.index, EMPTY_GAPS), slo.itl_p95_ms, slo.attainment,
+                                          conf, n_eff=n_ok)
         n_good = int(good.sum())
-        row["goodput_rps"] = n_good / window if window else None
-        row["good_requests"] = n_good
-        row["slo_attainment"] = n_good / n if n else None
-        err_ok = row["error_rate"] is not None and row["error_rate"] <= slo.error_rate
-        row["slo_pass"] = bool(n_ok > 0 and err_ok and all(v["pass"] for v in row["slo"].values()))
-        row["slo_judgement"] = _slo_judgement(row, slo)
-        row.update(telemetry_for(run, st))
-        row.update(breakdown.row(st))
-        row.update(step_validity(st, requests=n, ok_requests=n_ok, window_s=window, settings=run.settings,
-                                 meta=run.meta))
+        err_ok = error_rate is not None and error_rate <= slo.error_rate
+        validity = step_validity(st, requests=n, ok_requests=n_ok, window_s=window, settings=run.settings,
+                                 meta=run.meta)
+        row = StepSummary(
+            step=st.index, kind=st.kind, level=st.level, arm=st.arm, window_s=window,
+            target_rps=st.target_rps, offered_rps=st.offered_rps, achieved_rps=achieved,
+            requests=n, ok_requests=n_ok, errors=n - n_ok, cancelled=int(cancelled_at[st.index].size),
+            error_rate=error_rate, error_rate_ci=list(share_ci(n - n_ok, n, conf)) if n else None,
+            **_throughput(st, n_ok, n_ok / window if window else None, col, mine, window, conf),
+            error_kinds={str(k): int(v) for k, v in errs.items()},
+            **pcts,
+            open_loop=open_loop,
+            output_tokens_per_s=float(np.nansum(out_tok)) / window if window else None,
+            output_tokens_mean=float(np.nanmean(out_tok)) if n_ok and np.isfinite(out_tok).any() else None,
+            e2e_mean_ms=float(np.nanmean(e2e)) if n_ok and not bool(np.isnan(e2e).all()) else None,
+            slo=judged,
+            goodput_rps=n_good / window if window else None,
+            good_requests=n_good,
+            slo_attainment=n_good / n if n else None,
+            slo_pass=bool(n_ok > 0 and err_ok and all(v.passed for v in judged.values())),
+            **telemetry_for(run, st),
+            **breakdown.row(st),
+            **asdict(validity),
+        )
+        row.slo_judgement = slo_judgement(row, slo)
         rows.append(row)
     return rows
 
@@ -201,16 +204,16 @@ class _Columns:
         return got
 
 
-def _slo_judgement(row: dict[str, Any], slo: SLOConfig) -> str:
-    """pass / fail / uncertain for the whole step: every latency limit with its interval.
+def slo_judgement(row: Judged, slo: SLOConfig) -> Judgement:
+    """pass / fail / uncertain for the whole step (or one class in it): every latency limit with its interval.
 
     The error rate is judged on its point value, as the capacity's interval does (capacity.py says
     why); its own interval stays in the row (`error_rate_ci`).
     """
-    if not row["ok_requests"]:
+    if not row.ok_requests:
         return "fail"
-    judged = [v["judgement"] for v in row["slo"].values()]
-    judged.append("pass" if (row["error_rate"] or 0.0) <= slo.error_rate else "fail")
+    judged = [v.judgement for v in row.slo.values()]
+    judged.append("pass" if (row.error_rate or 0.0) <= slo.error_rate else "fail")
     if "fail" in judged:
         return "fail"
     return "pass" if all(j == "pass" for j in judged) else "uncertain"
@@ -232,7 +235,7 @@ def _itl_pcts(run: RunData, ok_at: dict[int, np.ndarray], confidence: float) -> 
         return dict(zip(indexes, pool.map(one, indexes), strict=True))
 
 
-def _throughput(st: Step, row: dict[str, Any], col: Callable[..., np.ndarray], mine: np.ndarray,
+def _throughput(st: Step, n_ok: int, counted_rps: float | None, col: Callable[..., np.ndarray], mine: np.ndarray,
                 window: float | None, conf: float) -> dict[str, Any]:
     """A step's `rps` and its interval: Little's law for a closed loop, the count otherwise.
 
@@ -242,13 +245,13 @@ def _throughput(st: Step, row: dict[str, Any], col: Callable[..., np.ndarray], m
     (users idle between requests, a client that could not keep up): the count is used and the
     row says so.
     """
-    n, n_ok = int(mine.size), row["ok_requests"]
+    n = int(mine.size)
     begin = st.warmup_end_unix or st.start_unix
     lo, hi, how = rate_ci(col("sent_unix"), begin, window, n_ok, conf)
-    counted = {"rps": row["rps"], "rps_ci": None if how is None else [lo, hi], "rps_ci_method": how,
-               "rps_method": "counting", "rps_counted": row["rps"],
+    counted = {"rps": counted_rps, "rps_ci": None if how is None else [lo, hi], "rps_ci_method": how,
+               "rps_method": "counting", "rps_counted": counted_rps,
                "rps_counted_ci": None if how is None else [lo, hi], "rps_methods_agree": None}
-    if st.kind != "concurrency" or not n or row["rps"] is None:
+    if st.kind != "concurrency" or not n or counted_rps is None:
         return counted
     e2e = col("e2e_ms", mine)
     little = littles_rate(float(st.level), e2e, e2e - col("ttft_ms", mine), col("sent_unix", mine), begin, window,
@@ -256,46 +259,46 @@ def _throughput(st: Step, row: dict[str, Any], col: Callable[..., np.ndarray], m
     if little is None:
         return counted
     point, l_lo, l_hi = little
-    c_half = half_width(row["rps"], lo, hi) if how is not None else 0.0
-    agree = abs(point - row["rps"]) <= math.hypot(half_width(point, l_lo, l_hi), c_half)
+    c_half = half_width(counted_rps, lo, hi) if how is not None else 0.0
+    agree = abs(point - counted_rps) <= math.hypot(half_width(point, l_lo, l_hi), c_half)
     if not agree:
         return {**counted, "rps_methods_agree": False, "rps_littles_law": point}
     return {**counted, "rps": point, "rps_ci": [l_lo, l_hi], "rps_ci_method": "littles_law",
             "rps_method": "littles_law", "rps_methods_agree": True}
 
 
-def rps_half_width(row: dict[str, Any]) -> float:
+def rps_half_width(row: StepSummary) -> float:
     """Half-width of a row's throughput interval (0 when it has none: a point comparison)."""
-    ci = row.get("rps_ci")
+    ci = row.rps_ci
     if not ci:
         return 0.0
-    return half_width(row.get("rps"), ci[0], ci[1])
+    return half_width(row.rps, ci[0], ci[1])
 
 
-def conclude(rows: list[dict[str, Any]], slo: SLOConfig, vc: VerdictConfig) -> None:
+def conclude(rows: list[StepSummary], slo: SLOConfig, vc: VerdictConfig) -> None:
     """A one-line reading per step, in the method's words (GPU not saturated, queueing starts, …).
 
     A throughput change is called a gain only when it exceeds the noise of both steps.
     """
-    prev: dict[str, Any] | None = None
-    base_p95 = next((r["e2e_p95_ms"] for r in rows if r["valid"] and r["e2e_p95_ms"]), None)
+    prev: StepSummary | None = None
+    base_p95 = next((r.e2e_p95_ms for r in rows if r.valid and r.e2e_p95_ms), None)
     for r in rows:
         notes: list[str] = []
-        if not r["requests"]:
-            r["conclusion"] = "no measured requests"
+        if not r.requests:
+            r.conclusion = "no measured requests"
             continue
-        if r["ok_requests"] == 0:
-            r["conclusion"] = "all requests failed"
+        if r.ok_requests == 0:
+            r.conclusion = "all requests failed"
             continue
-        if not r["valid"]:
-            r["conclusion"] = "invalid: " + "; ".join(r["invalid_reasons"]) + " — decides nothing"
+        if not r.valid:
+            r.conclusion = "invalid: " + "; ".join(r.invalid_reasons) + " — decides nothing"
             continue
-        if r["error_rate"] and r["error_rate"] > slo.error_rate:
-            notes.append(f"errors {r['error_rate']:.1%}")
-        if prev is not None and prev.get("rps") and r.get("rps"):
-            gain = r["rps"] / prev["rps"] - 1
-            cls = gain_class(r["rps"], rps_half_width(r), prev["rps"], rps_half_width(prev), GAIN_MIN)
-            lat = (r["e2e_p95_ms"] or 0) / prev["e2e_p95_ms"] if prev.get("e2e_p95_ms") else None
+        if r.error_rate and r.error_rate > slo.error_rate:
+            notes.append(f"errors {r.error_rate:.1%}")
+        if prev is not None and prev.rps and r.rps:
+            gain = r.rps / prev.rps - 1
+            cls = gain_class(r.rps, rps_half_width(r), prev.rps, rps_half_width(prev), GAIN_MIN)
+            lat = (r.e2e_p95_ms or 0) / prev.e2e_p95_ms if prev.e2e_p95_ms else None
             noisy = " (within noise)" if cls == "unclear" else ""
             if cls != "rise" and lat and lat >= 1.3:
                 notes.append(f"saturated: throughput {gain:+.0%}{noisy}, latency ×{lat:.1f}")
@@ -305,19 +308,19 @@ def conclude(rows: list[dict[str, Any]], slo: SLOConfig, vc: VerdictConfig) -> N
                 notes.append(f"queueing starts: latency ×{lat:.1f} for {gain:+.0%} throughput")
             else:
                 notes.append(f"throughput {gain:+.0%}")
-        elif base_p95 and r["e2e_p95_ms"]:
+        elif base_p95 and r.e2e_p95_ms:
             notes.append("baseline")
-        if r.get("offered_rps") and r.get("achieved_rps") and r["achieved_rps"] / r["offered_rps"] < 0.95:
-            notes.append(f"achieved {r['achieved_rps'] / r['offered_rps']:.0%} of offered")
-        gu = r.get("gpu_util_pct")
+        if r.offered_rps and r.achieved_rps and r.achieved_rps / r.offered_rps < 0.95:
+            notes.append(f"achieved {r.achieved_rps / r.offered_rps:.0%} of offered")
+        gu = r.gpu_util_pct
         if gu is not None:
             notes.append("GPU not saturated" if gu < vc.gpu_low_pct else
                          ("GPU saturated" if gu >= vc.gpu_busy_pct else f"GPU {gu:.0f}%"))
-        if r.get("kv_cache_usage_max") is not None and r["kv_cache_usage_max"] >= vc.kv_cache_full:
+        if r.kv_cache_usage_max is not None and r.kv_cache_usage_max >= vc.kv_cache_full:
             notes.append("KV cache near full")
-        if r.get("server_waiting") is not None and r["server_waiting"] >= 1:
-            notes.append(f"server queue {r['server_waiting']:.1f}")
-        notes.append({"pass": "SLO met", "fail": "SLO missed"}.get(r["slo_judgement"],
-                     "SLO met (within noise)" if r["slo_pass"] else "SLO missed (within noise)"))
-        r["conclusion"] = "; ".join(notes)
+        if r.server_waiting is not None and r.server_waiting >= 1:
+            notes.append(f"server queue {r.server_waiting:.1f}")
+        notes.append({"pass": "SLO met", "fail": "SLO missed"}.get(r.slo_judgement,
+                     "SLO met (within noise)" if r.slo_pass else "SLO missed (within noise)"))
+        r.conclusion = "; ".join(notes)
         prev = r

@@ -28,6 +28,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from capacity_plugins.contracts.meta import Meta
+from capacity_plugins.contracts.summary import StepSummary, TtftBreakdown
+
 # Row key → the normalised series it is the mean of (docs/results.md).
 SERVER_PARTS = {"server_queue_mean_ms": "server_queue_s", "server_prefill_mean_ms": "server_prefill_s",
                 "server_ttft_mean_ms": "server_ttft_s"}
@@ -114,43 +117,38 @@ class TTFTBreakdown:
         self._measured = (r["ok"] & ~r["warmup"]).to_numpy(bool)
 
     def row(self, step: Any) -> dict[str, Any]:
-        out: dict[str, Any] = dict.fromkeys(COLUMNS)
+        """The breakdown fields of the step's row (summary.json `steps[]`, COLUMNS)."""
         mine = self._step == step.index
         begin = step.warmup_end_unix if step.warmup_end_unix is not None else step.start_unix
-        means: dict[str, WindowMean | None] = {}
+        means: dict[str, float | None] = dict.fromkeys(SERVER_PARTS)
+        ttft: WindowMean | None = None
         if begin is not None and step.end_unix is not None:
             for key, series in SERVER_PARTS.items():
-                m = means[key] = self.hist.window_mean(series, begin, step.end_unix)
-                out[key] = None if m is None else m.mean_s * 1000.0
-        ttft = means.get("server_ttft_mean_ms")
+                m = self.hist.window_mean(series, begin, step.end_unix)
+                means[key] = None if m is None else m.mean_s * 1000.0
+                if key == "server_ttft_mean_ms":
+                    ttft = m
+        window: list[float] | None = None
         if ttft is not None:  # the requests whose first token came between the same scrapes
             a, b = ttft.edges
             sel = mine & (self._first > a) & (self._first <= b)
-            out["ttft_window_unix"] = [a, b]
+            window = [a, b]
         else:
             sel = mine & self._measured
-        if sel.any():
-            out["client_ttft_mean_ms"] = float(self._ttft[sel].mean())
-        client, server, queue = out["client_ttft_mean_ms"], out["server_ttft_mean_ms"], out["server_queue_mean_ms"]
-        if client is not None and server is not None:
-            out["client_remainder_ms"] = client - server
+        client = float(self._ttft[sel].mean()) if sel.any() else None
+        server, queue = means["server_ttft_mean_ms"], means["server_queue_mean_ms"]
         basis = ("server_ttft", server) if server is not None and server > 0 else ("client_ttft", client)
-        if queue is not None and basis[1]:
-            out["ttft_queue_share"] = queue / basis[1]
-            out["ttft_queue_share_basis"] = basis[0]
-        return out
+        shared = queue is not None and bool(basis[1])
+        return {**means, "client_ttft_mean_ms": client,
+                "client_remainder_ms": client - server if client is not None and server is not None else None,
+                "ttft_queue_share": queue / basis[1] if shared else None,  # type: ignore[operator]
+                "ttft_queue_share_basis": basis[0] if shared else None, "ttft_window_unix": window}
 
 
-def _server_kinds(meta: dict[str, Any]) -> list[str]:
-    targets = ((meta.get("telemetry") or {}).get("provenance") or {}).get("targets") or {}
-    kinds = {str(v.get("kind")) for v in targets.values() if isinstance(v, dict) and v.get("kind")}
-    return sorted(kinds - GPU_KINDS)
-
-
-def breakdown_notes(series: set[str], meta: dict[str, Any]) -> dict[str, Any]:
+def breakdown_notes(series: set[str], meta: Meta) -> TtftBreakdown:
     """Which parts the server exports, said once for the run (summary.json `ttft_breakdown`)."""
     parts = {s: s in series and f"{s}_count" in series for s in SERVER_PARTS.values()}
-    kinds = _server_kinds(meta)
+    kinds = [k for k in meta.server_kinds() if k not in GPU_KINDS]
     who = f"the server ({', '.join(kinds)})" if kinds else "the server"
     notes: list[str] = []
     if not any(parts.values()):
@@ -166,43 +164,42 @@ def breakdown_notes(series: set[str], meta: dict[str, Any]) -> dict[str, Any]:
             if name == "server_ttft_s":
                 words += "; the client remainder is unknown and the queue share is of the client TTFT"
             notes.append(words)
-    return {"server_parts": parts, "server_kinds": kinds, "notes": notes}
+    return TtftBreakdown(server_parts=parts, server_kinds=kinds, notes=notes)
 
 
-def ttft_reasons(rows: list[dict[str, Any]], loaded: dict[str, Any] | None, vc: Any,
+def ttft_reasons(rows: list[StepSummary], loaded: StepSummary | None, vc: Any,
                  used: Callable[[str, Any], None] | None = None) -> list[str]:
     """Verdict reasons from the breakdown, in plain words: queueing dominating TTFT at the loaded
     step, and a large measuring-path remainder at any valid step (the worst one). The settings
     that decided them go to `used(key, value)` (the verdict lists them apart)."""
     use = used or (lambda _k, _v: None)
     out: list[str] = []
-    share = (loaded or {}).get("ttft_queue_share")
+    share = loaded.ttft_queue_share if loaded is not None else None
     if loaded is not None and share is not None and share >= vc.queue_dominant_share:
-        of = "the server's TTFT" if loaded.get("ttft_queue_share_basis") == "server_ttft" else "TTFT"
+        of = "the server's TTFT" if loaded.ttft_queue_share_basis == "server_ttft" else "TTFT"
         out.append(f"TTFT is {share * 100:.0f} % queue at {_level(loaded)} (the server queue takes "
-                   f"{loaded['server_queue_mean_ms']:.0f} ms of {of} {_of_ms(loaded):.0f} ms on average): add replicas "
+                   f"{loaded.server_queue_mean_ms:.0f} ms of {of} {_of_ms(loaded):.0f} ms on average): add replicas "
                    "or batch slots, not faster GPUs.")
         use("verdict.queue_dominant_share", vc.queue_dominant_share)
-    valid = [r for r in rows if r.get("valid") and r.get("client_remainder_ms") is not None]
+    valid = [(r.client_remainder_ms, r) for r in rows if r.valid and r.client_remainder_ms is not None]
     if valid:
-        worst = max(valid, key=lambda r: r["client_remainder_ms"])
-        rem = worst["client_remainder_ms"]
+        rem, worst = max(valid, key=lambda p: p[0])
         if rem > vc.client_remainder_max_ms:
             out.append(f"The measurement path adds {rem:.1f} ms to TTFT at {_level(worst)} (client TTFT mean "
-                       f"{worst['client_ttft_mean_ms']:.1f} ms − the server's {worst['server_ttft_mean_ms']:.1f} ms): "
+                       f"{worst.client_ttft_mean_ms:.1f} ms − the server's {worst.server_ttft_mean_ms:.1f} ms): "
                        "check the network / client.")
             use("verdict.client_remainder_max_ms", vc.client_remainder_max_ms)
     return out
 
 
-def _level(row: dict[str, Any]) -> str:
+def _level(row: StepSummary) -> str:
     """'16 users' or '4.5 req/s' (analysis/capacity.py's words for a level)."""
     from capacity_plugins.analysis.capacity import level_words
 
     return level_words(row)
 
 
-def _of_ms(row: dict[str, Any]) -> float:
-    if row.get("ttft_queue_share_basis") == "server_ttft":
-        return float(row["server_ttft_mean_ms"])
-    return float(row["client_ttft_mean_ms"])
+def _of_ms(row: StepSummary) -> float:
+    if row.ttft_queue_share_basis == "server_ttft":
+        return float(row.server_ttft_mean_ms or 0.0)
+    return float(row.client_ttft_mean_ms or 0.0)

@@ -19,9 +19,10 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Any
+from dataclasses import dataclass
 
 from capacity_plugins.analysis.settings import Settings
+from capacity_plugins.contracts.meta import LostWorker, Meta
 from capacity_plugins.contracts.steps import OPEN_LOOP_KINDS, StepRow
 
 # How a cache probe's cache-arm steps are set apart (the probe tells them from otherwise bad steps).
@@ -32,47 +33,34 @@ def _clock(unix: float) -> str:
     return time.strftime("%H:%M:%S UTC", time.gmtime(unix))
 
 
-def lost_workers(meta: dict[str, Any]) -> list[dict[str, Any]]:
-    """meta.json's lost workers: top-level `workers_lost` (what the master writes) or `workers.workers_lost`."""
-    lost = meta.get("workers_lost")
-    if not lost and isinstance(meta.get("workers"), dict):
-        lost = meta["workers"].get("workers_lost")
-    if not isinstance(lost, list):
-        return []
-    return [w if isinstance(w, dict) else {"worker": w} for w in lost]
+def _worker_name(w: LostWorker) -> str:
+    return f"worker {w.worker}" if w.worker is not None else f"worker {w.client_id or '?'}"
 
 
-def _worker_name(w: dict[str, Any]) -> str:
-    who = w.get("worker")
-    return f"worker {who}" if who is not None else f"worker {w.get('client_id') or '?'}"
-
-
-def meta_warnings(meta: dict[str, Any]) -> list[str]:
+def meta_warnings(meta: Meta) -> list[str]:
     """What meta.json's accounting says against the run (empty when nothing)."""
     out: list[str] = []
-    if meta.get("incomplete"):
-        reason = meta.get("incomplete_reason") or "interrupted"
+    if meta.incomplete:
+        reason = meta.incomplete_reason or "interrupted"
         out.append(f"the run is incomplete ({reason}): the last step may be partial")
-    for w in lost_workers(meta):
-        when = w.get("lost_unix")
-        at = f" at {_clock(when)}" if isinstance(when, int | float) else " (time unknown: any step may be affected)"
-        out.append(f"{_worker_name(w)} was lost{at}: {w.get('reason') or 'no heartbeat'}")
-    records: dict = meta["records"] if isinstance(meta.get("records"), dict) else {}
-    lost = records.get("lost") or meta.get("lost_records")
-    if isinstance(lost, int | float) and lost > 0:
+    for w in meta.lost_workers():
+        when = w.lost_unix
+        at = f" at {_clock(when)}" if when is not None else " (time unknown: any step may be affected)"
+        out.append(f"{_worker_name(w)} was lost{at}: {w.reason or 'no heartbeat'}")
+    lost = meta.records_lost()
+    if lost is not None and lost > 0:
         out.append(f"meta.json: {lost:g} request records were lost by the writer (percentiles may be biased)")
-    refusals = meta.get("refusals")
-    if isinstance(refusals, list) and refusals:
-        out.append(f"{len(refusals)} worker(s) refused to run: the swarm was smaller than asked")
+    if meta.refusals:
+        out.append(f"{len(meta.refusals)} worker(s) refused to run: the swarm was smaller than asked")
     return out
 
 
-def lost_without_time(meta: dict[str, Any]) -> list[dict[str, Any]]:
+def lost_without_time(meta: Meta) -> list[LostWorker]:
     """Lost workers whose loss time is unknown (e.g. stopped without their final record batch)."""
-    return [w for w in lost_workers(meta) if not isinstance(w.get("lost_unix"), int | float)]
+    return [w for w in meta.lost_workers() if w.lost_unix is None]
 
 
-def _membership_from_meta(st: StepRow, lost: list[dict[str, Any]]) -> str | None:
+def _membership_from_meta(st: StepRow, lost: list[LostWorker]) -> str | None:
     """A lost worker whose loss time falls inside the step changed its swarm.
 
     A loss without a time cannot be placed in a step: the steps keep their numbers, and the
@@ -81,8 +69,8 @@ def _membership_from_meta(st: StepRow, lost: list[dict[str, Any]]) -> str | None
     begin = st.start_unix
     end = st.drain_end_unix if st.drain_end_unix is not None else st.end_unix
     for w in lost:
-        when = w.get("lost_unix")
-        if not isinstance(when, int | float):
+        when = w.lost_unix
+        if when is None:
             continue
         if begin is not None and end is not None and begin <= when <= end:
             return f"{_worker_name(w)} lost at {_clock(when)} (meta.json workers_lost)"
@@ -93,9 +81,27 @@ def _over(value: float | None, limit: float) -> bool:
     return value is not None and math.isfinite(value) and value > limit
 
 
+@dataclass(frozen=True)
+class StepValidity:
+    """The validity fields of one step's row (summary.json `steps[]`, the same names)."""
+
+    client_limited: bool
+    client_limited_reason: str | None
+    loop_lag_p99_ms: float | None
+    schedule_lag_p99_ms: float | None
+    membership_changed: bool
+    membership_reason: str | None
+    workers: int | None
+    interrupted: bool
+    insufficient: bool
+    min_requests: int
+    invalid_reasons: list[str]
+    valid: bool
+
+
 def step_validity(st: StepRow, *, requests: int, ok_requests: int, window_s: float | None,
-                  settings: Settings, meta: dict[str, Any]) -> dict[str, Any]:
-    """The validity fields of one step's row (see the module table)."""
+                  settings: Settings, meta: Meta) -> StepValidity:
+    """The validity of one step (see the module table)."""
     limited, why = st.client_limited, st.client_limited_reason
     if not limited and _over(st.loop_lag_p99_ms, settings.max_loop_lag_p99_ms):
         limited, why = True, (f"event-loop lag p99 {st.loop_lag_p99_ms:.0f} ms > {settings.max_loop_lag_p99_ms:g} ms "
@@ -105,7 +111,7 @@ def step_validity(st: StepRow, *, requests: int, ok_requests: int, window_s: flo
                               f"{settings.max_schedule_lag_p99_ms:g} ms (load.max_schedule_lag_p99_ms)")
     changed, changed_why = st.membership_changed, st.membership_reason
     if not changed:
-        from_meta = _membership_from_meta(st, lost_workers(meta))
+        from_meta = _membership_from_meta(st, meta.lost_workers())
         if from_meta:
             changed, changed_why = True, from_meta
     reasons: list[str] = []
@@ -127,10 +133,10 @@ def step_validity(st: StepRow, *, requests: int, ok_requests: int, window_s: flo
     if st.arm not in (None, "distinct"):
         reasons.append(f"{CACHE_ARM_REASON} ({st.arm}): the prefix cache may flatter it — compared in the "
                        "prefix-cache probe; capacity counts the distinct arm only")
-    return {
-        "client_limited": bool(limited), "client_limited_reason": why if limited else None,
-        "loop_lag_p99_ms": st.loop_lag_p99_ms, "schedule_lag_p99_ms": st.schedule_lag_p99_ms,
-        "membership_changed": bool(changed), "membership_reason": changed_why if changed else None,
-        "workers": st.workers, "interrupted": bool(st.interrupted), "insufficient": bool(insufficient),
-        "min_requests": settings.min_requests, "invalid_reasons": reasons, "valid": not reasons,
-    }
+    return StepValidity(
+        client_limited=bool(limited), client_limited_reason=why if limited else None,
+        loop_lag_p99_ms=st.loop_lag_p99_ms, schedule_lag_p99_ms=st.schedule_lag_p99_ms,
+        membership_changed=bool(changed), membership_reason=changed_why if changed else None,
+        workers=st.workers, interrupted=bool(st.interrupted), insufficient=bool(insufficient),
+        min_requests=settings.min_requests, invalid_reasons=reasons, valid=not reasons,
+    )

@@ -35,15 +35,31 @@ scale_rule_not_met), for the plain answer (analysis/answer.py).
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from capacity_plugins.analysis.capacity import level_words
 from capacity_plugins.analysis.ttft_breakdown import ttft_reasons
+from capacity_plugins.contracts.meta import Meta
 from capacity_plugins.contracts.planning import SLOConfig, VerdictConfig
+from capacity_plugins.contracts.summary import (
+    Capacity,
+    ChecklistItem,
+    ClassRow,
+    Cost,
+    Decision,
+    EvidenceLevels,
+    Judged,
+    Knee,
+    Plan,
+    Setting,
+    StepSummary,
+    Verdict,
+)
 
 LIMIT_NAMES = {"ttft_ms": "TTFT", "tpot_ms": "TPOT", "e2e_ms": "E2E", "itl_ms": "ITL"}
 
-# What each setting a reason can rest on means, for `verdict["settings"]`.
+# What each setting a reason can rest on means, for the verdict's `settings`.
 SETTING_MEANINGS = {
     "verdict.min_valid_steps": "valid steps the verdict needs",
     "verdict.gpu_busy_pct": "GPU counted busy above this (%)",
@@ -75,19 +91,19 @@ def _ignore(_key: str, _value: Any) -> None:
 
 
 class Settings:
-    """The settings the reasons used, once each, in order: `verdict["settings"]`."""
+    """The settings the reasons used, once each, in order: the verdict's `settings`."""
 
     def __init__(self) -> None:
-        self.items: list[dict[str, Any]] = []
+        self.items: list[Setting] = []
 
     def __call__(self, key: str, value: Any) -> None:
-        if all(x["key"] != key for x in self.items):
-            self.items.append({"key": key, "value": value, "meaning": SETTING_MEANINGS.get(key, "")})
+        if all(x.key != key for x in self.items):
+            self.items.append(Setting(key=key, value=value, meaning=SETTING_MEANINGS.get(key, "")))
 
-    def extend(self, items: list[dict[str, Any]]) -> None:
+    def extend(self, items: list[Setting]) -> None:
         for x in items:
-            if all(y["key"] != x["key"] for y in self.items):
-                self.items.append(dict(x))
+            if all(y.key != x.key for y in self.items):
+                self.items.append(x.model_copy())
 
 
 def _fmt(v: float | None, unit: str = "", digits: int = 0) -> str:
@@ -107,64 +123,77 @@ def _rate(v: float | None) -> str:
     return "unknown" if v is None else f"{v:.3g}"
 
 
-def missed_limits(row: dict[str, Any], slo: SLOConfig, used: Used = _ignore) -> list[str]:
+def missed_limits(row: Judged, slo: SLOConfig, used: Used = _ignore) -> list[str]:
     """The SLO limits a step missed, in words ("TTFT p95 3.06 s against a 1.5 s limit"); the
     settings that set them go to `used` (with workload classes: each class's own misses, named
     by the class)."""
-    if row.get("workloads"):
-        return [f"{name}: {miss}" for name, c in row["workloads"].items() if c["requests"] and not c["slo_pass"]
-                for miss in missed_limits(c, slo.model_copy(update={"attainment": c["attainment_target"],
-                                                                    "error_rate": c["error_rate_limit"]}), used)]
+    if isinstance(row, StepSummary) and row.workloads:
+        return [f"{name}: {miss}" for name, c in row.workloads.items() if c.requests and not c.slo_pass
+                for miss in missed_limits(c, _class_slo(slo, c), used)]
     out = []
     pct = f"p{slo.attainment * 100:g}"
-    for m, v in row.get("slo", {}).items():
-        if not v["pass"]:
-            out.append(f"{LIMIT_NAMES.get(m, m)} {pct} is {fmt_ms(v['quantile_ms'])} against a {fmt_ms(v['limit_ms'])} "
+    for m, v in row.slo.items():
+        if not v.passed:
+            out.append(f"{LIMIT_NAMES.get(m, m)} {pct} is {fmt_ms(v.quantile_ms)} against a {fmt_ms(v.limit_ms)} "
                        "limit")
-            used(f"slo.{m[:-3]}_p95_ms", v["limit_ms"])
-    err = row.get("error_rate")
+            used(f"slo.{m[:-3]}_p95_ms", v.limit_ms)
+    err = row.error_rate
     if err is not None and err > slo.error_rate:
         out.append(f"errors are {err:.1%} against a {slo.error_rate:.1%} limit")
         used("slo.error_rate", slo.error_rate)
-    if not row.get("ok_requests"):
+    if not row.ok_requests:
         out.append("no successful request")
     return out
+
+
+def _class_slo(slo: SLOConfig, c: ClassRow) -> SLOConfig:
+    """The SLO a class was judged by, as far as its row says (its attainment and error-rate limit)."""
+    return slo.model_copy(update={"attainment": c.attainment_target, "error_rate": c.error_rate_limit})
 
 
 def _and(parts: list[str]) -> str:
     return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1] if parts else ""
 
 
-def _at_peak(rows: list[dict[str, Any]], plan: dict[str, Any], capacity: dict[str, Any]) -> tuple[dict[str, Any] | None, float | None, bool]:
+def _at_peak(rows: list[StepSummary], plan: Plan, capacity: Capacity) -> tuple[StepSummary | None, float | None, bool]:
     """(the measured step closest above the per-node forecast peak, else the highest valid one;
     the forecast peak per node in req/s; whether that step reaches it)."""
-    valid = sorted((r for r in rows if r["valid"]), key=lambda r: r["level"])
+    valid = sorted((r for r in rows if r.valid), key=lambda r: r.level)
     if not valid:
         return None, None, False
-    peak = plan.get("peak_qps")
+    peak = plan.peak_qps
     if peak:
-        per_node_peak = peak / max(plan.get("current_nodes") or 1, 1) * capacity.get("replicas_behind_url", 1)
+        replicas = capacity.replicas_behind_url if capacity.replicas_behind_url is not None else 1
+        per_node_peak = peak / max(plan.current_nodes or 1, 1) * replicas
         for r in valid:
-            if (r["rps"] or 0) >= per_node_peak:
+            if (r.rps or 0) >= per_node_peak:
                 return r, per_node_peak, True
         return valid[-1], per_node_peak, False
     return valid[-1], None, False
 
 
-def bottleneck(row: dict[str, Any] | None, vc: VerdictConfig | None = None, client_cpu_max_pct: float = 90.0,
-               simulated: bool = False) -> dict[str, Any]:
-    """Which resource the telemetry of a loaded step points at (the bottleneck hints in docs/capacity.md).
+@dataclass
+class Bottleneck:
+    """Which resource a loaded step's telemetry points at, and the hints that say so."""
 
-    Returns {kind, hints, at_level, settings}: hints in plain words, each GPU figure the row's own.
-    """
+    kind: str
+    hints: list[str]
+    at_level: float | None = None
+    settings: list[Setting] = field(default_factory=list)
+
+
+def bottleneck(row: StepSummary | None, vc: VerdictConfig | None = None, client_cpu_max_pct: float = 90.0,
+               simulated: bool = False) -> Bottleneck:
+    """Which resource the telemetry of a loaded step points at (the bottleneck hints in docs/capacity.md):
+    hints in plain words, each GPU figure the row's own."""
     vc = vc or VerdictConfig()
     used = Settings()
     if row is None:
-        return {"kind": "unknown", "hints": ["no valid step"], "settings": []}
+        return Bottleneck("unknown", ["no valid step"])
     gpu = "simulated GPU" if simulated else "GPU"
     at = level_words(row)
-    gu, kv, temp = row.get("gpu_util_pct"), row.get("kv_cache_usage_max"), row.get("gpu_temp_max_c")
-    cpu, wait = row.get("client_cpu_max_pct"), row.get("server_waiting")
+    gu, kv, temp = row.gpu_util_pct, row.kv_cache_usage_max, row.gpu_temp_max_c
+    cpu, wait = row.client_cpu_max_pct, row.server_waiting
     hints: list[str] = []
     kind = "unknown"
     low = vc.gpu_low_pct
@@ -204,110 +233,111 @@ def bottleneck(row: dict[str, Any] | None, vc: VerdictConfig | None = None, clie
         hints.append("no GPU telemetry: run with the GPU agent or a DCGM scrape to tell GPU from other limits")
     if simulated and gu is not None:
         hints.append("the target was the embedded simulator: its GPU readings are simulated, not measured")
-    return {"kind": kind, "hints": hints, "at_level": row["level"], "settings": used.items}
+    return Bottleneck(kind, hints, row.level, used.items)
 
 
-def _busy(row: dict[str, Any], vc: VerdictConfig) -> bool:
-    return (row.get("gpu_util_pct") or 0) > vc.gpu_busy_pct or (row.get("kv_cache_usage_max") or 0) > vc.kv_cache_full
+def _busy(row: StepSummary, vc: VerdictConfig) -> bool:
+    return (row.gpu_util_pct or 0) > vc.gpu_busy_pct or (row.kv_cache_usage_max or 0) > vc.kv_cache_full
 
 
-def decide(rows, knee, capacity, plan, telemetry_present: bool, slo: SLOConfig, vc: VerdictConfig | None = None,
-           client_cpu_max_pct: float = 90.0, simulated: bool = False) -> dict[str, Any]:
+def decide(rows: list[StepSummary], knee: Knee, capacity: Capacity, plan: Plan, telemetry_present: bool,
+           slo: SLOConfig, vc: VerdictConfig | None = None, client_cpu_max_pct: float = 90.0,
+           simulated: bool = False) -> Verdict:
     vc = vc or VerdictConfig()
     gpu = "simulated GPU" if simulated else "GPU"
-    valid = sorted((r for r in rows if r["valid"]), key=lambda r: r["level"])
-    passing = [r for r in valid if r["slo_pass"]]
+    valid = sorted((r for r in rows if r.valid), key=lambda r: r.level)
+    passing = [r for r in valid if r.slo_pass]
     hp = passing[-1] if passing else None
-    ff = next((r for r in valid if not r["slo_pass"]), None)
+    ff = next((r for r in valid if not r.slo_pass), None)
     reasons: list[str] = []
     next_steps: list[str] = []
     used = Settings()
     # The step the decision rests on: reasons and hints quote its figures (one GPU figure per step).
-    focus = {"row": ff or hp}
+    focus = ff or hp
 
-    def result(decision: str, rule: str) -> dict[str, Any]:
-        row = focus["row"]
+    def result(decision: Decision, rule: str) -> Verdict:
+        row = focus
         bn = bottleneck(row, vc, client_cpu_max_pct, simulated)
         # Where TTFT goes holds whatever the decision: queueing dominating it, a long measuring path.
         reasons.extend(ttft_reasons(rows, row, vc, used))
-        used.extend(bn.pop("settings"))
-        used.extend(plan.get("settings") or [])
-        return {"decision": decision, "rule": rule, "reasons": reasons, "bottleneck": bn["kind"], "bottleneck_hints": bn["hints"],
-                "measure_next": next_steps, "settings": used.items,
-                "evidence_levels": {"highest_passing": hp["level"] if hp else None,
-                                    "first_failing": ff["level"] if ff else None,
-                                    "decided_at": row["level"] if row else None}}
+        used.extend(bn.settings)
+        used.extend(plan.settings)
+        return Verdict(decision=decision, rule=rule, reasons=reasons, bottleneck=bn.kind, bottleneck_hints=bn.hints,
+                       measure_next=next_steps, settings=used.items,
+                       evidence_levels=EvidenceLevels(highest_passing=hp.level if hp else None,
+                                                      first_failing=ff.level if ff else None,
+                                                      decided_at=row.level if row else None))
 
-    unknown = capacity.get("per_node_rps") is None
+    unknown = capacity.per_node_rps is None
     if len(valid) < vc.min_valid_steps:
         invalid = len(rows) - len(valid)
         used("verdict.min_valid_steps", vc.min_valid_steps)
         reasons.append(f"Only {len(valid)} valid step{'s' if len(valid) != 1 else ''}, and the verdict needs "
                        f"{vc.min_valid_steps}" + (f"; {invalid} step(s) decide nothing (see the load table)" if invalid else "")
                        + ": the curve is not measured.")
-        if unknown and capacity.get("unknown_reason"):
-            reasons.append(f"Capacity unknown: {capacity['unknown_reason']}.")
-            next_steps.append(capacity["measure_next"])
-        min_req = next((r.get("min_requests") for r in rows if r.get("min_requests")), None)
+        if unknown and capacity.unknown_reason:
+            reasons.append(f"Capacity unknown: {capacity.unknown_reason}.")
+            if capacity.measure_next:  # always, with an unknown reason (capacity.py says both)
+                next_steps.append(capacity.measure_next)
+        min_req = next((r.min_requests for r in rows if r.min_requests), None)
         enough = f" (at least {min_req} measured requests each)" if min_req else ""
         next_steps.append(f"rerun with more load levels (e.g. 1, 2, 4, 8, 16, 32), steps long enough{enough}, "
                           "and a load generator that is not the limit")
         return result("observe", "too_few_valid_steps")
 
     # Latency over the SLO while the GPU idles: more GPUs would idle too (docs/capacity.md, "Verdict").
-    if ff is not None and ff.get("gpu_util_pct") is not None and ff["gpu_util_pct"] < vc.gpu_idle_pct \
-            and (ff.get("server_waiting") or 0) < vc.queue_idle_max:
+    if ff is not None and ff.gpu_util_pct is not None and ff.gpu_util_pct < vc.gpu_idle_pct \
+            and (ff.server_waiting or 0) < vc.queue_idle_max:
         missed = missed_limits(ff, slo, used)
         used("verdict.gpu_idle_pct", vc.gpu_idle_pct)
         used("verdict.queue_idle_max", vc.queue_idle_max)
-        focus["row"] = ff
+        focus = ff
         reasons.append(f"The GPU is not the bottleneck: at {level_words(ff)} the SLO fails ({_and(missed) or 'missed'}) "
-                       f"while the {gpu} is busy only {ff['gpu_util_pct']:.0f} % and "
-                       f"{_fmt(ff.get('server_waiting'), '', 1)} requests wait in the server queue.")
-        if unknown and capacity.get("unknown_reason"):
-            reasons.append(f"Capacity unknown: {capacity['unknown_reason']}.")
+                       f"while the {gpu} is busy only {ff.gpu_util_pct:.0f} % and "
+                       f"{_fmt(ff.server_waiting, '', 1)} requests wait in the server queue.")
+        if unknown and capacity.unknown_reason:
+            reasons.append(f"Capacity unknown: {capacity.unknown_reason}.")
         next_steps.append("check batching, caching, tokenizer/preprocessing, client and network before adding GPUs")
-        if unknown and capacity.get("measure_next"):
-            next_steps.append(capacity["measure_next"])
+        if unknown and capacity.measure_next:
+            next_steps.append(capacity.measure_next)
         return result("dont_scale_yet", "gpu_not_the_bottleneck")
 
-    nodes, cur = plan.get("nodes"), plan.get("current_nodes")
-    share = plan.get("peak_share_of_current_capacity")
-    per_node = capacity.get("per_node_rps")
+    nodes, cur = plan.nodes, plan.current_nodes
+    share = plan.peak_share_of_current_capacity
+    per_node = capacity.per_node_rps
     if per_node is None or per_node == 0.0:
-        ci = capacity.get("per_node_rps_ci")
+        ci = capacity.per_node_rps_ci
         capacity_rule = "capacity_unknown" if per_node is None else "capacity_zero_within_noise" if ci and ci[1] \
             else "infeasible"
         if per_node is None:
-            why = capacity.get("unknown_reason") or "the capacity under the SLO was not measured"
+            why = capacity.unknown_reason or "the capacity under the SLO was not measured"
             reasons.append(f"Capacity unknown: {why}.")
-            next_steps.append(capacity.get("measure_next") or "rerun the sweep")
+            next_steps.append(capacity.measure_next or "rerun the sweep")
         elif ci and ci[1]:
             reasons.append(f"The SLO fails with one request at a time as measured, but within the noise it may hold "
                            f"(capacity up to {ci[1]:.3g} req/s): not enough data to say.")
             next_steps.append("measure longer steps at 1 user")
         else:
-            low = valid[0]
-            focus["row"] = low
+            low = focus = valid[0]
             missed = missed_limits(low, slo, used)
             reasons.append(f"No capacity under the SLO: it fails already with one request at a time "
                            f"({_and(missed) or 'missed'} at {level_words(low)}), so no number of nodes meets it.")
             next_steps.append("fix single-request latency (model size, max_tokens, quantisation) or relax the SLO, "
                               "then re-measure")
         return result("observe", capacity_rule)
-    if plan.get("peak_qps") is None:
+    if plan.peak_qps is None:
         reasons.append("No forecast peak given: the capacity is measured, but there is nothing to size it against.")
         next_steps.append("give --peak-qps (the p99 of per-minute traffic, or peak-hour mean × peak factor)")
         return result("observe", "no_peak")
-    if plan.get("refused"):
-        reasons.append(f"The plan gives no fleet size: {plan['refused']}.")
+    if plan.refused:
+        reasons.append(f"The plan gives no fleet size: {plan.refused}.")
         next_steps.append("repeat the run or lengthen its steps until the capacity interval is narrow enough")
         return result("observe", "plan_refused")
-    peak = plan["peak_qps"]
-    span = plan.get("nodes_interval")
+    peak = plan.peak_qps
+    span = plan.nodes_interval
     span_note = f" ({span[0]}–{span[1]} within the capacity interval)" if span and span[0] != span[1] else ""
-    spare = f", + {plan['redundancy']} spare" if plan.get("redundancy") else ""
-    needs = (f"the forecast peak of {peak:g} req/s (× {plan['safety_factor']:g} safety{spare}) needs "
+    spare = f", + {plan.redundancy} spare" if plan.redundancy else ""
+    needs = (f"the forecast peak of {peak:g} req/s (× {plan.safety_factor:g} safety{spare}) needs "
              f"{nodes} node{'s' if nodes != 1 else ''}{span_note}")
     if nodes is not None and cur is not None and nodes <= cur:
         reasons.append(f"The fleet carries the peak: {needs}, and you have {cur}.")
@@ -321,8 +351,8 @@ def decide(rows, knee, capacity, plan, telemetry_present: bool, slo: SLOConfig, 
         return result("observe", "no_margin")
     have = f"; you have {cur}" if cur is not None else ""
     plan_words = needs[0].upper() + needs[1:] + have
-    loaded = focus["row"]
-    if not telemetry_present or (loaded is not None and loaded.get("gpu_util_pct") is None):
+    loaded = focus
+    if not telemetry_present or (loaded is not None and loaded.gpu_util_pct is None):
         reasons.append(plan_words + ", but there is no GPU telemetry to show the GPU is the limit.")
         next_steps.append("re-run with GPU telemetry (gpu-agent / DCGM) and server metrics (queue, KV cache)")
         return result("observe", "no_gpu_telemetry")
@@ -332,10 +362,10 @@ def decide(rows, knee, capacity, plan, telemetry_present: bool, slo: SLOConfig, 
     need_more = cur is None or (nodes is not None and nodes > cur)
     carries = _carries(per_node, cur, share, peak)
     if busy and over and need_more:
-        g = focus["row"] = busy[0]
+        focus = g = busy[0]
         used("verdict.gpu_busy_pct", vc.gpu_busy_pct)
         what, figures = _busy_words(g, vc, gpu, used)
-        miss = missed_limits(g, slo, used) if not g["slo_pass"] else []
+        miss = missed_limits(g, slo, used) if not g.slo_pass else []
         where = f", where {_and(miss)}" if miss else ", where the SLO still holds"
         reasons.append(f"{what}: {figures} at {level_words(g)}{where}.")
         reasons.append(carries)
@@ -343,11 +373,11 @@ def decide(rows, knee, capacity, plan, telemetry_present: bool, slo: SLOConfig, 
         if span_note:  # the plain answer above says the node count; only its range is news here
             reasons.append(plan_words + ".")
         return result("scale", "scale")
-    g = focus["row"]
-    gu = g.get("gpu_util_pct") if g else None
+    loaded = focus
+    gu = loaded.gpu_util_pct if loaded else None
     used("verdict.gpu_busy_pct", vc.gpu_busy_pct)
-    busy_words = (f"the {gpu} is busy {_fmt(gu, ' %')} at {level_words(g) if g else 'no valid step'}, "
-                  + ("above" if g is not None and _busy(g, vc) else "not above") + f" the {vc.gpu_busy_pct:g} % counted busy")
+    busy_words = (f"the {gpu} is busy {_fmt(gu, ' %')} at {level_words(loaded) if loaded else 'no valid step'}, "
+                  + ("above" if loaded is not None and _busy(loaded, vc) else "not above") + f" the {vc.gpu_busy_pct:g} % counted busy")
     peak_words = _peak_words(at_peak, None, peak_per_node, reached, latency_words)
     reasons.append(f"{plan_words}, but the scale rule is not met: {busy_words}.")
     reasons.append(peak_words)
@@ -355,9 +385,9 @@ def decide(rows, knee, capacity, plan, telemetry_present: bool, slo: SLOConfig, 
     return result("observe", "scale_rule_not_met")
 
 
-def _busy_words(g: dict[str, Any], vc: VerdictConfig, gpu: str, used: Used) -> tuple[str, str]:
+def _busy_words(g: StepSummary, vc: VerdictConfig, gpu: str, used: Used) -> tuple[str, str]:
     """('The GPU is the limit', 'simulated GPU busy 96 %') for the busy step a scale rests on."""
-    gu, kv = g.get("gpu_util_pct"), g.get("kv_cache_usage_max")
+    gu, kv = g.gpu_util_pct, g.kv_cache_usage_max
     parts = []
     if gu is not None and gu > vc.gpu_busy_pct:
         parts.append(f"{gpu} busy {gu:.0f} %")
@@ -376,7 +406,7 @@ def _carries(per_node: float, cur: int | None, share: float | None, peak: float)
     return f"{who} {per_node * n:.3g} req/s; the forecast peak of {peak:g} req/s is {times:.2g}× that."
 
 
-def _peak_words(at_peak: dict[str, Any] | None, said: dict[str, Any] | None, peak_per_node: float | None,
+def _peak_words(at_peak: StepSummary | None, said: StepSummary | None, peak_per_node: float | None,
                 reached: bool, latency: str) -> str:
     """The tested level that stands for the forecast peak, named apart from the peak itself."""
     if at_peak is None:
@@ -384,56 +414,56 @@ def _peak_words(at_peak: dict[str, Any] | None, said: dict[str, Any] | None, pea
     at = level_words(at_peak)
     pn = f"{peak_per_node:.3g} req/s per node" if peak_per_node is not None else "the forecast peak"
     if reached:
-        where = f"{at} ({_rate(at_peak.get('rps'))} req/s) is the first tested level that carries the forecast peak ({pn})"
+        where = f"{at} ({_rate(at_peak.rps)} req/s) is the first tested level that carries the forecast peak ({pn})"
     else:
         where = (f"No tested level carries the forecast peak ({pn}); the highest, {at}, carried "
-                 f"{_rate(at_peak.get('rps'))} req/s")
+                 f"{_rate(at_peak.rps)} req/s")
     if said is not None and said is at_peak and not latency.startswith("E2E"):
         return where + "."
     return f"{where}: {latency}."
 
 
-def _latency_at_peak(at_peak: dict[str, Any] | None, slo: SLOConfig, vc: VerdictConfig, used: Used) -> tuple[bool, str]:
+def _latency_at_peak(at_peak: StepSummary | None, slo: SLOConfig, vc: VerdictConfig, used: Used) -> tuple[bool, str]:
     """Is latency over the limit at the step that stands for the forecast peak, and the words that say so."""
     if at_peak is None:
         return False, "no step stands for the forecast peak"
     if vc.peak_e2e_p99_ms is not None:
         used("verdict.peak_e2e_p99_ms", vc.peak_e2e_p99_ms)
-        e2e = at_peak.get("e2e_p99_ms")
+        e2e = at_peak.e2e_p99_ms
         over = e2e is not None and e2e > vc.peak_e2e_p99_ms
         return over, (f"E2E p99 {fmt_ms(e2e)} is {'over' if over else 'within'} the {fmt_ms(vc.peak_e2e_p99_ms)} "
                       "limit at the forecast peak")
-    if at_peak["slo_pass"]:
+    if at_peak.slo_pass:
         return False, "the SLO holds there"
     return True, _and(missed_limits(at_peak, slo, used))
 
 
-def checklists(summary: dict[str, Any], run_meta: dict[str, Any], telemetry_series: set[str], slo,
-               vc: VerdictConfig | None = None) -> list[dict[str, Any]]:
+def checklists(rows: list[StepSummary], cap: Capacity, cost: Cost, plan: Plan, run_meta: Meta,
+               telemetry_series: set[str], slo: SLOConfig, vc: VerdictConfig | None = None) -> list[ChecklistItem]:
     """The 7-item scale review and the 6 preconditions (docs/capacity.md), filled from the data."""
-    rows = summary["steps"]
-    valid = [r for r in rows if r["valid"]]
-    cap, cost, plan = summary["capacity"], summary["cost"], summary["plan"]
+    valid = [r for r in rows if r.valid]
     has_gpu = "gpu_util_pct" in telemetry_series or "sm_active" in telemetry_series
     has_server = bool({"server_waiting", "server_running", "kv_cache_usage"} & telemetry_series)
-    versions = {k: run_meta.get(k) for k in ("versions", "model", "server", "target") if run_meta.get(k)}
+    recorded = {"versions": run_meta.versions, "model": run_meta.model, "server": run_meta.server,
+                "target": run_meta.target}
+    versions = [k for k, v in recorded.items() if v]
     min_valid = (vc or VerdictConfig()).min_valid_steps
-    items: list[dict[str, Any]] = []
+    items: list[ChecklistItem] = []
 
-    def add(id_: str, text: str, status: str, evidence: str) -> None:
-        items.append({"id": id_, "text": text, "status": status, "evidence": evidence})
+    def add(id_: str, text: str, status: Any, evidence: str) -> None:
+        items.append(ChecklistItem(id=id_, text=text, status=status, evidence=evidence))
 
     # --- the scale review (docs/capacity.md, "Checklists") (all seven must hold before scaling)
     add("review.1_quality_baseline", "Model quality baseline is quantified and meets the business threshold",
         "needs_human", "load tests do not measure answer quality; attach the evaluation-set result")
-    lat_ok = bool(valid) and all(r.get("ttft_p95_ms") is not None for r in valid)
+    lat_ok = bool(valid) and all(r.ttft_p95_ms is not None for r in valid)
     add("review.2_load_test_complete", "Load-test data is complete: per-node throughput, latency distribution, resource use",
         "pass" if len(valid) >= min_valid and lat_ok and has_gpu else "fail",
         f"{len(valid)} valid step(s), latency percentiles {'present' if lat_ok else 'missing'}, "
         f"GPU telemetry {'present' if has_gpu else 'missing'}")
     add("review.3_traffic_forecast", "Current vs. post-scale traffic is backed by data",
-        "needs_human" if plan.get("peak_qps") else "fail",
-        f"forecast peak {plan['peak_qps']:g} qps given; its source must be confirmed" if plan.get("peak_qps")
+        "needs_human" if plan.peak_qps else "fail",
+        f"forecast peak {plan.peak_qps:g} qps given; its source must be confirmed" if plan.peak_qps
         else "no forecast peak given")
     add("review.4_versions_locked", "Code, inference parameters and dependency versions are locked and recorded",
         "pass" if versions else "fail",
@@ -442,37 +472,37 @@ def checklists(summary: dict[str, Any], run_meta: dict[str, Any], telemetry_seri
         "needs_human" if has_gpu and has_server else "fail",
         f"this run captured GPU telemetry: {has_gpu}, server metrics: {has_server}; alert rules need a person")
     add("review.6_cost_model", "Cost model updated; unit cost after scaling is acceptable",
-        "needs_human" if cost.get("per_1k_requests_usd") is not None else "fail",
-        f"{cost['per_1k_requests_usd']:.4g} USD per 1k requests at capacity; acceptability needs a person"
-        if cost.get("per_1k_requests_usd") is not None else "no gpu_hour_usd: cost not computed")
+        "needs_human" if cost.per_1k_requests_usd is not None else "fail",
+        f"{cost.per_1k_requests_usd:.4g} USD per 1k requests at capacity; acceptability needs a person"
+        if cost.per_1k_requests_usd is not None else "no gpu_hour_usd: cost not computed")
     add("review.7_compliance", "Data compliance and authorisation checks are done",
         "needs_human", "not observable from a load test")
 
     # --- the six preconditions (docs/capacity.md, "Checklists")
-    low = min(valid, key=lambda r: r["level"]) if valid else None
-    stable = low is not None and (low["error_rate"] or 0) <= slo.error_rate
+    low = min(valid, key=lambda r: r.level) if valid else None
+    stable = low is not None and (low.error_rate or 0) <= slo.error_rate
     add("pre.1_single_flow_stable", "The single-request flow is stable (same input → acceptable output)",
         "needs_human" if stable else "fail",
-        (f"error rate {low['error_rate']:.2%} at the lowest level {low['level']:g}; output quality needs a person"
+        (f"error rate {low.error_rate:.2%} at the lowest level {low.level:g}; output quality needs a person"
          if low else "no valid step"))
     limits = [k for k in ("ttft_p95_ms", "tpot_p95_ms", "e2e_p95_ms", "itl_p95_ms") if getattr(slo, k) is not None]
     add("pre.2_metrics_defined", "Evaluation metrics are defined (good vs bad result)",
         "pass" if limits else "fail", f"SLO limits: {', '.join(limits) or 'none'}; attainment {slo.attainment:g}")
-    incomplete = bool(run_meta.get("incomplete"))
-    passing_err = [r["error_rate"] or 0 for r in valid if r["slo_pass"]]
+    incomplete = bool(run_meta.incomplete)
+    passing_err = [r.error_rate or 0 for r in valid if r.slo_pass]
     add("pre.3_batch_runs", "Batch / continuous runs do not break; failures are retried",
         "fail" if incomplete or not passing_err else "pass",
         ("run was interrupted" if incomplete else
          f"max error rate in passing steps {max(passing_err):.2%}" if passing_err else "no passing step"))
     add("pre.4_resource_bounds", "Resource bounds are known (how much load this configuration carries)",
-        "pass" if cap.get("method") == "interpolated" else "fail",
-        f"capacity {cap.get('per_node_rps') or 0:.3g} rps/node, bracket {cap.get('last_pass_level')}–{cap.get('first_fail_level')}"
-        if cap.get("method") == "interpolated" else f"capacity not bracketed ({cap.get('method')})")
+        "pass" if cap.method == "interpolated" else "fail",
+        f"capacity {cap.per_node_rps or 0:.3g} rps/node, bracket {cap.last_pass_level}–{cap.first_fail_level}"
+        if cap.method == "interpolated" else f"capacity not bracketed ({cap.method})")
     add("pre.5_cost_per_effective_output", "Cost per effective output is computed and within budget",
-        "needs_human" if cost.get("per_effective_output_usd") is not None else "fail",
-        f"{cost['per_effective_output_usd']:.4g} USD per SLO-meeting output; the budget needs a person"
-        if cost.get("per_effective_output_usd") is not None else "not computed (no gpu_hour_usd or no passing step)")
+        "needs_human" if cost.per_effective_output_usd is not None else "fail",
+        f"{cost.per_effective_output_usd:.4g} USD per SLO-meeting output; the budget needs a person"
+        if cost.per_effective_output_usd is not None else "not computed (no gpu_hour_usd or no passing step)")
     add("pre.6_versions_rollback", "Model weights, code and dependency versions can be rolled back",
-        "needs_human" if run_meta.get("model") else "fail",
-        f"model {run_meta.get('model')!s} recorded; rollback needs a person" if run_meta.get("model") else "model not recorded in meta.json")
+        "needs_human" if run_meta.model else "fail",
+        f"model {run_meta.model!s} recorded; rollback needs a person" if run_meta.model else "model not recorded in meta.json")
     return items

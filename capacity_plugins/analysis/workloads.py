@@ -30,15 +30,23 @@ from capacity_plugins.analysis.capacity import capacity_under_slo
 from capacity_plugins.analysis.intervals import rate_ci, share_ci
 from capacity_plugins.analysis.load import RunData
 from capacity_plugins.analysis.settings import ClassSettings
-from capacity_plugins.analysis.table import _limit_row, _pcts, _slo_judgement, slo_views
+from capacity_plugins.analysis.table import _limit_row, _pcts, slo_judgement, slo_views
 from capacity_plugins.analysis.validity import step_validity
 from capacity_plugins.contracts.slo import LIMITS
+from capacity_plugins.contracts.summary import (
+    Capacity,
+    ClassRow,
+    SloLimit,
+    StepSummary,
+    WorkloadClass,
+    Workloads,
+)
 
 # Percentiles a class row carries (its SLO entries have the attainment quantile with its interval).
 CLASS_METRICS = ("ttft_ms", "tpot_ms", "e2e_ms")
 
 
-def add_class_rows(run: RunData, rows: list[dict[str, Any]]) -> None:
+def add_class_rows(run: RunData, rows: list[StepSummary]) -> None:
     """Each step row gets `workloads` {class: row}; its SLO fields become the mix's (module doc)."""
     classes = run.settings.workloads
     conf = run.verdict.confidence
@@ -48,156 +56,160 @@ def add_class_rows(run: RunData, rows: list[dict[str, Any]]) -> None:
     empty = req.iloc[0:0]
     steps = {st.index: st for st in run.steps}
     for row in rows:
-        st = steps[row["step"]]
-        per = {c.name: _class_row(run, st, groups.get((st.index, c.name), empty), c, row["window_s"], conf)
+        st = steps[row.step]
+        per = {c.name: _class_row(run, st, groups.get((st.index, c.name), empty), c, row.window_s, conf)
                for c in classes}
-        row["workloads"] = per
+        row.workloads = per
         _judge_mix(row, per)
 
 
 def _class_row(run: RunData, st: Any, g: pd.DataFrame, c: ClassSettings, window: float | None,
-               conf: float) -> dict[str, Any]:
+               conf: float) -> ClassRow:
     ok = g[g["ok"]]
     n, n_ok = len(g), len(ok)
     slo = c.slo
-    out: dict[str, Any] = {
-        "requests": n, "ok_requests": n_ok, "errors": n - n_ok,
-        "error_rate": (n - n_ok) / n if n else None,
-        "error_rate_ci": list(share_ci(n - n_ok, n, conf)) if n else None,
-        "rps": n_ok / window if window else None,
-        # what this class is judged against (its own SLO, its defaults from the top level)
-        "attainment_target": slo.attainment, "error_rate_limit": slo.error_rate,
-    }
+    error_rate = (n - n_ok) / n if n else None
     lo, hi, how = rate_ci(ok["sent_unix"].to_numpy(float), st.warmup_end_unix or st.start_unix, window, n_ok, conf)
-    out["rps_ci"] = None if how is None else [lo, hi]
+    pcts: dict[str, Any] = {}
     for m in CLASS_METRICS:
-        out.update(_pcts(ok[m].to_numpy(float), m[:-3], conf))
+        pcts.update(_pcts(ok[m].to_numpy(float), m[:-3], conf))
     views = slo_views(st, lambda name: ok[name].to_numpy(float))
     good = np.ones(n_ok, dtype=bool)
-    out["slo"] = {}
+    judged: dict[str, SloLimit] = {}
     for metric, field in LIMITS:
         limit = getattr(slo, field)
         if limit is None:
             continue
-        out["slo"][metric] = _limit_row(views[metric], limit, slo.attainment, conf)
+        judged[metric] = _limit_row(views[metric], limit, slo.attainment, conf)
         good &= np.nan_to_num(views[metric], nan=math.inf) <= limit
     n_good = int(good.sum())
-    out["good_requests"] = n_good
-    out["goodput_rps"] = n_good / window if window else None
-    out["slo_attainment"] = n_good / n if n else None
-    err_ok = out["error_rate"] is not None and out["error_rate"] <= slo.error_rate
-    out["slo_pass"] = bool(n_ok > 0 and err_ok and all(v["pass"] for v in out["slo"].values()))
-    out["slo_judgement"] = _slo_judgement(out, slo)
+    err_ok = error_rate is not None and error_rate <= slo.error_rate
     validity = step_validity(st, requests=n, ok_requests=n_ok, window_s=window, settings=run.settings, meta=run.meta)
-    out.update(insufficient=validity["insufficient"], valid=validity["valid"],
-               invalid_reasons=validity["invalid_reasons"])
+    out = ClassRow(
+        requests=n, ok_requests=n_ok, errors=n - n_ok, error_rate=error_rate,
+        error_rate_ci=list(share_ci(n - n_ok, n, conf)) if n else None,
+        rps=n_ok / window if window else None,
+        # what this class is judged against (its own SLO, its defaults from the top level)
+        attainment_target=slo.attainment, error_rate_limit=slo.error_rate,
+        rps_ci=None if how is None else [lo, hi],
+        **pcts,
+        slo=judged, good_requests=n_good, goodput_rps=n_good / window if window else None,
+        slo_attainment=n_good / n if n else None,
+        slo_pass=bool(n_ok > 0 and err_ok and all(v.passed for v in judged.values())),
+        insufficient=validity.insufficient, valid=validity.valid, invalid_reasons=validity.invalid_reasons,
+    )
+    out.slo_judgement = slo_judgement(out, slo)
     return out
 
 
-def _judge_mix(row: dict[str, Any], per: dict[str, dict[str, Any]]) -> None:
+def _judge_mix(row: StepSummary, per: dict[str, ClassRow]) -> None:
     """The step as the mix: every class by its own SLO (a class with no request there shows nothing)."""
-    seen = {name: c for name, c in per.items() if c["requests"]}
-    row["slo"] = {f"{name}.{metric}": v for name, c in seen.items() for metric, v in c["slo"].items()}
-    row["slo_pass"] = bool(seen) and all(c["slo_pass"] for c in seen.values())
+    seen = {name: c for name, c in per.items() if c.requests}
+    row.slo = {f"{name}.{metric}": v for name, c in seen.items() for metric, v in c.slo.items()}
+    row.slo_pass = bool(seen) and all(c.slo_pass for c in seen.values())
     # A class with no request in the step fails nothing (it has no judgement of its own, only "no
     # successful request"), but it cannot show it passes either: the step is uncertain.
-    judged = [c["slo_judgement"] for c in seen.values()]
+    judged = [c.slo_judgement for c in seen.values()]
     if "fail" in judged:
-        row["slo_judgement"] = "fail"
-    elif len(seen) < len(per) or any(j != "pass" for j in judged) or any(c["insufficient"] for c in per.values()):
-        row["slo_judgement"] = "uncertain"  # a class too thin to show it passes: the mix cannot either
+        row.slo_judgement = "fail"
+    elif len(seen) < len(per) or any(j != "pass" for j in judged) or any(c.insufficient for c in per.values()):
+        row.slo_judgement = "uncertain"  # a class too thin to show it passes: the mix cannot either
     else:
-        row["slo_judgement"] = "pass"
-    n_good = sum(c["good_requests"] for c in per.values())
-    window = row["window_s"]
-    row["good_requests"] = n_good
-    row["goodput_rps"] = n_good / window if window else None
-    row["slo_attainment"] = n_good / row["requests"] if row["requests"] else None
+        row.slo_judgement = "pass"
+    n_good = sum(c.good_requests for c in per.values())
+    window = row.window_s
+    row.good_requests = n_good
+    row.goodput_rps = n_good / window if window else None
+    row.slo_attainment = n_good / row.requests if row.requests else None
 
 
-def _class_view(row: dict[str, Any], c: dict[str, Any]) -> dict[str, Any]:
+def _class_view(row: StepSummary, c: ClassRow) -> StepSummary:
     """The step as one class sees it: the step's load and throughput, the class's judgement."""
-    return {**row, "slo": c["slo"], "slo_pass": c["slo_pass"], "ok_requests": c["ok_requests"],
-            "error_rate": c["error_rate"], "valid": c["valid"], "invalid_reasons": c["invalid_reasons"]}
+    return row.model_copy(update={"slo": c.slo, "slo_pass": c.slo_pass, "ok_requests": c.ok_requests,
+                                  "error_rate": c.error_rate, "valid": c.valid, "invalid_reasons": c.invalid_reasons})
 
 
-def mix_capacity(rows: list[dict[str, Any]], run: RunData, sweep_kind: str) -> tuple[dict[str, Any], dict[str, Any]]:
+def _classes_of(row: StepSummary) -> dict[str, ClassRow]:
+    assert row.workloads is not None  # add_class_rows ran: every row has its classes
+    return row.workloads
+
+
+def mix_capacity(rows: list[StepSummary], run: RunData, sweep_kind: str) -> tuple[Capacity, Workloads]:
     """(the mix's capacity, the summary's `workloads` section): see the module doc."""
     cap = run.capacity
     classes = []
     for c in run.settings.workloads:
-        view = [_class_view(r, r["workloads"][c.name]) for r in rows]
-        own = capacity_under_slo(view, c.slo, cap, sweep_kind)
-        measured = sum(r["workloads"][c.name]["requests"] for r in rows)
-        classes.append({"name": c.name, "weight": c.weight, "slo": c.slo.model_dump(), "requests": measured,
-                        "insufficient_levels": [r["level"] for r in rows
-                                                if r["workloads"][c.name]["insufficient"]
-                                                and r["workloads"][c.name]["requests"]],
-                        "capacity": own})
-    total = sum(k["requests"] for k in classes)
+        mine = [_classes_of(r)[c.name] for r in rows]
+        own = capacity_under_slo([_class_view(r, k) for r, k in zip(rows, mine, strict=True)], c.slo, cap, sweep_kind)
+        classes.append(WorkloadClass(name=c.name, weight=c.weight, slo=c.slo.model_copy(),
+                                     requests=sum(k.requests for k in mine),
+                                     insufficient_levels=[r.level for r, k in zip(rows, mine, strict=True)
+                                                          if k.insufficient and k.requests],
+                                     capacity=own))
+    total = sum(k.requests for k in classes)
     for k in classes:
-        k["share"] = k["requests"] / total if total else None
+        k.share = k.requests / total if total else None
     mix = _lowest(classes)
-    order = sorted((k for k in classes if k["capacity"]["per_node_rps"] is not None),
-                   key=lambda k: k["capacity"]["per_node_rps"])
-    section = {
-        "classes": classes,
-        "limiting": mix.get("limiting_workload"),
-        "order": [k["name"] for k in order],  # lowest capacity first: the class that fails first
-        "rule": "the mix's capacity is the load at which any class first misses its own SLO",
-    }
+    order = sorted((k for k in classes if k.capacity.per_node_rps is not None),
+                   key=lambda k: k.capacity.per_node_rps or 0.0)
+    section = Workloads(
+        classes=classes,
+        limiting=mix.limiting_workload,
+        order=[k.name for k in order],  # lowest capacity first: the class that fails first
+        rule="the mix's capacity is the load at which any class first misses its own SLO",
+    )
     return mix, section
 
 
-def _lowest(classes: list[dict[str, Any]]) -> dict[str, Any]:
-    unknown = [k["name"] for k in classes if k["capacity"]["per_node_rps"] is None]
+def _lowest(classes: list[WorkloadClass]) -> Capacity:
+    unknown = [k.name for k in classes if k.capacity.per_node_rps is None]
     if unknown:
         # A class with no valid step cannot be shown to meet its SLO anywhere: neither can the mix.
-        first = next(k for k in classes if k["name"] == unknown[0])
-        out = dict(first["capacity"])
-        why = out.get("unknown_reason") or "no valid step"
-        if out.get("unknown_reason"):
-            out["unknown_reason"] = f"class {unknown[0]}: {why}"
-        out.update(limiting_workload=unknown[0], notes=[f"class {', '.join(unknown)}: {why}, so the mix's "
-                                                        "capacity is unknown"] + list(out["notes"]))
+        first = next(k for k in classes if k.name == unknown[0])
+        out = first.capacity.model_copy(deep=True)
+        why = out.unknown_reason or "no valid step"
+        if out.unknown_reason:
+            out.unknown_reason = f"class {unknown[0]}: {why}"
+        out.limiting_workload = unknown[0]
+        out.notes = [f"class {', '.join(unknown)}: {why}, so the mix's capacity is unknown"] + list(out.notes)
         return out
-    low = min(classes, key=lambda k: k["capacity"]["per_node_rps"])
-    out = dict(low["capacity"])
+    low = min(classes, key=lambda k: k.capacity.per_node_rps or 0.0)
+    out = low.capacity.model_copy(deep=True)
     # A class limits the mix only when its SLO failed somewhere; when none did, the mix held throughout.
-    missed = out["method"] in ("interpolated", "fails_at_lowest_load")
-    out["limiting_workload"] = low["name"] if missed else None
-    for key, point_key in (("per_node_rps_ci", "per_node_rps"), ("per_node_concurrency_ci", "per_node_concurrency")):
-        ends = [_ends(k["capacity"], key, point_key) for k in classes]
-        if out.get(key) is not None and all(e is not None for e in ends):
-            out[key] = [min(e[0] for e in ends if e), min(e[1] for e in ends if e)]
-    point, ci = out["per_node_rps"], out.get("per_node_rps_ci")
-    if point and ci:
-        out["relative_interval"] = (ci[1] - ci[0]) / point
+    missed = out.method in ("interpolated", "fails_at_lowest_load")
+    out.limiting_workload = low.name if missed else None
+    rps_ends = [_ends(k.capacity.per_node_rps_ci, k.capacity.per_node_rps) for k in classes]
+    if out.per_node_rps_ci is not None and all(e is not None for e in rps_ends):
+        out.per_node_rps_ci = [min(e[0] for e in rps_ends if e), min(e[1] for e in rps_ends if e)]
+    conc_ends = [_ends(k.capacity.per_node_concurrency_ci, k.capacity.per_node_concurrency) for k in classes]
+    if out.per_node_concurrency_ci is not None and all(e is not None for e in conc_ends):
+        out.per_node_concurrency_ci = [min(e[0] for e in conc_ends if e), min(e[1] for e in conc_ends if e)]
+    point, ci = out.per_node_rps, out.per_node_rps_ci
+    if point and ci and ci[0] is not None and ci[1] is not None:
+        out.relative_interval = (ci[1] - ci[0]) / point
     if missed:
-        why = (f"class {low['name']} misses its own SLO first ({low['capacity'].get('limiting_slo')}): "
+        why = (f"class {low.name} misses its own SLO first ({low.capacity.limiting_slo}): "
                "the mix's capacity is that class's")
     else:
         why = "no class missed its own SLO at a valid level: the mix's capacity is at least this"
-    out["notes"] = [why] + [f"{low['name']}: {n}" for n in out["notes"]]
+    out.notes = [why] + [f"{low.name}: {n}" for n in out.notes]
     return out
 
 
-def _ends(cap: dict[str, Any], key: str, point_key: str) -> list[float] | None:
+def _ends(ci: list[float] | None, point: float | None) -> list[float] | None:
     """A class capacity's interval; its point when it has none (a point is its own interval)."""
-    ci = cap.get(key)
     if ci is not None:
         return [float(ci[0]), float(ci[1])]
-    point = cap.get(point_key)
     return None if point is None else [float(point), float(point)]
 
 
-def class_warnings(section: dict[str, Any], min_requests: int) -> list[str]:
+def class_warnings(section: Workloads, min_requests: int) -> list[str]:
     out = []
-    for k in section["classes"]:
-        if k["insufficient_levels"]:
-            levels = ", ".join(f"{v:g}" for v in k["insufficient_levels"])
-            out.append(f"class {k['name']} has fewer than {min_requests} measured requests (load.min_requests) at "
+    for k in section.classes:
+        if k.insufficient_levels:
+            levels = ", ".join(f"{v:g}" for v in k.insufficient_levels)
+            out.append(f"class {k.name} has fewer than {min_requests} measured requests (load.min_requests) at "
                        f"level(s) {levels}: it decides nothing there")
-        if not k["requests"]:
-            out.append(f"class {k['name']}: no measured request in any step (its weight is {k['weight']:g})")
+        if not k.requests:
+            out.append(f"class {k.name}: no measured request in any step (its weight is {k.weight:g})")
     return out

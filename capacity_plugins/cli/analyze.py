@@ -18,11 +18,11 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 from capacity_plugins.analysis.gate import gate
 from capacity_plugins.analysis.outcome import exit_code
 from capacity_plugins.contracts.planning import VerdictConfig
+from capacity_plugins.contracts.summary import AnySummary
 from capacity_plugins.errors import CommandParser, UserError
 
 VERDICT_HELP = {
@@ -99,7 +99,6 @@ def main(argv: list[str] | None = None) -> int:
     # the pipeline (pandas, numpy) is imported before the clock starts: the progress lines count
     # the analysis, not the imports
     from capacity_plugins.analysis import pipeline  # noqa: F401
-    from capacity_plugins.analysis.repeats import is_repeat_set
     from capacity_plugins.outputs import analyze
 
     args = build_parser().parse_args(argv)
@@ -120,19 +119,18 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.out is not None:
         check_out_dir(args.out)
-    is_set = is_repeat_set(args.results_dir)
     summary = analyze(args.results_dir, overrides=overrides, progress=progress,
                       formats=["json"] if args.no_report else None, out=args.out)
     try:
-        _print_summary(args, summary, is_set)
+        _print_summary(args, summary)
     except BrokenPipeError:  # `capacity analyze … | head`: the reader left, the files are written
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     failed = gate(summary, args.fail_on_slo, args.fail_on_verdict)
     for f in failed:
         print(f"capacity analyze: {f}", file=sys.stderr)
     code = exit_code(summary, failed)
-    if not summary["outcome"]["decision_complete"]:
-        print("capacity analyze: the decision could not be completed: " + "; ".join(summary["outcome"]["reasons"]),
+    if not summary.outcome.decision_complete:
+        print("capacity analyze: the decision could not be completed: " + "; ".join(summary.outcome.reasons),
               file=sys.stderr)
     return code
 
@@ -150,18 +148,18 @@ def check_out_dir(out: Path) -> None:
         raise UserError(f"--out {out}: cannot write there ({e.strerror or e})") from None
 
 
-def _print_summary(args: argparse.Namespace, summary: dict[str, Any], is_set: bool) -> None:
+def _print_summary(args: argparse.Namespace, summary: AnySummary) -> None:
     from capacity_plugins.analysis.answer import answer_lines
-    from capacity_plugins.analysis.load import dumps_json
+    from capacity_plugins.contracts.summary import Summary
 
     if args.format in ("text", "answer"):
         # The plain answer first, everywhere (analysis/answer.py), then its reasons in words.
         print("\n".join(answer_lines(summary)))
     if args.format == "json":
-        print(dumps_json(summary))
+        print(summary.dumps())
     elif args.format == "answer":
         pass
-    elif is_set:
+    elif not isinstance(summary, Summary):  # a repeat set
         from capacity_plugins.outputs.repeats_report import set_headline, set_markdown
 
         print(set_markdown(summary) if args.format == "md" else "\n" + "\n".join(set_headline(summary)))
@@ -175,7 +173,7 @@ def _print_summary(args: argparse.Namespace, summary: dict[str, Any], is_set: bo
         lines = headline(summary)
         # the verdict line repeats the reasons the answer block just gave
         print("\n" + "\n".join(ln for ln in lines if not ln.startswith("Verdict: ")))
-        for w in summary["warnings"]:
+        for w in summary.warnings:
             if f"Warning: {w}" not in lines:  # the headline already led with it
                 print(f"warning: {w}")
     if args.format in ("text", "answer"):

@@ -23,9 +23,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.min_detectable_difference is not None and not 0 <= args.min_detectable_difference < 1:
         raise UserError("--min-detectable-difference: expected a share in [0, 1)")
     c = compare(load_summary(args.before), load_summary(args.after), args.min_detectable_difference)
-    from capacity_plugins.analysis.load import dumps_json  # inf noise → null: strict JSON
-
     if args.out:
-        args.out.write_text(dumps_json(c), encoding="utf-8")
-    sys.stdout.write(dumps_json(c) + "\n" if args.format == "json" else markdown(c))
+        c.save(args.out)  # inf noise → null: strict JSON
+    sys.stdout.write(c.dumps() + "\n" if args.format == "json" else markdown(c))
     return 0

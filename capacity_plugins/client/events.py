@@ -78,7 +78,7 @@ class CapacityEvents:
     meta.json is about to be written (at the end of a test, and when the process quits): add what
     you know to it. Fired in the process that writes the results folder (local runner or master).
 
-    :param meta: the document, a dict of JSON-safe values; a listener adds or replaces its keys
+    :param meta: the document (contracts/meta.py `Meta`); a listener sets the fields it knows
     """
 
     def __init__(self) -> None:

@@ -9,6 +9,11 @@
 | `folders` | the results-folder rule (one folder per run, never shared) |
 | `redaction` | the one redaction marker and the by-value scrub of secrets |
 | `dialects` | the dialect names |
+| `summary` | `Summary` / `RepeatSetSummary`: every key of summary.json, as the models the analysis builds and every view reads (`load_summary`) |
+| `meta` | `Meta`: every key of meta.json, written by the load side, read by the analysis |
+| `comparison` | `Comparison`: what `capacity compare --format json` writes |
+| `document` | `Section`, the base of those models: keys written only when set, strict JSON (`dumps_json`), one-line load errors |
+| `schema_doc` | docs/results-schema.md, generated from those models |
 
 Nothing here imports Locust, gevent, pandas or any stage: every stage may import the contracts,
 and the contracts import none of them.

@@ -12,9 +12,9 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from capacity_plugins.contracts.redaction import strip_userinfo
+from capacity_plugins.contracts.summary import AnySummary
 from capacity_plugins.errors import RunError, UserError
 from capacity_plugins.matrix.server import EntryFailed, Server, default_ready_path, fill, free_port
 from capacity_plugins.matrix.spec import Entry, Matrix
@@ -42,7 +42,7 @@ class Outcome:
     stage: str | None = None
     reason: str | None = None
     run_dir: Path | None = None
-    summary: dict[str, Any] | None = None
+    summary: AnySummary | None = None
     teardown: str | None = None  # a teardown problem
     timings_s: dict[str, float] = field(default_factory=dict)
     interrupted: int | None = None  # the exit code (130 / 143) when the matrix was stopped here
@@ -136,6 +136,6 @@ def _analyse(out: Outcome) -> None:
         out.fail("analysis", f"analysis failed: {e}")
         return
     out.summary = summary
-    reasons = (summary.get("outcome") or {}).get("reasons") or []
+    reasons = summary.outcome.reasons
     if reasons:
         out.fail("decision", "no decision: " + "; ".join(reasons))

@@ -37,7 +37,7 @@ def build(matrix: Matrix, slo: dict[str, Any], outcomes: list[Outcome], root: Pa
         }
         if o.summary is not None:
             row.update(row_from_summary(o.summary))
-            row["warnings"] = list(o.summary.get("warnings") or [])
+            row["warnings"] = list(o.summary.warnings)
         rows.append(row)
     best = rank(rows)
     failed = [r["name"] for r in rows if r["status"] != "ok"]
@@ -181,7 +181,7 @@ SLO load (the highest level that passed); ranked by {html.escape(best['basis'])}
 
 
 def write(doc: dict[str, Any], root: Path) -> None:
-    from capacity_plugins.analysis.load import dumps_json  # inf → null: strict JSON
+    from capacity_plugins.contracts.document import dumps_json  # inf → null: strict JSON
 
     root.mkdir(parents=True, exist_ok=True)
     (root / "matrix.json").write_text(dumps_json(doc), encoding="utf-8")

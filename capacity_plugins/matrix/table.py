@@ -1,6 +1,6 @@
 """The comparison: one row per entry from its summary.json, the ranking, and the best configuration.
 
-Each row reads only the entry's analysis (SCHEMA.md): capacity per node under the SLO with its
+Each row reads only the entry's analysis (its `Summary`, contracts/summary.py): capacity per node under the SLO with its
 interval, the knee, TTFT / TPOT P95 at the SLO load — the valid step the capacity was last shown
 to pass at (`capacity.last_pass_level`) — and the cost per 1M output tokens (GPUs × GPU-hour
 price ÷ output tokens per hour at the capacity; analysis/plan.py `make_cost`).
@@ -22,45 +22,48 @@ import functools
 import math
 from typing import Any
 
+from capacity_plugins.contracts.summary import AnySummary, StepSummary, Summary
+
 REL_TIE = 1e-9
 MDD = 0.10  # verdict.min_detectable_difference's default: how much a second run of one server may differ
 PER_USD = "requests per USD"
 PER_GPU = "rps per GPU"
 
 
-def _slo_step(summary: dict[str, Any]) -> dict[str, Any] | None:
-    level = (summary.get("capacity") or {}).get("last_pass_level")
-    if level is None:
+def _slo_step(summary: AnySummary) -> StepSummary | None:
+    level = summary.capacity.last_pass_level
+    if level is None or not isinstance(summary, Summary):
         return None
-    return next((r for r in summary.get("steps") or [] if r.get("level") == level and r.get("valid")), None)
+    return next((r for r in summary.steps if r.level == level and r.valid), None)
 
 
-def row_from_summary(summary: dict[str, Any]) -> dict[str, Any]:
+def row_from_summary(summary: AnySummary) -> dict[str, Any]:
     """The matrix columns of one analysed run."""
-    cap = summary.get("capacity") or {}
-    knee = summary.get("knee") or {}
-    cost = summary.get("cost") or {}
-    step = _slo_step(summary) or {}
-    rps, ci = cap.get("per_node_rps"), cap.get("per_node_rps_ci")
-    lower_bound = cap.get("method") == "never_failed"
+    cap = summary.capacity
+    knee = summary.knee if isinstance(summary, Summary) else None
+    cost = summary.cost if isinstance(summary, Summary) else None
+    step = _slo_step(summary)
+    rps = cap.per_node_rps
+    ci: list[float | None] | None = list(cap.per_node_rps_ci) if cap.per_node_rps_ci is not None else None
+    lower_bound = cap.method == "never_failed"
     if ci is not None and lower_bound:
         ci = [ci[0], None]  # the sweep never reached the SLO's limit: no upper end is known
-    per_1m = cost.get("per_1m_output_tokens_usd")
+    per_1m = cost.per_1m_output_tokens_usd if cost is not None else None
     per_1m_ci = None
     if per_1m is not None and rps and ci is not None:
         # cost ∝ 1 / capacity: the interval's ends swap; an unknown or zero end stays unknown
         per_1m_ci = [per_1m * rps / ci[1] if ci[1] else None, per_1m * rps / ci[0] if ci[0] else None]
     return {
-        "capacity_rps": rps, "capacity_ci_rps": ci, "capacity_method": cap.get("method"),
-        "capacity_is_lower_bound": lower_bound, "limiting_slo": cap.get("limiting_slo"),
-        "knee": knee.get("value"), "knee_unit": knee.get("unit"), "knee_interval": knee.get("interval"),
-        "knee_confidence": knee.get("confidence"),
-        "slo_load_level": step.get("level"),
-        "ttft_p95_ms": step.get("ttft_p95_ms"), "ttft_p95_ci_ms": step.get("ttft_p95_ci_ms"),
-        "tpot_p95_ms": step.get("tpot_p95_ms"), "tpot_p95_ci_ms": step.get("tpot_p95_ci_ms"),
+        "capacity_rps": rps, "capacity_ci_rps": ci, "capacity_method": cap.method,
+        "capacity_is_lower_bound": lower_bound, "limiting_slo": cap.limiting_slo,
+        "knee": knee.value if knee else None, "knee_unit": knee.unit if knee else None,
+        "knee_interval": knee.interval if knee else None, "knee_confidence": knee.confidence if knee else None,
+        "slo_load_level": step.level if step else None,
+        "ttft_p95_ms": step.ttft_p95_ms if step else None, "ttft_p95_ci_ms": step.ttft_p95_ci_ms if step else None,
+        "tpot_p95_ms": step.tpot_p95_ms if step else None, "tpot_p95_ci_ms": step.tpot_p95_ci_ms if step else None,
         "cost_per_1m_output_tokens_usd": per_1m, "cost_per_1m_output_tokens_ci_usd": per_1m_ci,
-        "verdict": (summary.get("verdict") or {}).get("decision"),
-        "min_detectable_difference": (summary.get("verdict_settings") or {}).get("min_detectable_difference", MDD),
+        "verdict": summary.verdict.decision,
+        "min_detectable_difference": summary.verdict_settings.min_detectable_difference,
     }
 
 

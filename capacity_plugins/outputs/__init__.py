@@ -15,11 +15,14 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from capacity_plugins.contracts.summary import AnySummary, RepeatSetSummary, Summary
 
 
 def analyze(results_dir: Path, *, overrides: dict | None = None, progress: Callable[[str], None] | None = None,
-            formats: Iterable[str] | None = None, out: Path | None = None) -> dict[str, Any]:
+            formats: Iterable[str] | None = None, out: Path | None = None) -> AnySummary:
     """Analyse `results_dir` (a run, or a repeat set); write summary.json, summary.md, report.html and
     PNGs there, or into `out` (a what-if with other SLO / capacity figures leaves the run's own files
     alone); return the summary.
@@ -39,7 +42,7 @@ def analyze(results_dir: Path, *, overrides: dict | None = None, progress: Calla
 
 
 def _analyze_run(results_dir: Path, overrides: dict | None, progress: Callable[[str], None] | None,
-                 formats: Iterable[str] | None, out: Path | None) -> dict[str, Any]:
+                 formats: Iterable[str] | None, out: Path | None) -> Summary:
     from capacity_plugins.analysis.pipeline import load_run, summarise
 
     t0 = time.perf_counter()
@@ -61,7 +64,7 @@ def _analyze_run(results_dir: Path, overrides: dict | None, progress: Callable[[
 
 
 def analyze_set(set_dir: Path, *, overrides: dict | None = None, progress: Callable[[str], None] | None = None,
-                formats: Iterable[str] | None = None, out: Path | None = None) -> dict[str, Any]:
+                formats: Iterable[str] | None = None, out: Path | None = None) -> RepeatSetSummary:
     """Analyse every repeat of a repeat set, then write each repeat's outputs into its folder and the
     set's summary.json / summary.md / report.html into the set (or `out`, with one sub-folder per
     repeat: a what-if leaves the set as it was)."""

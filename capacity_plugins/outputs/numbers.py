@@ -5,6 +5,7 @@ Shared by summary.md, report.html, the console and the repeat set's page."""
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 JUDGED_MARK = {"pass": "✓", "fail": "✗", "uncertain": "?"}
@@ -22,7 +23,7 @@ def fmt(v: Any, digits: int = 1, unit: str = "") -> str:
     return str(v)
 
 
-def fmt_ci(ci: list[float | None] | None, digits: int = 1) -> str:
+def fmt_ci(ci: Sequence[float | None] | None, digits: int = 1) -> str:
     """(lo–hi); an end the data cannot support is ∞ (upper) or ? (lower)."""
     if not ci:
         return ""
@@ -55,7 +56,7 @@ def fmt_level(v: Any) -> str:
     return text.rstrip("0").rstrip(".") if d else text
 
 
-def interval_decimals(v: float, ci: list[float | None] | None) -> int | None:
+def interval_decimals(v: float, ci: Sequence[float | None] | None) -> int | None:
     """How many decimals the interval supports: two significant digits of its width (of the distance
     to its one finite end when the other is unbounded); None when it says nothing (no or zero width)."""
     if not ci:
@@ -67,7 +68,7 @@ def interval_decimals(v: float, ci: list[float | None] | None) -> int | None:
     return min(max(1 - math.floor(math.log10(width)), 0), 4)
 
 
-def fmt_iv(v: Any, ci: list[float | None] | None = None, unit: str = "", sig: int = 3) -> str:
+def fmt_iv(v: Any, ci: Sequence[float | None] | None = None, unit: str = "", sig: int = 3) -> str:
     """A value with its interval, both rounded to the interval's precision: "8.4 [7.6–9.2]",
     "1,176 [1,149–1,251]", "9.53 [9.47–9.61]". An end the data cannot bound is ∞ (upper) or ? (lower);
     without an interval the value alone to `sig` significant digits."""
@@ -81,7 +82,7 @@ def fmt_iv(v: Any, ci: list[float | None] | None = None, unit: str = "", sig: in
     return f"{v:,.{d}f}{unit} {_bracket(ci, d)}"
 
 
-def _bracket(ci: list[float | None] | None, d: int | None) -> str:
+def _bracket(ci: Sequence[float | None] | None, d: int | None) -> str:
     if not ci:
         return ""
 

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
     from capacity_plugins.analysis.load import RunData
+    from capacity_plugins.contracts.summary import AnySummary
 
 Subject = Literal["run", "set"]
 
@@ -30,7 +31,7 @@ Subject = Literal["run", "set"]
 class Analysed:
     """What the writers render: the summary, and for a single run the data read from its folder."""
 
-    summary: dict[str, Any]
+    summary: AnySummary  # a Summary for a run's writers, a RepeatSetSummary for a set's
     run: RunData | None = None  # a run's records and telemetry (the plots need them); None for a set
     # What one writer rendered and another reuses, by name (the PNGs that report.html also embeds).
     rendered: dict[str, Any] = field(default_factory=dict)

@@ -19,7 +19,9 @@ import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.ticker import LogFormatter
 
+from capacity_plugins.analysis.answer import plain_answer
 from capacity_plugins.analysis.load import RunData
+from capacity_plugins.contracts.summary import CacheProbe, StepSummary, Summary
 from capacity_plugins.outputs import cache_probe_text
 from capacity_plugins.outputs.numbers import fmt, fmt_level
 from capacity_plugins.outputs.report_text import (
@@ -85,31 +87,37 @@ def png(fig: Any) -> bytes:
     return buf.getvalue()
 
 
-def throughput_latency_figure(summary: dict[str, Any]) -> Any:
+def _rps_error(r: StepSummary) -> tuple[float, float]:
+    """How far below and above a step's throughput its interval reaches (0 without one)."""
+    rps = r.rps or 0
+    lo, hi = r.rps_ci or [rps, rps]
+    return max(rps - (lo or 0), 0), max((hi or 0) - rps, 0)
+
+
+def throughput_latency_figure(summary: Summary) -> Any:
     """Throughput (with its interval, the knee, the capacity) and the P95 latencies against load, each
     SLO limit a dashed line in its metric's colour, named in the legend."""
-    rows = sorted(summary["steps"], key=lambda r: r["level"])
-    unit = "users" if summary["sweep_kind"] == "concurrency" else "rps offered"
+    rows = sorted(summary.steps, key=lambda r: r.level)
+    unit = "users" if summary.sweep_kind == "concurrency" else "rps offered"
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4))
-    ok = [r for r in rows if r["valid"]]
-    bad = [r for r in rows if not r["valid"]]
-    conf = (summary.get("run") or {}).get("confidence", 0.95)
-    err = np.array([[max((r["rps"] or 0) - (r["rps_ci"] or [r["rps"] or 0])[0], 0) for r in ok],
-                    [max((r["rps_ci"] or [0, r["rps"] or 0])[1] - (r["rps"] or 0), 0) for r in ok]]).reshape(2, len(ok))
-    a1.errorbar([r["level"] for r in ok], [r["rps"] or 0 for r in ok], yerr=err, fmt="o-", capsize=3,
+    ok = [r for r in rows if r.valid]
+    bad = [r for r in rows if not r.valid]
+    conf = summary.run.confidence
+    err = np.array([[_rps_error(r)[0] for r in ok], [_rps_error(r)[1] for r in ok]]).reshape(2, len(ok))
+    a1.errorbar([r.level for r in ok], [r.rps or 0 for r in ok], yerr=err, fmt="o-", capsize=3,
                 label=f"throughput (ok rps, {conf:.0%} interval)")
-    a1.plot([r["level"] for r in ok], [r["goodput_rps"] or 0 for r in ok], "s--", label="goodput (SLO met)", alpha=0.7)
+    a1.plot([r.level for r in ok], [r.goodput_rps or 0 for r in ok], "s--", label="goodput (SLO met)", alpha=0.7)
     if bad:
-        a1.plot([r["level"] for r in bad], [r["rps"] or 0 for r in bad], "x", color="grey",
+        a1.plot([r.level for r in bad], [r.rps or 0 for r in bad], "x", color="grey",
                 label="invalid or insufficient (decides nothing)")
-    knee = summary["knee"]
-    if knee.get("value") is not None:
-        a1.axvline(knee["value"], color="#b3261e", ls=":", label=f"knee {fmt_level(knee['value'])} ({knee['confidence']})")
-    cap = summary["capacity"].get("per_node_rps")
+    knee = summary.knee
+    if knee.value is not None:
+        a1.axvline(knee.value, color="#b3261e", ls=":", label=f"knee {fmt_level(knee.value)} ({knee.confidence})")
+    cap = summary.capacity.per_node_rps
     if cap:
-        k = summary["capacity"].get("replicas_behind_url", 1)
+        k = summary.capacity.replicas_behind_url if summary.capacity.replicas_behind_url is not None else 1
         a1.axhline(cap * k, color="#1e6b35", ls="--", lw=1, label="capacity under SLO")
-        ci = summary["capacity"].get("per_node_rps_ci")
+        ci = summary.capacity.per_node_rps_ci
         if ci:
             a1.axhspan(ci[0] * k, ci[1] * k, color="#1e6b35", alpha=0.12, label="capacity interval")
     a1.set_xlabel(f"load ({unit})")
@@ -117,33 +125,33 @@ def throughput_latency_figure(summary: dict[str, Any]) -> Any:
     a1.set_title("Throughput vs load")
 
     plotted = False
-    # With workload classes the top-level limits judge no class as drawn (each has its own): none drawn.
-    slo = summary["slo"] if not summary.get("workloads") else {}
     for key, label, colour in LATENCY_LINES:
-        if key == "itl_p95_ms" and not slo.get(key):
+        # With workload classes the top-level limits judge no class as drawn (each has its own): none drawn.
+        limit = getattr(summary.slo, key) if not summary.workloads else None
+        if key == "itl_p95_ms" and not limit:
             continue  # ITL is drawn when the SLO limits it; TPOT carries the decode speed otherwise
-        ys = [r.get(key) for r in ok]
+        ys = [getattr(r, key) for r in ok]  # the row field of the same name as the limit
         if any(y is not None and y > 0 for y in ys):
-            a2.plot([r["level"] for r in ok], [np.nan if y is None else y for y in ys], "o-", color=colour, label=label)
+            a2.plot([r.level for r in ok], [np.nan if y is None else y for y in ys], "o-", color=colour, label=label)
             plotted = True
-        if slo.get(key):  # each limit in its metric's colour, named in the legend
-            a2.axhline(slo[key], ls="--", lw=1.2, color=colour, alpha=0.8, label=slo_label(label, slo[key]))
+        if limit:  # each limit in its metric's colour, named in the legend
+            a2.axhline(limit, ls="--", lw=1.2, color=colour, alpha=0.8, label=slo_label(label, limit))
             plotted = True
-    if knee.get("value") is not None:
-        a2.axvline(knee["value"], color="#b3261e", ls=":")
+    if knee.value is not None:
+        a2.axvline(knee.value, color="#b3261e", ls=":")
     if plotted:
         _log_scale(a2, "y")
     a2.set_xlabel(f"load ({unit})")
     a2.set_ylabel("ms")
     a2.set_title("Latency vs load")
     for ax in (a1, a2):
-        if rows and min(r["level"] for r in rows) > 0 and max(r["level"] for r in rows) / max(min(r["level"] for r in rows), 1e-9) >= 8:
+        if rows and min(r.level for r in rows) > 0 and max(r.level for r in rows) / max(min(r.level for r in rows), 1e-9) >= 8:
             _log_scale(ax, "x", base=2)
     _legends_below(a1, a2)  # once the axes are final: below their tick labels
     return fig
 
 
-def distributions_figure(run: RunData, summary: dict[str, Any]) -> Any:
+def distributions_figure(run: RunData, summary: Summary) -> Any:
     """TTFT and E2E per step as box plots, the SLO limit a dashed line named in the legend."""
     req = run.requests
     m = req.loc[req["ok"] & ~req["warmup"] & (req["step"] >= 0), ["step", "ttft_ms", "e2e_ms"]]
@@ -165,8 +173,7 @@ def distributions_figure(run: RunData, summary: dict[str, Any]) -> Any:
         ax.set_title(title + " (whiskers P1–P99)")
         ax.set_xlabel("level")
         ax.set_ylabel("ms")
-        key = "ttft_p95_ms" if col == "ttft_ms" else "e2e_p95_ms"
-        limit = None if summary.get("workloads") else summary["slo"].get(key)
+        limit = None if summary.workloads else (summary.slo.ttft_p95_ms if col == "ttft_ms" else summary.slo.e2e_p95_ms)
         if limit:
             ax.axhline(limit, ls="--", color="#b3261e", lw=1.2, label=slo_label(f"{title.split()[0]} P95", limit))
     _legends_below(*axes)
@@ -203,14 +210,14 @@ def timeline_figure(run: RunData, simulated: bool = False) -> Any:
     return fig
 
 
-def figures(summary: dict[str, Any], run: RunData) -> dict[str, bytes | None]:
+def figures(summary: Summary, run: RunData) -> dict[str, bytes | None]:
     """The report's plots as PNG bytes by file stem (None: nothing to plot), rendered once: written as
     PNG files and embedded in report.html."""
     out: dict[str, bytes | None] = {
         "throughput_latency": png(throughput_latency_figure(summary)),
         "latency_distributions": png(distributions_figure(run, summary)),
     }
-    timeline = timeline_figure(run, bool((summary.get("run") or {}).get("simulated")))
+    timeline = timeline_figure(run, summary.run.simulated)
     out["timeline"] = png(timeline) if timeline is not None else None
     ttft = plot_ttft_breakdown(summary)
     out["ttft_breakdown"] = png(ttft) if ttft is not None else None
@@ -226,7 +233,7 @@ def _img(data: bytes | None, alt: str) -> str:
     return f'<figure><img alt="{html.escape(alt)}" src="data:image/png;base64,{base64.b64encode(data).decode()}"/></figure>'
 
 
-def _probe_html(probe: dict[str, Any]) -> str:
+def _probe_html(probe: CacheProbe) -> str:
     """The "Prefix-cache probe" section: the answer, how to read it, the arms per level."""
     e = html.escape
     head, rows = cache_probe_text.table(probe)
@@ -249,14 +256,14 @@ def _table(head: list[str], rows: list[tuple[str, list[str]]], left: frozenset[i
                       for cls, cells in rows) + "</table>")
 
 
-def _load_tables(summary: dict[str, Any]) -> str:
+def _load_tables(summary: Summary) -> str:
     """The short load table a planner reads, then every column folded (and in steps.csv)."""
     def rows(cols: list[tuple[str, str, int | None, str | None]]) -> list[tuple[str, list[str]]]:
-        return [("" if r["valid"] else "invalid", [cell(r, k, d, ci) for k, _, d, ci in cols] + [r.get("conclusion", "")])
-                for r in summary["steps"]]
+        return [("" if r.valid else "invalid", [cell(r, k, d, ci) for k, _, d, ci in cols] + [r.conclusion or ""])
+                for r in summary.steps]
 
     short, full = short_columns(summary), table_columns(summary)
-    conf = (summary.get("run") or {}).get("confidence", 0.95)
+    conf = summary.run.confidence
     return (f"<p>Intervals in brackets ({conf:.0%}); ∞: too few requests to bound that percentile. Struck-through rows "
             "are invalid or insufficient and decide nothing; the conclusion says why.</p>"
             + _table([c[1] for c in short] + ["conclusion"], rows(short), {len(short)}, ' id="load-table"')
@@ -266,36 +273,33 @@ def _load_tables(summary: dict[str, Any]) -> str:
             + f"<p>{html.escape(TTFT_LEGEND)}</p></div></details>")
 
 
-def html_page(summary: dict[str, Any], figs: dict[str, bytes | None]) -> str:
-    from capacity_plugins.analysis.answer import plain_answer
-
+def html_page(summary: Summary, figs: dict[str, bytes | None]) -> str:
     e = html.escape
-    v = summary["verdict"]
+    v = summary.verdict
     alerts = alert_lines(summary)
-    trace = summary.get("trace")
+    trace = summary.trace
     trace_html = ""
     if trace:
-        trace_html = (f'<h2>Trace replay</h2><p id="trace">{e(trace["line"])}</p>'
-                      + _table([h for h, _ in TRACE_COLS], [("fail" if w["slo_pass"] is False else "",
+        trace_html = (f'<h2>Trace replay</h2><p id="trace">{e(trace.line)}</p>'
+                      + _table([h for h, _ in TRACE_COLS], [("fail" if w.slo_pass is False else "",
                                                              [trace_cell(w, k) for _, k in TRACE_COLS])
-                                                            for w in trace["windows"]]))
-        if trace.get("turns"):
+                                                            for w in trace.windows]))
+        if trace.turns:
             trace_html += _table(["turn", "requests", "prompt tokens (mean)", "TTFT p50 ms", "TTFT p95 ms"], [
-                ("", [str(t["turn"]), str(t["requests"]), fmt(t["prompt_tokens_mean"], 0), fmt(t["ttft_p50_ms"], 0),
-                      fmt(t["ttft_p95_ms"], 0)]) for t in trace["turns"]], attrs=' id="turns"')
+                ("", [str(t.turn), str(t.requests), fmt(t.prompt_tokens_mean, 0), fmt(t.ttft_p50_ms, 0),
+                      fmt(t.ttft_p95_ms, 0)]) for t in trace.turns], attrs=' id="turns"')
     checklist = _table(["id", "item", "status", "evidence"],
-                       [(i["status"], [i["id"], i["text"], i["status"], i["evidence"]]) for i in summary["checklist"]],
-                       {1, 3})
-    notes = summary["capacity"].get("notes", []) + summary["plan"].get("notes", []) + summary["warnings"]
-    settings = (summary.get("verdict") or {}).get("settings") or []
+                       [(i.status, [i.id, i.text, i.status, i.evidence]) for i in summary.checklist], {1, 3})
+    notes = summary.capacity.notes + summary.plan.notes + summary.warnings
+    settings = v.settings or []
     settings_html = ('<details id="settings"><summary>Settings that decided this</summary>'
                      + _table(["setting", "value", "meaning"],
-                              [("", [str(x.get("key")), setting_value(x.get("value")), str(x.get("meaning") or "")])
-                               for x in settings], {0, 2})
+                              [("", [str(x.key), setting_value(x.value), str(x.meaning or "")]) for x in settings],
+                              {0, 2})
                      + "</details>") if settings else ""
     li = "".join
     banner = ('<div class="alerts" id="alerts">' + li(f"<div>{e(a)}</div>" for a in alerts) + "</div>") if alerts else ""
-    name = summary.get("name") or ""
+    name = summary.name or ""
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
 <title>Capacity report {e(name)}</title>
@@ -303,8 +307,8 @@ def html_page(summary: dict[str, Any], figs: dict[str, bytes | None]) -> str:
 body{{font-family:system-ui,sans-serif;margin:2em auto;padding:0 2em;max-width:1200px;color:#222;overflow-wrap:anywhere}}
 h1.title{{font-size:1.1em;font-weight:600;color:#555;margin:0 0 .4em 0}}
 p.answer{{font-size:1.45em;font-weight:600;line-height:1.35;margin:0 0 .8em 0;padding:.5em .8em;
-  border-left:8px solid {DECISION_COLOUR[v['decision']]};background:#f6f6f6}}
-.verdict{{padding:.6em 1em;border-radius:6px;color:#fff;background:{DECISION_COLOUR[v['decision']]}}}
+  border-left:8px solid {DECISION_COLOUR[v.decision]};background:#f6f6f6}}
+.verdict{{padding:.6em 1em;border-radius:6px;color:#fff;background:{DECISION_COLOUR[v.decision]}}}
 .verdict h2{{margin:0 0 .3em 0}} .verdict ul{{margin:.2em 0}}
 .alerts{{padding:.8em 1em;border:2px solid #b3261e;border-radius:6px;background:#fde8e8;margin-bottom:1em;font-weight:600}}
 table{{border-collapse:collapse;font-size:13px;margin:1em 0}}
@@ -319,16 +323,16 @@ details{{margin:.6em 0}} summary{{cursor:pointer;font-weight:600}}
 <h1 class="title">Capacity report{': ' + e(name) if name else ''}</h1>
 <p class="answer" id="answer">{e(plain_answer(summary))}</p>
 {banner}
-<div class="verdict" id="verdict" data-decision="{e(v['decision'])}"><h2>{e(DECISION_TEXT[v['decision']])}</h2>
+<div class="verdict" id="verdict" data-decision="{e(v.decision)}"><h2>{e(DECISION_TEXT[v.decision])}</h2>
 <ul id="reasons">{li(f'<li>{e(r)}</li>' for r in decision_lines(summary))}</ul></div>
 {settings_html}
 <h2>Details</h2><ul id="details">{li(f'<li>{e(h)}</li>' for h in detail_lines(summary))}</ul>
 {('<ul class="notes">' + li(f'<li>{e(n)}</li>' for n in notes) + '</ul>') if notes else ''}
 <h2>Run</h2><ul class="facts" id="facts">{li(f'<li>{e(line)}</li>' for line in facts_lines(summary))}</ul>
 {trace_html}
-{('<h2>Capacity search</h2><ul id="search">' + li(f'<li>{e(x)}</li>' for x in search_lines(summary)) + '</ul>') if summary.get('search') else ''}
+{('<h2>Capacity search</h2><ul id="search">' + li(f'<li>{e(x)}</li>' for x in search_lines(summary)) + '</ul>') if summary.search else ''}
 {_workloads_html(summary)}
-{_probe_html(summary["cache_probe"]) if summary.get("cache_probe") else ''}
+{_probe_html(summary.cache_probe) if summary.cache_probe else ''}
 <h2>Throughput and latency against load</h2>{_img(figs.get('throughput_latency'), 'throughput and latency vs load')}
 <h2>Load table</h2>
 {_load_tables(summary)}
@@ -336,14 +340,14 @@ details{{margin:.6em 0}} summary{{cursor:pointer;font-weight:600}}
 {section(summary, _img(figs.get('ttft_breakdown'), 'where TTFT goes, per step'))}
 {('<h2>GPU and queue timeline</h2>' + _img(figs.get('timeline'), 'GPU and queue timeline')) if figs.get('timeline') else '<p>No telemetry in this run.</p>'}
 <details id="checklist"><summary>Checklist (seed review and preconditions)</summary><div class="scroll">{checklist}</div></details>
-<h2>Stability</h2><p>{e('; '.join((summary.get('stability') or {}).get('findings', [])))}</p>
+<h2>Stability</h2><p>{e('; '.join(summary.stability.findings))}</p>
 </body></html>
 """
 
 
-def _workloads_html(summary: dict[str, Any]) -> str:
+def _workloads_html(summary: Summary) -> str:
     """The "Workload classes" section: each class's SLO and capacity, then a row per step and class."""
-    if not summary.get("workloads"):
+    if not summary.workloads:
         return ""
     from capacity_plugins.outputs import workloads_text
 

@@ -11,7 +11,18 @@ from __future__ import annotations
 
 from typing import Any
 
+from capacity_plugins.analysis.answer import plain_answer, reasons_in_words
 from capacity_plugins.analysis.verdict import LIMIT_NAMES
+from capacity_plugins.contracts.summary import (
+    CacheProbe,
+    Capacity,
+    Cost,
+    Knee,
+    Plan,
+    StepSummary,
+    Summary,
+    TraceWindow,
+)
 from capacity_plugins.outputs import cache_probe_text
 from capacity_plugins.outputs.numbers import JUDGED_MARK, fmt, fmt_iv, fmt_level, fmt_num
 
@@ -22,106 +33,106 @@ def _g(v: float) -> str:
     return fmt_num(v)
 
 
-def alert_lines(summary: dict[str, Any]) -> list[str]:
+def alert_lines(summary: Summary) -> list[str]:
     """What the reader must know before any number: the report's banner, the console's first lines."""
-    out = [f"Decision not completed: {r}" for r in summary["outcome"]["reasons"]]
+    out = [f"Decision not completed: {r}" for r in summary.outcome.reasons]
     # meta.json accounting and the simulator come first among the warnings (validity.meta_warnings)
     keys = ("incomplete", "was lost", "records were lost", "refused to run", "embedded simulator", "last line was cut",
             "no requests were recorded")
-    out += [f"Warning: {w}" for w in summary["warnings"] if any(k in w for k in keys)]
+    out += [f"Warning: {w}" for w in summary.warnings if any(k in w for k in keys)]
     return out
 
 
-def slo_attainment_lines(summary: dict[str, Any]) -> list[str]:
+def slo_attainment_lines(summary: Summary) -> list[str]:
     """Per SLO limit: its key, and each valid level's attainment (✓ met, ✗ missed, ? within noise)."""
-    if summary.get("workloads"):
+    if summary.workloads:
         from capacity_plugins.outputs import workloads_text
 
         return workloads_text.attainment_lines(summary)
-    rows = [r for r in summary["steps"] if r["valid"]]
-    slo = summary["slo"]
-    pct = f"P{slo['attainment'] * 100:g}"
+    rows = summary.valid_steps()
+    slo = summary.slo
+    pct = f"P{slo.attainment * 100:g}"
     out = []
     for m, name in LIMIT_NAMES.items():
         key = f"{m[:-3]}_p95_ms"
-        if slo.get(key) is None:
+        limit = getattr(slo, key)
+        if limit is None:
             continue
         cells = []
         for r in rows:
-            v = r["slo"].get(m)
-            if v and v["attainment"] is not None:
-                cells.append(f"{fmt_level(r['level'])}: {v['attainment']:.1%} {JUDGED_MARK[v['judgement']]}")
-        out.append(f"{name} {pct} ≤ {slo[key]:g} ms (slo.{key}), share of requests under it"
-                   f" (needs ≥ {slo['attainment']:.0%}): " + (", ".join(cells) or "no valid step"))
-    errs = [f"{fmt_level(r['level'])}: {r['error_rate']:.1%}" for r in rows if r["error_rate"] is not None]
-    out.append(f"errors ≤ {slo['error_rate']:.1%} (slo.error_rate): " + (", ".join(errs) or "no valid step"))
+            v = r.slo.get(m)
+            if v and v.attainment is not None:
+                cells.append(f"{fmt_level(r.level)}: {v.attainment:.1%} {JUDGED_MARK[v.judgement]}")
+        out.append(f"{name} {pct} ≤ {limit:g} ms (slo.{key}), share of requests under it"
+                   f" (needs ≥ {slo.attainment:.0%}): " + (", ".join(cells) or "no valid step"))
+    errs = [f"{fmt_level(r.level)}: {r.error_rate:.1%}" for r in rows if r.error_rate is not None]
+    out.append(f"errors ≤ {slo.error_rate:.1%} (slo.error_rate): " + (", ".join(errs) or "no valid step"))
     return out
 
 
-def facts_lines(summary: dict[str, Any]) -> list[str]:
-    run = summary.get("run") or {}
-    dur = run.get("duration_s")
-    sim = run.get("simulated")
-    target = run.get("target") or "unknown"
-    kind = f"SIMULATED ({run.get('simulated_because')}; GPU readings are simulated)" if sim else "real server"
+def facts_lines(summary: Summary) -> list[str]:
+    run = summary.run
+    dur = run.duration_s
+    target = run.target or "unknown"
+    kind = f"SIMULATED ({run.simulated_because}; GPU readings are simulated)" if run.simulated else "real server"
     lines = [
-        f"Run: {run.get('date_utc') or 'date unknown'}, {fmt(dur / 60 if dur is not None else None, 1, ' min')}; "
+        f"Run: {run.date_utc or 'date unknown'}, {fmt(dur / 60 if dur is not None else None, 1, ' min')}; "
         f"target {target} — {kind}",
-        f"Model: {run.get('model') or 'unknown'}; scenario: {run.get('scenario') or 'unknown'}"
-        f" ({run.get('load_kind') or summary.get('sweep_kind')})"
-        + ("" if run.get("complete", True) else f"; INCOMPLETE ({run.get('incomplete_reason') or 'interrupted'})"),
-        "SLO judged: " + "; ".join(run.get("slo_limits") or []),
+        f"Model: {run.model or 'unknown'}; scenario: {run.scenario or 'unknown'}"
+        f" ({run.load_kind or summary.sweep_kind})"
+        + ("" if run.complete else f"; INCOMPLETE ({run.incomplete_reason or 'interrupted'})"),
+        "SLO judged: " + "; ".join(run.slo_limits),
     ]
-    if summary.get("workloads"):
+    if summary.workloads:
         from capacity_plugins.outputs import workloads_text
 
         lines[-1:] = workloads_text.slo_lines(summary)
     lines += slo_attainment_lines(summary)
-    lines.append(f"Intervals: {run.get('confidence', 0.95):.0%} (verdict.confidence); a step needs ≥ "
-                 f"{summary.get('min_requests')} measured requests (load.min_requests)")
-    for s in run.get("invalid_steps") or []:
-        lines.append(f"Invalid step {fmt_level(s['level'])}: " + "; ".join(s["reasons"]))
-    for w in run.get("workers_lost") or []:
-        lines.append(f"Lost worker: {w.get('worker')} ({w.get('reason') or 'no heartbeat'})")
+    lines.append(f"Intervals: {run.confidence:.0%} (verdict.confidence); a step needs ≥ "
+                 f"{summary.min_requests} measured requests (load.min_requests)")
+    for s in run.invalid_steps:
+        lines.append(f"Invalid step {fmt_level(s.level)}: " + "; ".join(s.reasons))
+    for w in run.workers_lost:
+        lines.append(f"Lost worker: {w.worker} ({w.reason or 'no heartbeat'})")
     return lines
 
 
-def _capacity_line(cap: dict[str, Any]) -> str:
-    if cap.get("per_node_rps") is None:
-        return f"Capacity per node under the SLO: unknown ({cap.get('method')})"
-    limit = LIMIT_NAMES.get(cap.get("limiting_slo") or "", cap.get("limiting_slo"))
+def _capacity_line(cap: Capacity) -> str:
+    if cap.per_node_rps is None:
+        return f"Capacity per node under the SLO: unknown ({cap.method})"
+    limit = LIMIT_NAMES.get(cap.limiting_slo or "", cap.limiting_slo)
     lim = f", limited by {limit}" if limit else ""
-    if cap.get("limiting_workload"):
-        lim = f", limited by class {cap['limiting_workload']}" + (f" ({limit})" if limit else "")
-    least = " (at least: the SLO never failed)" if cap.get("method") == "never_failed" else ""
-    ci = cap.get("per_node_rps_ci")  # as the plain answer says it: 3 significant digits, the same figure everywhere
+    if cap.limiting_workload:
+        lim = f", limited by class {cap.limiting_workload}" + (f" ({limit})" if limit else "")
+    least = " (at least: the SLO never failed)" if cap.method == "never_failed" else ""
+    ci = cap.per_node_rps_ci  # as the plain answer says it: 3 significant digits, the same figure everywhere
     ci_s = f" [{fmt_num(ci[0])}–{fmt_num(ci[1])}]" if ci else ""
-    return (f"Capacity per node under the SLO: {fmt_num(cap['per_node_rps'])} req/s{ci_s}{least} "
-            f"({cap['method']}{lim}; last pass {fmt_level(cap.get('last_pass_level'))}, "
-            f"first fail {fmt_level(cap.get('first_fail_level'))})")
+    return (f"Capacity per node under the SLO: {fmt_num(cap.per_node_rps)} req/s{ci_s}{least} "
+            f"({cap.method}{lim}; last pass {fmt_level(cap.last_pass_level)}, "
+            f"first fail {fmt_level(cap.first_fail_level)})")
 
 
-def _knee_line(knee: dict[str, Any]) -> str:
-    if knee.get("value") is None:
-        return f"Knee: none — {knee['reason']}"
-    iv = knee.get("interval")
+def _knee_line(knee: Knee) -> str:
+    if knee.value is None or knee.bracket is None:
+        return f"Knee: none — {knee.reason}"
+    iv = knee.interval
     iv_s = f", interval {fmt_level(iv[0])}–{fmt_level(iv[1])}" if iv and iv[0] != iv[1] else ""
-    return (f"Knee: {fmt_level(knee['value'])} {knee['unit']} (bracket {fmt_level(knee['bracket'][0])}–"
-            f"{fmt_level(knee['bracket'][1])}{iv_s}, "
-            f"{knee['method']}, confidence {knee['confidence']}): {knee['reason']}")
+    return (f"Knee: {fmt_level(knee.value)} {knee.unit} (bracket {fmt_level(knee.bracket[0])}–"
+            f"{fmt_level(knee.bracket[1])}{iv_s}, "
+            f"{knee.method}, confidence {knee.confidence}): {knee.reason}")
 
 
-def throughput_line(steps: list[dict[str, Any]]) -> str | None:
+def throughput_line(steps: list[StepSummary]) -> str | None:
     """Which estimator gave each step's throughput (docs/capacity.md, "Uncertainty")."""
-    little = [r for r in steps if r.get("rps_method") == "littles_law"]
-    fell_back = [r for r in steps if r.get("rps_methods_agree") is False]
+    little = [r for r in steps if r.rps_method == "littles_law"]
+    fell_back = [r for r in steps if r.rps_methods_agree is False]
     if not little and not fell_back:
         return None if not steps else "Throughput: counted (successful requests ÷ measured window)"
     text = ("Throughput: Little's law, users ÷ mean E2E" + (", at every level" if len(little) == len(steps) else
-            f", at levels {', '.join(fmt_level(r['level']) for r in little)}")
+            f", at levels {', '.join(fmt_level(r.level) for r in little)}")
             + "; the count (requests ÷ window) agrees within both intervals")
     if fell_back:
-        text += ("; counted at levels " + ", ".join(fmt_level(r["level"]) for r in fell_back)
+        text += ("; counted at levels " + ", ".join(fmt_level(r.level) for r in fell_back)
                  + ", where Little's law disagreed with the count (users idle between requests, or a client "
                  "that could not keep up)")
     return text
@@ -131,93 +142,86 @@ def _plural(n: int, word: str) -> str:
     return f"{n} {word}" + ("" if n == 1 else "s")
 
 
-def plan_words(plan: dict[str, Any], cap: dict[str, Any]) -> list[str]:
+def plan_words(plan: Plan, cap: Capacity) -> list[str]:
     """The plan as a planner says it: "20 req/s × 1.5 safety ÷ 8.51 req/s per node = 3.53 → 4 nodes,
     + 1 spare = 5 nodes (5 GPUs); you have 1" — no setting names, whole nodes as whole numbers."""
     out = []
-    peak = plan.get("peak_qps")
-    per_node = cap.get("per_node_rps")
-    if plan.get("refused"):
-        out.append(f"refused — {plan['refused']}")
-    elif plan.get("infeasible"):
-        out.append(f"none — {plan['infeasible']}")
-    elif plan.get("nodes") is not None and peak is not None and per_node:
-        sf, spare, nodes = plan.get("safety_factor") or 1, plan.get("redundancy") or 0, plan["nodes"]
+    peak = plan.peak_qps
+    per_node = cap.per_node_rps
+    if plan.refused:
+        out.append(f"refused — {plan.refused}")
+    elif plan.infeasible:
+        out.append(f"none — {plan.infeasible}")
+    elif plan.nodes is not None and peak is not None and per_node:
+        sf, spare, nodes = plan.safety_factor or 1, plan.redundancy or 0, plan.nodes
         need = peak * sf / per_node
         text = (f"{fmt_num(peak)} req/s" + (f" × {sf:g} safety" if sf != 1 else "")
                 + f" ÷ {fmt_num(per_node)} req/s per node = {fmt_num(need)} → {_plural(nodes - spare, 'node')}")
         if spare:
             text += f", + {spare} spare = {_plural(nodes, 'node')}"
-        gpn = plan.get("gpus_per_node") or 1
-        if plan.get("gpus") is not None:
-            text += f" ({_plural(plan['gpus'], 'GPU')}" + (f", {gpn} per node" if gpn != 1 else "") + ")"
-        if plan.get("current_nodes") is not None:
-            text += f"; you have {plan['current_nodes']}"
+        gpn = plan.gpus_per_node or 1
+        if plan.gpus is not None:
+            text += f" ({_plural(plan.gpus, 'GPU')}" + (f", {gpn} per node" if gpn != 1 else "") + ")"
+        if plan.current_nodes is not None:
+            text += f"; you have {plan.current_nodes}"
         out.append(text)
-        span, ci = plan.get("nodes_interval"), cap.get("per_node_rps_ci")
+        span, ci = plan.nodes_interval, cap.per_node_rps_ci
         if span and span[0] != span[1] and ci:
             out.append(f"anywhere in the capacity's interval ({fmt_num(ci[0])}–{fmt_num(ci[1])} req/s per node): "
                        f"{span[0]}–{span[1]} nodes")
     elif peak is None:
         out.append("no forecast peak given: pass --peak-qps to size the fleet")
-    if plan.get("gpus_by_concurrency") is not None:
-        out.append(f"by concurrency: a peak of {fmt_num(plan['peak_concurrency'])} requests in flight ÷ "
-                   f"{fmt_num(plan['per_gpu_concurrency'])} per GPU → {_plural(plan['gpus_by_concurrency'], 'GPU')}")
+    if plan.gpus_by_concurrency is not None:
+        out.append(f"by concurrency: a peak of {fmt_num(plan.peak_concurrency)} requests in flight ÷ "
+                   f"{fmt_num(plan.per_gpu_concurrency)} per GPU → {_plural(plan.gpus_by_concurrency, 'GPU')}")
     return out
 
 
-def _plan_lines(plan: dict[str, Any], cap: dict[str, Any]) -> list[str]:
+def _plan_lines(plan: Plan, cap: Capacity) -> list[str]:
     words = plan_words(plan, cap)
-    if words and plan.get("peak_qps") is None and not plan.get("refused") and not plan.get("infeasible"):
+    if words and plan.peak_qps is None and not plan.refused and not plan.infeasible:
         words = words[1:]  # no peak: the console says nothing of a plan (the notes say how to get one)
     return [f"Plan: {w}" if i == 0 and not w.startswith("by concurrency") else w[0].upper() + w[1:]
             for i, w in enumerate(words)]
 
 
-COST_WORDS = (("gpu_hour_usd", "GPU-hour price"), ("per_1k_requests_usd", "per 1 000 requests at capacity"),
-              ("per_1m_output_tokens_usd", "per 1 M output tokens"),
-              ("per_effective_output_usd", "per output that met the SLO"))
-
-
-def cost_lines(cost: dict[str, Any]) -> list[str]:
+def cost_lines(cost: Cost) -> list[str]:
     """The cost in words, each figure to 3 significant digits; empty without a GPU-hour price."""
-    if cost.get("gpu_hour_usd") is None:
+    if cost.gpu_hour_usd is None:
         return []
-    out = []
-    for key, label in COST_WORDS:
-        if cost.get(key) is None:
-            continue
-        ci = cost.get("per_1k_requests_ci_usd") if key == "per_1k_requests_usd" else None
-        out.append(f"{label}: {fmt_iv(cost[key], ci)} USD")
-    return out
+    figures = (("GPU-hour price", cost.gpu_hour_usd, None),
+               ("per 1 000 requests at capacity", cost.per_1k_requests_usd, cost.per_1k_requests_ci_usd),
+               ("per 1 M output tokens", cost.per_1m_output_tokens_usd, None),
+               ("per output that met the SLO", cost.per_effective_output_usd, None))
+    return [f"{label}: {fmt_iv(v, list(ci) if ci else None)} USD" for label, v, ci in figures if v is not None]
 
 
-def headline(summary: dict[str, Any]) -> list[str]:
+def headline(summary: Summary) -> list[str]:
     """What the terminal prints, and the top of summary.md / report.html."""
-    cap, knee, plan, v = summary["capacity"], summary["knee"], summary["plan"], summary["verdict"]
-    lines = [f"Verdict: {DECISION_TEXT[v['decision']]} — " + "; ".join(v["reasons"])]
+    cap, plan, v = summary.capacity, summary.plan, summary.verdict
+    lines = [f"Verdict: {DECISION_TEXT[v.decision]} — " + "; ".join(v.reasons)]
     lines += alert_lines(summary)
     lines.append(_capacity_line(cap))
-    if summary.get("cache_probe"):
-        lines.append(f"Prefix-cache probe: {summary['cache_probe']['answer']}")
-    lines.append(_knee_line(knee))
-    estimator = throughput_line(summary["steps"])
+    if summary.cache_probe:
+        lines.append(f"Prefix-cache probe: {summary.cache_probe.answer}")
+    lines.append(_knee_line(summary.knee))
+    estimator = throughput_line(summary.steps)
     if estimator:
         lines.append(estimator)
     lines += _plan_lines(plan, cap)
-    c = summary["cost"]
-    if c.get("per_1k_requests_usd") is not None:
-        lines.append(f"Cost at {fmt_num(c['gpu_hour_usd'])} USD per GPU-hour: " + "; ".join(cost_lines(c)[1:]))
+    c = summary.cost
+    if c.per_1k_requests_usd is not None:
+        lines.append(f"Cost at {fmt_num(c.gpu_hour_usd)} USD per GPU-hour: " + "; ".join(cost_lines(c)[1:]))
     return lines
 
 
-def search_lines(summary: dict[str, Any]) -> list[str]:
+def search_lines(summary: Summary) -> list[str]:
     """A capacity search's bracket and the path it took; empty for fixed sweeps."""
-    s = summary.get("search")
+    s = summary.search
     if not s:
         return []
-    unit = s.get("unit", "")
-    lo, hi = s.get("highest_pass"), s.get("lowest_fail")
+    unit = s.unit or ""
+    lo, hi = s.highest_pass, s.lowest_fail
     if lo is not None and hi is not None:
         found = f"the SLO held at {fmt_level(lo)} {unit} and not (or not surely) at {fmt_level(hi)} {unit}"
     elif lo is not None:
@@ -226,13 +230,13 @@ def search_lines(summary: dict[str, Any]) -> list[str]:
         found = f"no level was shown to meet the SLO (the lowest tried: {fmt_level(hi)} {unit})"
     else:
         found = "no step was judged"
-    state = "converged" if s.get("converged") else "not converged"
-    path = ", ".join(f"{fmt_level(st['level'])} {st['judgement']}" for st in s.get("steps", []))
-    return [f"Capacity search ({state}): {found}; stopped: {s.get('stopped')}",
+    state = "converged" if s.converged else "not converged"
+    path = ", ".join(f"{fmt_level(st.level)} {st.judgement}" for st in s.steps)
+    return [f"Capacity search ({state}): {found}; stopped: {s.stopped}",
             f"Steps measured, in order: {path or 'none'}"]
 
 
-def probe_markdown(probe: dict[str, Any]) -> list[str]:
+def probe_markdown(probe: CacheProbe) -> list[str]:
     """The "Prefix-cache probe" section of summary.md: the answer, how to read it, the arms per level."""
     head, rows = cache_probe_text.table(probe)
     return ([f"- {line}" for line in cache_probe_text.section_lines(probe)] + ["", "| " + " | ".join(head) + " |",
@@ -267,16 +271,21 @@ TTFT_LEGEND = ("Where TTFT goes (means over the measured window, ms): server que
                "queue share = server queue ÷ server TTFT.")
 
 
-def table_columns(summary: dict[str, Any]) -> list[tuple[str, str, int | None, str | None]]:
-    sim = (summary.get("run") or {}).get("simulated")
-    cols = [c for c in TABLE_COLS if any(r.get(c[0]) is not None for r in summary["steps"])]
+def table_columns(summary: Summary) -> list[tuple[str, str, int | None, str | None]]:
+    sim = summary.run.simulated
+    cols = [c for c in TABLE_COLS if any(column(r, c[0]) is not None for r in summary.steps)]
     return [(k, f"{h} (simulated)" if sim and k in TELEMETRY_COLS else h, d, ci) for k, h, d, ci in cols]
 
 
-def cell(r: dict[str, Any], key: str, digits: int | None, ci_key: str | None = None) -> str:
+def column(r: StepSummary, key: str) -> Any:
+    """A load-table column of a step: the columns name the fields of the row (contracts/summary.py)."""
+    return getattr(r, key)
+
+
+def cell(r: StepSummary, key: str, digits: int | None, ci_key: str | None = None) -> str:
     """One cell of the load table: a value with its interval to the interval's precision, else to 3
     significant digits; a level as a reader says it (10.9, not 10.9333)."""
-    v = r.get(key)
+    v = column(r, key)
     if key == "level":
         return fmt_level(v)
     if key == "error_rate":
@@ -284,9 +293,9 @@ def cell(r: dict[str, Any], key: str, digits: int | None, ci_key: str | None = N
     if key == "ttft_queue_share":
         return "–" if v is None else f"{v:.0%}"
     if key == "slo_judgement":
-        return {"pass": "pass", "fail": "fail"}.get(v or "", "pass?" if r.get("slo_pass") else "fail?")
+        return {"pass": "pass", "fail": "fail"}.get(v or "", "pass?" if r.slo_pass else "fail?")
     if isinstance(v, float) and digits != 0 or ci_key:
-        return fmt_iv(v, r.get(ci_key) if ci_key else None)
+        return fmt_iv(v, column(r, ci_key) if ci_key else None)
     return fmt(v, 0) if isinstance(v, int | float) and not isinstance(v, bool) else fmt(v)
 
 
@@ -301,20 +310,19 @@ SHORT_COLS: list[tuple[str, str, str | None]] = [
 ]
 
 
-def short_columns(summary: dict[str, Any]) -> list[tuple[str, str, int | None, str | None]]:
+def short_columns(summary: Summary) -> list[tuple[str, str, int | None, str | None]]:
     """The columns of the short load table, as (key, header, digits, interval key) like table_columns:
     level, valid, throughput, TTFT / TPOT / E2E P95 (ITL P95 when the SLO limits it, or in place of a
     missing TPOT), errors, GPU, SLO — the arm only for a cache probe. The conclusion follows them."""
-    slo = summary.get("slo") or {}
-    rows = summary["steps"]
-    has = {k for k, _, _ in SHORT_COLS if any(r.get(k) is not None for r in rows)}
-    sim = (summary.get("run") or {}).get("simulated")
+    rows = summary.steps
+    has = {k for k, _, _ in SHORT_COLS if any(column(r, k) is not None for r in rows)}
+    sim = summary.run.simulated
     digits = {k: d for k, _, d, _ in TABLE_COLS}
     out = []
     for key, head, ci in SHORT_COLS:
         if key not in has and key not in ("level", "valid", "slo_judgement"):
             continue
-        if key == "itl_p95_ms" and not slo.get("itl_p95_ms") and "tpot_p95_ms" in has:
+        if key == "itl_p95_ms" and not summary.slo.itl_p95_ms and "tpot_p95_ms" in has:
             continue
         if key in TELEMETRY_COLS and sim:
             head += " (simulated)"
@@ -335,7 +343,7 @@ def _csv_flat(prefix: str, v: Any, out: dict[str, Any]) -> None:
         out[prefix] = v
 
 
-def steps_csv(summary: dict[str, Any]) -> str:
+def steps_csv(summary: Summary) -> str:
     """Every column of every step (summary.json's steps, flattened: an interval is two columns _lo and
     _hi, a nested key joins its parts with _), one row per step, numbers as measured — the full load
     table for a spreadsheet."""
@@ -343,9 +351,9 @@ def steps_csv(summary: dict[str, Any]) -> str:
     import io
 
     flat = []
-    for r in summary["steps"]:
+    for r in summary.steps:
         row: dict[str, Any] = {}
-        for k, v in r.items():
+        for k, v in r.to_json().items():  # the row as summary.json has it: every key, in its order
             _csv_flat(k, v, row)
         flat.append(row)
     cols: dict[str, None] = {}
@@ -364,16 +372,17 @@ TRACE_COLS = [("window", "window"), ("trace s", "span"), ("offered req/s", "offe
               ("TTFT p95 from schedule ms", "ttft_from_schedule_p95_ms"), ("SLO", "slo")]
 
 
-def trace_cell(w: dict[str, Any], key: str) -> str:
-    """One cell of the trace-replay table (markdown and HTML)."""
+def trace_cell(w: TraceWindow, key: str) -> str:
+    """One cell of the trace-replay table (markdown and HTML); the other keys name TraceWindow's fields."""
     if key == "window":
-        return str(w["window"] + 1)
+        return str(w.window + 1)
     if key == "span":
-        return f"{fmt_level(w['trace_start_s'])}–{fmt_level(w['trace_end_s'])}"
+        return f"{fmt_level(w.trace_start_s)}–{fmt_level(w.trace_end_s)}"
     if key == "slo":
-        verdict = {True: "held", False: "BROKE", None: "—"}[w["slo_pass"]]
-        return verdict + ("" if w["valid"] or w["slo_pass"] is None else " (flagged)")
-    return fmt_num(w.get(key)) if key.endswith("rps") else fmt(w.get(key), 0)
+        verdict = {True: "held", False: "BROKE", None: "—"}[w.slo_pass]
+        return verdict + ("" if w.valid or w.slo_pass is None else " (flagged)")
+    v = getattr(w, key)
+    return fmt_num(v) if key.endswith("rps") else fmt(v, 0)
 
 
 def setting_value(v: Any) -> str:
@@ -383,27 +392,24 @@ def setting_value(v: Any) -> str:
     return fmt(v)
 
 
-def settings_lines(summary: dict[str, Any]) -> list[str]:
+def settings_lines(summary: Summary) -> list[str]:
     """The scenario settings that decided the verdict ("key = value: meaning"), when the verdict lists them."""
-    return [f"{item.get('key')} = {setting_value(item.get('value'))}"
-            + (f": {item['meaning']}" if item.get("meaning") else "")
-            for item in (summary.get("verdict") or {}).get("settings") or []]
+    return [f"{item.key} = {setting_value(item.value)}" + (f": {item.meaning}" if item.meaning else "")
+            for item in summary.verdict.settings or []]
 
 
-def decision_lines(summary: dict[str, Any]) -> list[str]:
+def decision_lines(summary: Summary) -> list[str]:
     """Below the plain answer: the verdict's reasons and what to measure next, as the terminal says them
     (answer.reasons_in_words), then what limits the server."""
-    from capacity_plugins.analysis.answer import reasons_in_words
-
-    v = summary["verdict"]
+    v = summary.verdict
     out = [r.removeprefix("- ") for r in reasons_in_words(summary)]
-    if v.get("bottleneck"):
-        out.append(f"Bottleneck: {v['bottleneck']}" + (" — " + "; ".join(v["bottleneck_hints"])
-                                                       if v.get("bottleneck_hints") else ""))
+    if v.bottleneck:
+        out.append(f"Bottleneck: {v.bottleneck}" + (" — " + "; ".join(v.bottleneck_hints)
+                                                    if v.bottleneck_hints else ""))
     return out
 
 
-def detail_lines(summary: dict[str, Any]) -> list[str]:
+def detail_lines(summary: Summary) -> list[str]:
     """The numbers behind the answer (capacity, knee, plan, cost): the headline without its verdict line
     and alerts, which the page says above."""
     alerts = alert_lines(summary)
@@ -419,56 +425,53 @@ TTFT_COLS = ("client_ttft_mean_ms", "server_queue_mean_ms", "server_prefill_mean
              "client_remainder_ms", "ttft_queue_share")
 
 
-def markdown(summary: dict[str, Any]) -> str:
-    from capacity_plugins.analysis.answer import plain_answer
-
-    v = summary["verdict"]
-    out = [f"# Capacity analysis{': ' + summary['name'] if summary.get('name') else ''}", "",
+def markdown(summary: Summary) -> str:
+    v = summary.verdict
+    out = [f"# Capacity analysis{': ' + summary.name if summary.name else ''}", "",
            f"**{plain_answer(summary)}**", ""]
     out += [f"- {line}" for line in alert_lines(summary)]
-    out += ["", f"## Decision: {DECISION_TEXT[v['decision']]}", ""] + [f"- {line}" for line in decision_lines(summary)]
+    out += ["", f"## Decision: {DECISION_TEXT[v.decision]}", ""] + [f"- {line}" for line in decision_lines(summary)]
     if settings_lines(summary):
         out += ["", "### Settings that decided this", ""] + [f"- {line}" for line in settings_lines(summary)]
     out += ["", "## Details", ""] + [f"- {line}" for line in detail_lines(summary)]
-    for n in summary["capacity"].get("notes", []) + summary["plan"].get("notes", []):
+    for n in summary.capacity.notes + summary.plan.notes:
         out.append(f"- note: {n}")
-    for w in summary["warnings"]:
+    for w in summary.warnings:
         out.append(f"- warning: {w}")
     out += ["", "## Run", ""] + [f"- {line}" for line in facts_lines(summary)]
-    if summary.get("search"):
+    if summary.search:
         out += ["", "## Capacity search", ""] + [f"- {line}" for line in search_lines(summary)]
-    if summary.get("workloads"):
+    if summary.workloads:
         from capacity_plugins.outputs import workloads_text
 
         out += workloads_text.markdown(summary)
-    if summary.get("cache_probe"):
-        out += ["", "## Prefix-cache probe", ""] + probe_markdown(summary["cache_probe"])
-    if summary.get("trace"):
-        out += ["", "## Trace replay", "", f"- {summary['trace']['line']}", ""]
-        out += _md_table([h for h, _ in TRACE_COLS],
-                         [[trace_cell(w, k) for _, k in TRACE_COLS] for w in summary["trace"]["windows"]])
-        if summary["trace"].get("turns"):
+    if summary.cache_probe:
+        out += ["", "## Prefix-cache probe", ""] + probe_markdown(summary.cache_probe)
+    if summary.trace:
+        trace = summary.trace
+        out += ["", "## Trace replay", "", f"- {trace.line}", ""]
+        out += _md_table([h for h, _ in TRACE_COLS], [[trace_cell(w, k) for _, k in TRACE_COLS] for w in trace.windows])
+        if trace.turns:
             out += [""] + _md_table(["turn", "requests", "prompt tokens (mean)", "TTFT p50 ms", "TTFT p95 ms"], [
-                [str(t["turn"]), str(t["requests"]), fmt(t["prompt_tokens_mean"], 0), fmt(t["ttft_p50_ms"], 0),
-                 fmt(t["ttft_p95_ms"], 0)] for t in summary["trace"]["turns"]])
+                [str(t.turn), str(t.requests), fmt(t.prompt_tokens_mean, 0), fmt(t.ttft_p50_ms, 0),
+                 fmt(t.ttft_p95_ms, 0)] for t in trace.turns])
     out += ["", "## Load table", "",
-            f"Intervals in brackets: {(summary.get('run') or {}).get('confidence', 0.95):.0%}; ∞ = the step has too few "
+            f"Intervals in brackets: {summary.run.confidence:.0%}; ∞ = the step has too few "
             "requests to bound that percentile. Every column of every step: [steps.csv](steps.csv) (an interval "
             "is two columns, _lo and _hi).", ""]
     cols = short_columns(summary)
     out += _md_table([c[1] for c in cols] + ["conclusion"],
-                     [[cell(r, k, d, ci) for k, _, d, ci in cols] + [r.get("conclusion", "")] for r in summary["steps"]])
+                     [[cell(r, k, d, ci) for k, _, d, ci in cols] + [r.conclusion or ""] for r in summary.steps])
     ttft = [c for c in table_columns(summary) if c[0] in TTFT_COLS]
     if ttft:
         lead = [c for c in table_columns(summary) if c[0] in ("level", "arm")]
         out += ["", "## Where TTFT goes", "", TTFT_LEGEND, ""]
         out += _md_table([c[1] for c in lead + ttft], [[cell(r, k, d, ci) for k, _, d, ci in lead + ttft]
-                                                       for r in summary["steps"]])
-        out += [f"- {n}" for n in (summary.get("ttft_breakdown") or {}).get("notes", [])]
+                                                       for r in summary.steps])
+        out += [f"- {n}" for n in summary.ttft_breakdown.notes]
     out += ["", "## Checklist", ""]
-    for item in summary["checklist"]:
-        mark = {"pass": "x", "fail": " ", "needs_human": "?"}[item["status"]]
-        out.append(f"- [{mark}] {item['text']} — **{item['status']}**: {item['evidence']}")
-    st = summary.get("stability") or {}
-    out += ["", "## Stability", "", "- " + "; ".join(st.get("findings", []))]
+    for item in summary.checklist:
+        mark = {"pass": "x", "fail": " ", "needs_human": "?"}[item.status]
+        out.append(f"- [{mark}] {item.text} — **{item.status}**: {item.evidence}")
+    out += ["", "## Stability", "", "- " + "; ".join(summary.stability.findings)]
     return "\n".join(out) + "\n"

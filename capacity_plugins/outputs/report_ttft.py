@@ -16,6 +16,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
+from capacity_plugins.contracts.summary import StepSummary, Summary
 from capacity_plugins.outputs.numbers import fmt_level, fmt_num
 
 SEGMENTS = (("queue", "server queue", "#b3261e"), ("prefill", "prefill", "#1f5fa8"),
@@ -31,11 +32,10 @@ def tick_rotation(labels: list[str], room: int = 48) -> dict[str, Any]:
     return {"rotation": 90, "ha": "center"} if len(labels) * (longest + 1) > room else {}
 
 
-def segments(row: dict[str, Any]) -> dict[str, float] | None:
+def segments(row: StepSummary) -> dict[str, float] | None:
     """The bar of one step (ms), or None when its server parts are all unknown."""
-    client = row.get("client_ttft_mean_ms")
-    queue, prefill, server = (row.get(k) for k in ("server_queue_mean_ms", "server_prefill_mean_ms",
-                                                    "server_ttft_mean_ms"))
+    client = row.client_ttft_mean_ms
+    queue, prefill, server = row.server_queue_mean_ms, row.server_prefill_mean_ms, row.server_ttft_mean_ms
     if client is None or (queue is None and prefill is None and server is None):
         return None
     known = (queue or 0.0) + (prefill or 0.0)
@@ -48,15 +48,15 @@ def segments(row: dict[str, Any]) -> dict[str, float] | None:
     return {k: max(v, 0.0) for k, v in out.items()}
 
 
-def plot_ttft_breakdown(summary: dict[str, Any]) -> Any | None:
+def plot_ttft_breakdown(summary: Summary) -> Any | None:
     """The figure (shares of each step's TTFT, and the same bars in ms), or None when no step has a
     server part. The shares show the composition at every level; the ms show how much there is."""
-    rows = [(r, s) for r in summary["steps"] if (s := segments(r)) is not None]
+    rows = [(r, s) for r in summary.steps if (s := segments(r)) is not None]
     if not rows:
         return None
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4.4))
     # A bar per step: a cache probe measures each level twice, and equal labels would share one bar.
-    labels = [fmt_level(r["level"]) + (f"\n{r['arm']}" if r.get("arm") else "") for r, _ in rows]
+    labels = [fmt_level(r.level) + (f"\n{r.arm}" if r.arm else "") for r, _ in rows]
     totals = [sum(s.values()) or 1.0 for _, s in rows]
     bottom_share, bottom_ms = [0.0] * len(rows), [0.0] * len(rows)
     for key, label, colour in SEGMENTS:
@@ -72,13 +72,13 @@ def plot_ttft_breakdown(summary: dict[str, Any]) -> Any | None:
     # Each bar's total once, over the ms bar it measures; upright when the bars leave room, else turned
     # on its side (one label per bar never overlaps its neighbours). The client remainder is its own
     # segment and a load-table column, not a second line of text over every bar.
-    upright = len(rows) <= 8 and not any(r.get("arm") for r, _ in rows)
+    upright = len(rows) <= 8 and not any(r.arm for r, _ in rows)
     for i, (r, _) in enumerate(rows):
-        a2.annotate(fmt_num(r["client_ttft_mean_ms"], unit=" ms" if upright else ""), (i, bottom_ms[i]),
+        a2.annotate(fmt_num(r.client_ttft_mean_ms, unit=" ms" if upright else ""), (i, bottom_ms[i]),
                     xytext=(0, 2), textcoords="offset points", ha="center", va="bottom", fontsize=7,
                     rotation=0 if upright else 90)
     a2.set_ylim(0, max(bottom_ms) * (1.12 if upright else 1.3) or 1.0)
-    sim = " (server parts simulated)" if (summary.get("run") or {}).get("simulated") else ""
+    sim = " (server parts simulated)" if summary.run.simulated else ""
     a1.set_title(f"Where TTFT goes: share of each step's TTFT{sim}", fontsize=10)
     a1.set_ylabel("% of the client TTFT mean")
     a1.set_ylim(0, 100)
@@ -97,10 +97,10 @@ def plot_ttft_breakdown(summary: dict[str, Any]) -> Any | None:
     return fig
 
 
-def section(summary: dict[str, Any], figure_html: str) -> str:
+def section(summary: Summary, figure_html: str) -> str:
     """The report's section: the bars, what they are, and what the server does not export (once)."""
     e = html.escape
-    notes = (summary.get("ttft_breakdown") or {}).get("notes", [])
+    notes = summary.ttft_breakdown.notes
     items = "".join(f"<li>{e(n)}</li>" for n in notes)
     if not figure_html:
         return f"<h2>Where TTFT goes</h2><ul class=\"ttft-notes\">{items}</ul>" if notes else ""

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 
-from capacity_plugins.analysis.load import dumps_json
+from capacity_plugins.contracts.summary import RepeatSetSummary, Summary
 from capacity_plugins.outputs import registry, repeats_report, report, report_text
 from capacity_plugins.outputs.registry import Analysed, Subject, register
 
@@ -24,22 +24,32 @@ def _text(dest: Path, name: str, text: str) -> None:
     (dest / name).write_text(text, encoding="utf-8")
 
 
+def _run(a: Analysed) -> Summary:
+    assert isinstance(a.summary, Summary), "a run's writer was given a repeat set's summary"
+    return a.summary
+
+
+def _set(a: Analysed) -> RepeatSetSummary:
+    assert isinstance(a.summary, RepeatSetSummary), "a set's writer was given a run's summary"
+    return a.summary
+
+
 # ------------------------------------------------------------------------------ a single run
 
 
 @register("json")
 def summary_json(a: Analysed, dest: Path) -> None:
-    _text(dest, "summary.json", dumps_json(a.summary))  # inf / NaN → null: strict JSON
+    _run(a).save(dest / "summary.json")  # inf / NaN → null: strict JSON (contracts/document.py)
 
 
 @register("csv")
 def steps_csv(a: Analysed, dest: Path) -> None:
-    _text(dest, "steps.csv", report_text.steps_csv(a.summary))
+    _text(dest, "steps.csv", report_text.steps_csv(_run(a)))
 
 
 @register("md")
 def summary_md(a: Analysed, dest: Path) -> None:
-    _text(dest, "summary.md", report_text.markdown(a.summary))
+    _text(dest, "summary.md", report_text.markdown(_run(a)))
 
 
 def _figures(a: Analysed) -> dict[str, bytes | None]:
@@ -47,7 +57,7 @@ def _figures(a: Analysed) -> dict[str, bytes | None]:
     if "figures" not in a.rendered:
         if a.run is None:
             raise ValueError("the plots of a run need its data (Analysed.run)")
-        a.rendered["figures"] = report.figures(a.summary, a.run)
+        a.rendered["figures"] = report.figures(_run(a), a.run)
     figs: dict[str, bytes | None] = a.rendered["figures"]
     return figs
 
@@ -61,7 +71,7 @@ def plots_png(a: Analysed, dest: Path) -> None:
 
 @register("html")
 def report_html(a: Analysed, dest: Path) -> None:
-    _text(dest, "report.html", report.html_page(a.summary, _figures(a)))
+    _text(dest, "report.html", report.html_page(_run(a), _figures(a)))
 
 
 # ------------------------------------------------------------------------------ a repeat set
@@ -69,17 +79,17 @@ def report_html(a: Analysed, dest: Path) -> None:
 
 @register("json", of="set")
 def set_summary_json(a: Analysed, dest: Path) -> None:
-    _text(dest, "summary.json", dumps_json(a.summary))
+    _set(a).save(dest / "summary.json")
 
 
 @register("md", of="set")
 def set_summary_md(a: Analysed, dest: Path) -> None:
-    _text(dest, "summary.md", repeats_report.set_markdown(a.summary))
+    _text(dest, "summary.md", repeats_report.set_markdown(_set(a)))
 
 
 def _set_plot(a: Analysed) -> bytes:
     if "throughput_repeats" not in a.rendered:
-        a.rendered["throughput_repeats"] = repeats_report.throughput_plot(a.summary)
+        a.rendered["throughput_repeats"] = repeats_report.throughput_plot(_set(a))
     data: bytes = a.rendered["throughput_repeats"]
     return data
 
@@ -91,4 +101,4 @@ def set_plot_png(a: Analysed, dest: Path) -> None:
 
 @register("html", of="set")
 def set_report_html(a: Analysed, dest: Path) -> None:
-    _text(dest, "report.html", repeats_report.set_page(a.summary, _set_plot(a)))
+    _text(dest, "report.html", repeats_report.set_page(_set(a), _set_plot(a)))

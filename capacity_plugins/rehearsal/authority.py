@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import gevent
 
+from capacity_plugins.contracts.meta import Meta, Telemetry
 from capacity_plugins.contracts.slo import judge_mix, judge_step
 from capacity_plugins.kinds import NextSteps, StepPlan
 from capacity_plugins.rehearsal.arrivals import ArrivalPlan, offered_in_window
@@ -90,7 +91,7 @@ class StepAuthority:
         self.step_workers: dict[int, list[int]] = {}  # step → workers connected when it started
         self.telemetry = RunTelemetry(scenario, environment.host, lambda t: self.timeline.lookup(t)[0])
         # What meta.json learns from the rehearsal (written into it on `writing_meta`).
-        self.meta: dict[str, Any] = {}
+        self.meta = Meta()
         self.shape: RehearsalShape | None = None
         self._progress: Any = None
 
@@ -109,7 +110,7 @@ class StepAuthority:
             chooser.halt(finished.level, invalid)
             print(f"[capacity] search: {finished.level:g} {unit} → invalid ({invalid}); done: the search cannot "
                   "steer by a step that decides nothing", flush=True)
-            self.meta.update(chooser.meta())
+            self.meta.update_from(Meta.model_validate(chooser.meta()))
             return None
         views, requests, errors = self.accounting.slo_sample(finished.index)
         classes = self.scenario.workload_classes
@@ -129,7 +130,7 @@ class StepAuthority:
         print(f"[capacity] search: {finished.level:g} {unit} → {judged}"
               + (f" ({limiting})" if limiting else "")
               + (f"; next {plan.level:g}" if plan is not None else f"; done: {chooser.stopped}"), flush=True)
-        self.meta.update(chooser.meta())
+        self.meta.update_from(Meta.model_validate(chooser.meta()))
         return extended(plan, self.scenario.load) if plan is not None else None
 
     def _invalid_reason(self, finished: Step) -> str | None:
@@ -170,11 +171,10 @@ class StepAuthority:
         # about spawn rates > 100 would print at every step and hide the progress lines.
         logging.getLogger("locust.runners").addFilter(_QuietHighSpawnRate())
         self.events.record.add_listener(self.accounting_add)
-        self.events.writing_meta.add_listener(lambda meta, **_: meta.update(self.meta))
+        self.events.writing_meta.add_listener(lambda meta, **_: meta.update_from(self.meta))
         self.telemetry.attach(env)  # the live view reads its latest readings
-        self.meta.update(
-            {"scenario": sc.name, "load_kind": sc.load.kind, "steps_planned": len(self.plans), "complete": False}
-        )
+        meta = self.meta
+        meta.scenario, meta.load_kind, meta.steps_planned, meta.complete = sc.name, sc.load.kind, len(self.plans), False
         if self.master:
             messages.on(self.runner, messages.Watch, self._on_watch)
             env.events.test_stopping.add_listener(self._on_master_stopping)
@@ -186,7 +186,7 @@ class StepAuthority:
             env.events.test_stop.add_listener(self._on_ui_test_stop)
         if self.source.corpus is not None:
             self.described = sc.load.describe(sc, self.source.corpus)
-            self.meta.update(self.described)
+            self.meta.update_from(Meta.model_validate(self.described))
         self.events.results_switched.add_listener(self._restart_telemetry)
         self.results.write_scenario_copy()
         self._restart_telemetry(self.results.path)
@@ -352,7 +352,7 @@ class StepAuthority:
 
     def _on_finished(self) -> None:
         self.timeline.finished = True
-        self.meta["complete"] = True
+        self.meta.complete = True
         if self.generator is not None:
             self.generator.finished()
         else:
@@ -371,7 +371,7 @@ class StepAuthority:
         self.accounting = self._new_accounting()
         if used:
             self.results.switch()
-        self.meta["complete"] = False
+        self.meta.complete = False
         if self.master:
             messages.send(self.runner, messages.StepsReset())
 
@@ -444,13 +444,12 @@ class StepAuthority:
         current = self.shape.current if self.shape is not None else None
         if current is not None:
             self._check_membership(current, min(time.time(), current.end_unix))
-        self.meta["complete"] = self.timeline.finished
-        self.meta["steps_run"] = len(self.timeline.steps)
+        self.meta.complete, self.meta.steps_run = self.timeline.finished, len(self.timeline.steps)
         if not self.timeline.finished:
-            self.meta["incomplete_reason"] = "stopped before the last step finished (interrupted)"
+            self.meta.incomplete_reason = "stopped before the last step finished (interrupted)"
         self.write_steps()
         if self.master_watch is not None:
             self.master_watch.stop()
         telemetry = self.telemetry.stop()
         if telemetry is not None:
-            self.meta["telemetry"] = telemetry
+            self.meta.telemetry = Telemetry.model_validate(telemetry)

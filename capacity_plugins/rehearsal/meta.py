@@ -1,5 +1,6 @@
-"""meta.json: what was run, against what, with which tools — enough to reproduce and audit a run.
+"""What meta.json says of the tools and the server: versions, and what the server says about itself.
 
+The document itself is contracts/meta.py's `Meta` (plugin.py fills it, `Meta.write` writes it).
 Secrets never reach it: options go through `redacted_options`, and probe requests carry the
 auth header but their answers are reduced to model ids and version strings.
 """
@@ -14,10 +15,7 @@ import time
 import urllib.error
 import urllib.request
 from importlib import metadata
-from pathlib import Path
 from typing import Any
-
-import orjson
 
 log = logging.getLogger(__name__)
 
@@ -57,13 +55,6 @@ def probe_server(base_url: str, headers: dict[str, str], timeout_s: float = 2.0)
             if keep:
                 found[path.strip("/").replace("/", "_")] = keep
     return found
-
-
-def write_meta(path: Path, meta: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(orjson.dumps(meta, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS, default=str))
-    tmp.replace(path)
 
 
 def now_unix() -> float:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from capacity_plugins.contracts.folders import DEFAULT_NAME, DEFAULT_PARENT, check_unused, new_results_folder
-from capacity_plugins.rehearsal import meta as meta_mod
+from capacity_plugins.contracts.meta import META_FILE, Meta
 
 if TYPE_CHECKING:
     from capacity_plugins.client.client import LLMClient
@@ -81,9 +81,10 @@ class ResultsFolder:
         except Exception:
             log.exception("writing the scenario copy failed")
 
-    def write_meta(self, meta: dict[str, Any]) -> None:
+    def write_meta(self, meta: Meta) -> None:
         try:
-            meta_mod.write_meta(self.path / "meta.json", self.client.secrets.scrub_obj(meta))
+            # the run's secrets by value, wherever they got in (a server's answer, an option)
+            Meta.model_validate(self.client.secrets.scrub_obj(meta.to_json())).write(self.path / META_FILE)
         except Exception:
             log.exception("writing meta.json failed")
 

@@ -26,7 +26,9 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from capacity_plugins.contracts.folders import new_results_folder
+from capacity_plugins.contracts.meta import META_FILE, Meta
 from capacity_plugins.contracts.redaction import strip_userinfo
+from capacity_plugins.contracts.summary import AnySummary
 from capacity_plugins.errors import (
     EXIT_BAD_INPUT,
     EXIT_GATE_FAILED,
@@ -133,18 +135,17 @@ def _mark_incomplete(folder: Path, reason: str, unless_finished: bool = False) -
 
     `unless_finished`: leave a test the Locust child recorded as finished (`complete: true`, written
     only once its last step ended) as it is — a signal after the end interrupted nothing."""
-    path = folder / "meta.json"
+    path = folder / META_FILE
     try:
-        meta = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
-    except ValueError:
-        meta = {}
-    if unless_finished and meta.get("complete") is True:
+        meta = Meta.load(path) if path.exists() else Meta()
+    except UserError:  # unreadable: what it said is lost either way, the run's incompleteness is not
+        meta = Meta()
+    if unless_finished and meta.complete is True:
         return
-    meta["complete"] = False
-    meta.setdefault("incomplete_reason", reason)
-    tmp = path.with_name("meta.json.tmp")
-    tmp.write_text(json.dumps(meta, indent=2), encoding="utf-8")
-    os.replace(tmp, path)
+    meta.complete = False
+    if "incomplete_reason" not in meta.model_fields_set:
+        meta.incomplete_reason = reason
+    meta.write(path)
 
 
 @dataclass
@@ -204,11 +205,11 @@ def _incomplete_reason(outcome: _Outcome) -> str | None:
     if not records.exists() or records.stat().st_size == 0:
         return "no requests were recorded"
     try:
-        meta = json.loads((folder / "meta.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        meta = {}
-    if meta.get("complete") is False:
-        return str(meta.get("incomplete_reason") or "the run did not complete")
+        meta = Meta.load(folder / META_FILE)
+    except UserError:  # missing or unreadable: nothing said against the run
+        meta = Meta()
+    if meta.complete is False:
+        return str(meta.incomplete_reason or "the run did not complete")
     if outcome.rc != 0:
         return f"locust exited with code {outcome.rc}"
     return None
@@ -242,12 +243,12 @@ def _analyse(args: argparse.Namespace, folder: Path, answered: list[str] | None 
     failed = gate(summary, args.fail_on_slo, args.fail_on_verdict)
     for line in failed:
         print(f"[capacity] {line}", file=sys.stderr, flush=True)
-    for reason in summary["outcome"]["reasons"]:
+    for reason in summary.outcome.reasons:
         print(f"[capacity] no decision: {reason}", file=sys.stderr, flush=True)
     return exit_code(summary, failed)
 
 
-def answer_block(summary: dict, folder: Path) -> list[str]:
+def answer_block(summary: AnySummary, folder: Path) -> list[str]:
     """The run's last lines: the plain answer, its reasons in words, the report (analysis/answer.py)."""
     from capacity_plugins.analysis.answer import answer_lines
 

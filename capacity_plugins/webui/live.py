@@ -17,7 +17,6 @@ sentence as the report and the terminal.
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import time
@@ -25,6 +24,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from capacity_plugins.contracts.summary import Summary
+from capacity_plugins.errors import UserError
 from capacity_plugins.sinks.stats import LLMStats
 from capacity_plugins.swarm.membership import SwarmMembership
 from capacity_plugins.webui.history import History
@@ -207,14 +208,14 @@ class LiveView:
         key = (str(path), st.st_mtime_ns, st.st_size)
         if self._answer_cache[0] != key:
             try:
-                doc = json.loads(path.read_text(encoding="utf-8"))
-            except (OSError, ValueError):  # mid-write: the next refresh reads it whole
+                summary = Summary.load(path)  # a UI test's own analysis: one run's summary
+            except UserError:  # mid-write: the next refresh reads it whole
                 return None
-            answer = doc.get("answer") if isinstance(doc, dict) else None
+            answer = summary.answer
             if not answer:
                 return None
             self._answer_cache = (key, {
-                "answer": answer, "decision": (doc.get("verdict") or {}).get("decision"),
+                "answer": answer, "decision": summary.verdict.decision,
                 "report": "./llm/report.html" if (folder / "report.html").exists() else None,
                 "results_dir": str(folder), "pending": False})
         return self._answer_cache[1]

@@ -167,7 +167,7 @@ def calibration_study(workdir: Path, *, runs: int, requests_per_step: int = 200,
     truth = [true_throughput(n, seconds=truth_s, **config) for n in levels]
     long = analyze(virtual_sweep(workdir / "truth", levels=levels, rates=truth, requests_per_step=20 * requests_per_step,
                                  seed=seed0 - 1, slo=STUDY_SLO, **config), formats=["json"])
-    true_capacity = long["capacity"]["per_node_rps"]
+    true_capacity = long.capacity.per_node_rps
     covered = {n: 0 for n in levels}
     counted = {n: 0 for n in levels}
     widths: list[float] = []
@@ -176,15 +176,15 @@ def calibration_study(workdir: Path, *, runs: int, requests_per_step: int = 200,
     for i in range(runs):
         s = analyze(virtual_sweep(workdir / f"run{i}", levels=levels, rates=truth, requests_per_step=requests_per_step,
                                   seed=seed0 + i, slo=STUDY_SLO, **config), formats=["json"])
-        for row, x in zip(s["steps"], truth, strict=True):
-            lo, hi = row["rps_ci"]
-            covered[row["level"]] += lo <= x <= hi
-            c_lo, c_hi = row["rps_counted_ci"]
-            counted[row["level"]] += c_lo <= x <= c_hi
-            widths.append((hi - lo) / 2 / row["rps"])
-        key = "none" if s["knee"]["value"] is None else f"{s['knee']['value']:g}"
+        for row, x in zip(s.steps, truth, strict=True):
+            lo, hi = row.rps_ci
+            covered[row.level] += lo <= x <= hi
+            c_lo, c_hi = row.rps_counted_ci
+            counted[row.level] += c_lo <= x <= c_hi
+            widths.append((hi - lo) / 2 / row.rps)
+        key = "none" if s.knee.value is None else f"{s.knee.value:g}"
         knees[key] = knees.get(key, 0) + 1
-        ci = s["capacity"]["per_node_rps_ci"]
+        ci = s.capacity.per_node_rps_ci
         capacity_covered += bool(ci and true_capacity is not None and ci[0] <= true_capacity <= ci[1])
     return {"runs": runs, "requests_per_step": requests_per_step, "truth_rps": truth, "true_capacity": true_capacity,
             "coverage": sum(covered.values()) / (runs * len(levels)),
