@@ -38,6 +38,7 @@ import time
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO
 
 ROOT = Path(__file__).resolve().parents[1]
 DURATIONS = ROOT / "tests" / "durations.json"
@@ -98,25 +99,29 @@ class Run:
     took: float = 0.0
     rc: int | None = None
     proc: subprocess.Popen[bytes] | None = None
+    out: IO[bytes] | None = None
 
     def start(self) -> None:
         print(f"\n==== {self.name}: pytest {' '.join(self.argv[3:])}"
               + (" (its output when it ends)" if self.log else ""), flush=True)
-        out = self.log.open("wb") if self.log else None
+        # The output file stays open here and is read back through this handle: whatever happens to
+        # the temporary folder meanwhile (a cleaner of /tmp), the run's output is still shown.
+        self.out = self.log.open("w+b") if self.log else None
         self.started = time.monotonic()
         self.proc = subprocess.Popen([*self.argv, f"--junitxml={self.junit}", "-o", "junit_family=xunit1"],
-                                     cwd=ROOT, env=self.env, stdout=out, stderr=subprocess.STDOUT if out else None)
-        if out:
-            out.close()
+                                     cwd=ROOT, env=self.env, stdout=self.out,
+                                     stderr=subprocess.STDOUT if self.out else None)
 
     def wait(self) -> int:
         assert self.proc is not None
         self.rc = self.proc.wait()
         self.took = time.monotonic() - self.started
-        if self.log:
+        if self.out is not None:
             print(f"\n==== {self.name}: output", flush=True)
-            sys.stdout.write(self.log.read_text(errors="replace"))
+            self.out.seek(0)
+            sys.stdout.write(self.out.read().decode(errors="replace"))
             sys.stdout.flush()
+            self.out.close()
         return self.rc
 
     @property

@@ -115,6 +115,9 @@ def test_a_bad_trace_line_is_exit_2_naming_file_line_and_field(tmp_path):
     assert len(lines) == 1 and lines[0].endswith(f"{trace}:2: output_length: must be a whole number ≥ 1, got 'many'"), r.stderr
 
 
+# alone: it asserts the run decides, so its two generators must not be client limited (on a loaded
+# 2-core host beside the parallel phase they were, and the run rightly refused)
+@pytest.mark.alone
 @pytest.mark.slow
 def test_multi_turn_sessions_grow_prompts_and_hit_the_prefix_cache_across_processes(tmp_path):
     # scenarios/sessions_replay.yaml: 16 conversations × 4 turns, simulator prefix cache on
