@@ -1,7 +1,7 @@
 """The test suite in two phases, one result: what `make test` and `make test-fast` run.
 
-1. parallel, two pytest runs side by side:
-   - the tests marked neither `alone` nor `measured`, on N-1 pytest-xdist workers. Most of the
+1. parallel: the tests marked neither `alone` nor `measured`, on N pytest-xdist workers (with
+   --lane, N-1 workers and, side by side with them, the measured lane below). Most of the
      suite waits on the processes it starts (real Locust runs, simulators, servers), so workers
      overlap those waits. A worker takes a whole module at a time, the longest first
      (tests/helpers/schedule.py, tests/durations.json);
@@ -49,14 +49,13 @@ NO_TESTS = 5
 
 
 def default_workers(fast: bool) -> int:
-    """Twice the cores, 3 to 8 (one of them the measured lane): most tests sleep through their steps
-    while the processes they started work. The fast tests mostly compute: one more than the cores
-    (a worker waiting on a subprocess it started leaves its core to another). TEST_WORKERS
-    overrides."""
+    """One more than the cores, at least 3 (with --lane one of them is the measured lane): most tests
+    sleep through their steps while the processes they started work, and a worker waiting on a
+    subprocess it started leaves its core to another. TEST_WORKERS overrides."""
     if os.environ.get("TEST_WORKERS"):
         return max(2, int(os.environ["TEST_WORKERS"]))
     cores = os.cpu_count() or 1
-    return max(2, cores + 1) if fast else max(3, min(8, 2 * cores))
+    return max(2, cores + 1) if fast else max(3, min(8, cores + 1))
 
 
 @dataclass
@@ -157,9 +156,10 @@ def main() -> int:
     parser.add_argument("--fast", action="store_true", help=f"only the tests marked neither slow, browser nor "
                                                             f"prometheus ({FAST!r})")
     parser.add_argument("-n", "--workers", type=int, default=None,
-                        help="processes in the parallel phase: N-1 xdist workers and the measured lane (with "
-                             "--fast: N workers, the measured tests run with the alone ones); default: twice the "
-                             "cores, 3 to 8 (--fast: the cores + 1); TEST_WORKERS")
+                        help="xdist workers in the parallel phase (with --lane: N-1 and the measured lane); "
+                             "default: the cores + 1, at least 3 (--fast: the cores + 1); TEST_WORKERS")
+    parser.add_argument("--lane", action="store_true", help="run the measured tests one at a time beside the "
+                                                            "parallel phase (faster; needs spare cores)")
     parser.add_argument("--store-durations", action="store_true", help="rewrite tests/durations.json")
     parser.add_argument("--cov", action="store_true", help="measure the product's line coverage (pytest-cov, "
                                                            "[tool.coverage] in pyproject.toml) over the three runs")
@@ -179,27 +179,31 @@ def main() -> int:
 
     # --fast: the measured tests are all slow today; any that is not runs with the alone ones
     # rather than in a lane of its own (one more collection of the suite for nothing).
-    xdist = workers if args.fast else max(1, workers - 1)
+    # The measured lane beside the parallel phase is opt-in (--lane): on a 2-core machine under other
+    # load its sweeps and the parallel phase's single-user runs were judged client limited (rightly).
+    # By default the measured tests run one at a time with the alone ones, nothing beside them.
+    lane = args.lane and not args.fast
+    xdist = max(1, workers - 1) if lane else workers
     parallel = Run(f"parallel ({xdist} workers)",
                    [*pytest, "-n", str(xdist), "--dist", "loadfile", "--no-loadscope-reorder",
                     *marks("not alone and not measured")], workdir / "parallel.xml", env=env)
     measured = Run("measured (one at a time, beside the parallel run)", [*pytest, *marks("measured and not alone")],
                    workdir / "measured.xml", log=workdir / "measured.log", env=env)
     alone = Run("alone (one at a time, nothing beside)",
-                [*pytest, *marks("alone or measured" if args.fast else "alone")], workdir / "alone.xml", env=env)
+                [*pytest, *marks("alone" if lane else "alone or measured")], workdir / "alone.xml", env=env)
 
-    runs = (parallel, alone) if args.fast else (parallel, measured, alone)
+    runs = (parallel, measured, alone) if lane else (parallel, alone)
     if args.cov:  # each run its own data file (two write at once), combined once all have ended
         for run in runs:
             run.argv += ["--cov", "--cov-report="]
             run.env = dict(env, COVERAGE_FILE=str(workdir / f".coverage.{run.junit.stem}"))
 
     started = time.monotonic()
-    if not args.fast:
+    if lane:
         measured.start()
     parallel.start()
     parallel.wait()
-    if not args.fast:
+    if lane:
         measured.wait()
     alone.start()
     alone.wait()
