@@ -125,6 +125,29 @@ def test_a_worker_killed_mid_step_invalidates_the_step_and_the_run(tmp_path):
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the parent-death signal is Linux's")
+def test_nothing_between_fork_and_exec_starts_a_process(tmp_path, monkeypatch):
+    """libc is found before the fork: `find_library` runs `ldconfig`, and a subprocess started in
+    the forked child (gevent-patched, as in a test process) hung it before exec — its parent
+    waited for ever (a suite run stopped 300 s on the test below). The child inherits this patch,
+    so a lookup there raises and Popen fails."""
+    import ctypes.util
+
+    from capacity_plugins.contracts.processes import libc_prctl
+
+    assert libc_prctl() is not None  # looked up here, in the parent, once
+
+    def no_lookup_after_fork(_name: str) -> str:
+        raise AssertionError("find_library called between fork and exec")
+
+    monkeypatch.setattr(ctypes.util, "find_library", no_lookup_after_fork)
+    out = tmp_path / "pdeathsig"
+    code = ("from capacity_plugins.swarm.supervisor import parent_death_signal; "
+            f"open({str(out)!r}, 'w').write(str(parent_death_signal()))")
+    assert run_child([sys.executable, "-c", code], env_with()) == (0, None)
+    assert out.read_text() == str(int(signal.SIGTERM))
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the parent-death signal is Linux's")
 def test_the_child_gets_one_death_signal_not_two(tmp_path):
     """`capacity run`'s child has the kernel's parent-death signal armed, so its supervisor-pipe
     watchdog sends nothing (swarm/supervisor.py): a `kill -9` of `capacity run` gives it one

@@ -21,8 +21,7 @@
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import ctypes.util
+import functools
 import os
 import signal
 import socket
@@ -32,10 +31,12 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 from urllib.parse import quote
 
+from capacity_plugins.contracts.processes import PR_SET_PDEATHSIG, libc_prctl
 from capacity_plugins.contracts.redaction import basic_auth, strip_userinfo
 from capacity_plugins.matrix.spec import PORT, Entry
 
@@ -43,7 +44,6 @@ POLL_S = 0.5
 PROBE_TIMEOUT_S = 5.0
 STOP_TIMEOUT_S = 15.0
 TEARDOWN_TIMEOUT_S = 120.0
-_PR_SET_PDEATHSIG = 1
 
 
 class EntryFailed(Exception):
@@ -66,13 +66,16 @@ def default_ready_path(dialect: object, model: str | None) -> str:
     return path.replace("{model}", quote(model or "", safe=""))
 
 
-def _in_child() -> None:
+def _in_child(prctl: Callable[..., int] | None) -> None:
+    """Between fork and exec: default signals, and the server dies with us (prctl looked up before the fork)."""
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    if sys.platform.startswith("linux"):
-        with contextlib.suppress(OSError, AttributeError):
-            libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-            libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    if prctl is not None:
+        prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+
+
+def _preexec() -> Callable[[], None]:
+    return functools.partial(_in_child, libc_prctl())
 
 
 def command_env(entry: Entry, port: int | None) -> dict[str, str]:
@@ -117,7 +120,7 @@ class Server:
             self._log = self.log_path.open("ab")
             self.proc = subprocess.Popen(["/bin/sh", "-c", fill(self.entry.command, self.port)],
                                          stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
-                                         env=command_env(self.entry, self.port), process_group=0, preexec_fn=_in_child)
+                                         env=command_env(self.entry, self.port), process_group=0, preexec_fn=_preexec())
         except OSError as e:
             raise EntryFailed(f"command could not be started: {e}") from None
 
@@ -179,7 +182,7 @@ class Server:
             with log.open("ab") as out:
                 r = subprocess.run(["/bin/sh", "-c", fill(self.entry.teardown, self.port)], stdin=subprocess.DEVNULL,
                                    stdout=out, stderr=subprocess.STDOUT, env=command_env(self.entry, self.port),
-                                   timeout=TEARDOWN_TIMEOUT_S, process_group=0, preexec_fn=_in_child)
+                                   timeout=TEARDOWN_TIMEOUT_S, process_group=0, preexec_fn=_preexec())
         except subprocess.TimeoutExpired:
             return f"teardown command did not finish within {TEARDOWN_TIMEOUT_S:g} s"
         except OSError as e:

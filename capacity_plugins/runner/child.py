@@ -17,8 +17,6 @@
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import ctypes.util
 import functools
 import os
 import signal
@@ -26,21 +24,24 @@ import subprocess
 import sys
 from typing import Any
 
-from capacity_plugins.contracts.processes import SUPERVISOR_FD_ENV, SUPERVISOR_PID_ENV
+from capacity_plugins.contracts.processes import (
+    PR_SET_PDEATHSIG,
+    SUPERVISOR_FD_ENV,
+    SUPERVISOR_PID_ENV,
+    libc_prctl,
+)
 
-_PR_SET_PDEATHSIG = 1
 
-
-def _in_child(supervisor: int) -> None:
-    """Runs in the forked child before exec: default signal dispositions, own group, death signal."""
+def _in_child(supervisor: int, prctl: Any) -> None:
+    """Runs in the forked child before exec: default signal dispositions, own group, death signal.
+    Nothing here may start a process or take a lock another thread could hold at the fork
+    (`prctl` was looked up in the parent: contracts/processes.py)."""
     # A background job of a non-interactive shell starts with SIGINT ignored, and Locust would
     # inherit that and never stop on our forwarded SIGINT: give the child the default disposition.
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    if sys.platform.startswith("linux"):
-        with contextlib.suppress(OSError, AttributeError):
-            libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-            libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    if prctl is not None:
+        prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
         # armed too late if the supervisor died since the fork: the kernel will not signal, so stop now
         if os.getppid() != supervisor:
             os.kill(os.getpid(), signal.SIGTERM)
@@ -55,7 +56,7 @@ class Child:
         env[SUPERVISOR_FD_ENV] = str(read_fd)
         env[SUPERVISOR_PID_ENV] = str(os.getpid())
         self.proc = subprocess.Popen(cmd, env=env, process_group=0,
-                                     preexec_fn=functools.partial(_in_child, os.getpid()), pass_fds=(read_fd,))
+                                     preexec_fn=functools.partial(_in_child, os.getpid(), libc_prctl()), pass_fds=(read_fd,))
         os.close(read_fd)  # only the child holds the read end; our write end dies with us
         self.signal: int | None = None
 

@@ -17,30 +17,29 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import ctypes.util
 import logging
 import os
 import signal
-import sys
 
-from capacity_plugins.contracts.processes import SUPERVISOR_FD_ENV, SUPERVISOR_PID_ENV
+from capacity_plugins.contracts.processes import (
+    PR_GET_PDEATHSIG,
+    SUPERVISOR_FD_ENV,
+    SUPERVISOR_PID_ENV,
+    libc_prctl,
+)
 from capacity_plugins.host import start_native_thread
 
 log = logging.getLogger(__name__)
 
 _watching = False
-_PR_GET_PDEATHSIG = 2
 
 
 def parent_death_signal() -> int:
     """The signal the kernel sends this process when its parent dies (Linux prctl), 0 if none."""
-    if not sys.platform.startswith("linux"):
-        return 0
-    with contextlib.suppress(OSError, AttributeError):
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-        value = ctypes.c_int(0)
-        if libc.prctl(_PR_GET_PDEATHSIG, ctypes.byref(value), 0, 0, 0) == 0:
-            return int(value.value)
+    prctl = libc_prctl()
+    value = ctypes.c_int(0)
+    if prctl is not None and prctl(PR_GET_PDEATHSIG, ctypes.byref(value), 0, 0, 0) == 0:
+        return int(value.value)
     return 0
 
 
