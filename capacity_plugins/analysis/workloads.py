@@ -30,7 +30,7 @@ from capacity_plugins.analysis.capacity import capacity_under_slo
 from capacity_plugins.analysis.intervals import rate_ci, share_ci
 from capacity_plugins.analysis.load import RunData
 from capacity_plugins.analysis.settings import ClassSettings
-from capacity_plugins.analysis.table import _limit_row, _pcts, slo_judgement, slo_views
+from capacity_plugins.analysis.table import limit_row, pcts_with_ci, slo_judgement, slo_views
 from capacity_plugins.analysis.validity import step_validity
 from capacity_plugins.contracts.slo import LIMITS
 from capacity_plugins.contracts.summary import (
@@ -72,7 +72,7 @@ def _class_row(run: RunData, st: Any, g: pd.DataFrame, c: ClassSettings, window:
     lo, hi, how = rate_ci(ok["sent_unix"].to_numpy(float), st.warmup_end_unix or st.start_unix, window, n_ok, conf)
     pcts: dict[str, Any] = {}
     for m in CLASS_METRICS:
-        pcts.update(_pcts(ok[m].to_numpy(float), m[:-3], conf))
+        pcts.update(pcts_with_ci(ok[m].to_numpy(float), m[:-3], conf))
     views = slo_views(st, lambda name: ok[name].to_numpy(float))
     good = np.ones(n_ok, dtype=bool)
     judged: dict[str, SloLimit] = {}
@@ -80,7 +80,7 @@ def _class_row(run: RunData, st: Any, g: pd.DataFrame, c: ClassSettings, window:
         limit = getattr(slo, field)
         if limit is None:
             continue
-        judged[metric] = _limit_row(views[metric], limit, slo.attainment, conf)
+        judged[metric] = limit_row(views[metric], limit, slo.attainment, conf)
         good &= np.nan_to_num(views[metric], nan=math.inf) <= limit
     n_good = int(good.sum())
     err_ok = error_rate is not None and error_rate <= slo.error_rate
