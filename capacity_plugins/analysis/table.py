@@ -159,7 +159,7 @@ def step_rows(run: RunData, slo: SLOConfig) -> list[StepSummary]:
             good &= np.nan_to_num(views[m], nan=math.inf) <= lim
         if slo.itl_p95_ms is not None:
             judged["itl_ms"] = limit_row(run.itl.get(st.index, EMPTY_GAPS), slo.itl_p95_ms, slo.attainment,
-                                          conf, n_eff=n_ok)
+                                         conf, n_eff=n_ok)
         n_good = int(good.sum())
         err_ok = error_rate is not None and error_rate <= slo.error_rate
         validity = step_validity(st, requests=n, ok_requests=n_ok, window_s=window, settings=run.settings,
