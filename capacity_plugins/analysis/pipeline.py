@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable
 
+from capacity_plugins import kinds
 from capacity_plugins.analysis.answer import plain_answer
 from capacity_plugins.analysis.cache_probe import cache_probe
 from capacity_plugins.analysis.capacity import capacity_under_slo
@@ -26,6 +27,7 @@ from capacity_plugins.analysis.ttft_breakdown import breakdown_notes
 from capacity_plugins.analysis.validity import meta_warnings
 from capacity_plugins.analysis.verdict import checklists, decide
 from capacity_plugins.analysis.workloads import add_class_rows, class_warnings, mix_capacity
+from capacity_plugins.contracts.steps import STEP_KINDS
 from capacity_plugins.contracts.summary import SCHEMA_VERSION, Summary, SummaryMeta
 
 # load_run is the pipeline's first stage, summarise the rest
@@ -33,10 +35,16 @@ __all__ = ["SCHEMA_VERSION", "load_run", "summarise", "sweep_kind"]
 
 
 def sweep_kind(run: RunData) -> str:
-    kinds = Counter(s.kind for s in run.steps)
-    if kinds:
-        return kinds.most_common(1)[0][0]
-    return {"rate": "rate", "rate_sweep": "rate", "peak": "peak", "trace": "trace"}.get(run.load_kind or "", "concurrency")
+    """What the steps are measured in: the kind most of them have; with none, what the load kind says
+    (`LoadKind.sweep`)."""
+    counted = Counter(s.kind for s in run.steps)
+    if counted:
+        return counted.most_common(1)[0][0]
+    kind = kinds.find(run.load_kind)
+    if kind is not None:
+        return kind.sweep
+    # A copy that names its load by its steps' kind (an older one, or a hand-made folder: `kind: rate`).
+    return run.load_kind if run.load_kind in STEP_KINDS else "concurrency"
 
 
 def summarise(run: RunData, progress: Callable[[str], None] | None = None) -> Summary:

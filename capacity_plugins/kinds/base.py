@@ -120,6 +120,9 @@ class LoadKind(BaseModel):
     _registry: ClassVar[dict[str, type[LoadKind]]] = {}
     # The summary.json key the kind's analysis adds (analysis/pipeline.py); None: it adds none.
     summary_section: ClassVar[str | None] = None
+    # What the kind's steps are measured in (summary.json `sweep_kind`: the knee's and capacity's unit),
+    # said by the kind for a run with no step to count (the analysis otherwise counts the steps' kinds).
+    sweep: ClassVar[StepKind] = "concurrency"
     # Settings of the embedded simulator the kind needs (scenario: filled in unless set explicitly).
     simulator_settings: ClassVar[dict[str, Any]] = {}
     if TYPE_CHECKING:
