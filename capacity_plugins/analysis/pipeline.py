@@ -4,8 +4,8 @@ load → per-step table (with intervals and validity) → knee → capacity unde
 verdict + checklists → stability → run facts and outcome. Each stage reads the previous stage's
 output only. The sections only some runs have (a capacity search, workload classes, a cache probe,
 a trace replay, ...) are registered by name (analysis/sections.py): each stage asks every section
-that applies to the run, and none is named here. Nothing here writes a file: the registered writers (outputs/) do, asked by the
-caller (`capacity_plugins.analyze`, outputs/__init__.py).
+that applies to the run, and none is named here. Nothing here writes a file: the registered writers
+(outputs/) do, asked by the caller (`capacity_plugins.analyze`, outputs/__init__.py).
 """
 
 from __future__ import annotations
