@@ -3,6 +3,9 @@ where the SLO broke, with what flagged it."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
+from capacity_plugins.analysis import sections
 from capacity_plugins.analysis.trace_windows import trace_summary
 from capacity_plugins.contracts.planning import SLOConfig
 from capacity_plugins.contracts.summary import SloLimit, StepSummary
@@ -35,4 +38,7 @@ def test_held_everywhere_and_not_a_trace():
     assert t is not None and t.first_broken_window is None
     assert t.windows[1].slo_pass is None  # an empty window is not judged
     assert t.line == "trace replay at 1×: the SLO held in every window (1 judged)"
-    assert trace_summary([_row(2, 2, True)], {"kind": "rate_sweep"}, SLOConfig()) is None
+    # only a run whose load kind names the section has it (kinds/trace.py `summary_section`)
+    trace = next(s for s in sections.registered() if s.name == "trace")
+    assert trace.applies(SimpleNamespace(load_kind="trace"))
+    assert not trace.applies(SimpleNamespace(load_kind="rate_sweep")) and not trace.applies(SimpleNamespace(load_kind=None))

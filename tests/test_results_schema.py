@@ -174,10 +174,10 @@ def test_the_report_columns_name_fields_of_the_models():
     # would be an attribute error only when that column is drawn, so every one is checked here
     from capacity_plugins.contracts.planning import SLOConfig
     from capacity_plugins.contracts.summary import TraceWindow
-    from capacity_plugins.outputs import report, report_text
+    from capacity_plugins.outputs import report, report_text, trace_text
 
     row = set(StepSummary.model_fields)
     cols = [(k, ci) for k, _, _, ci in report_text.TABLE_COLS] + [(k, ci) for k, _, ci in report_text.SHORT_COLS]
     assert {k for k, _ in cols} | {ci for _, ci in cols if ci} | set(report_text.TTFT_COLS) <= row
     assert {k for k, _, _ in report.LATENCY_LINES} <= row & set(SLOConfig.model_fields)
-    assert {k for _, k in report_text.TRACE_COLS} - {"window", "span", "slo"} <= set(TraceWindow.model_fields)
+    assert {k for _, k in trace_text.TRACE_COLS} - {"window", "span", "slo"} <= set(TraceWindow.model_fields)

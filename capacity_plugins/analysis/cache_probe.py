@@ -13,6 +13,9 @@ one after the other, and a within-step interval knows nothing of how much a step
 
 Capacity, knee and plan count the distinct arm only: the cache-arm steps are invalid for them
 (analysis/validity.py), which is the point of the probe — the distinct arm is the real load.
+
+The summary's section `cache_probe` (analysis/sections.py), which the `cache_probe` load kind names
+(`LoadKind.summary_section`); it adds a note to the capacity saying so.
 """
 
 from __future__ import annotations
@@ -25,11 +28,19 @@ import numpy as np
 from capacity_plugins.analysis.intervals import half_width
 from capacity_plugins.analysis.load import RunData, Step
 from capacity_plugins.analysis.noise import Value, judge
+from capacity_plugins.analysis.sections import AnalysisSection, section
 from capacity_plugins.analysis.step_telemetry import step_rows
 from capacity_plugins.analysis.validity import CACHE_ARM_REASON
 from capacity_plugins.contracts.document import Interval
 from capacity_plugins.contracts.meta import Meta
-from capacity_plugins.contracts.summary import CacheProbe, ProbeArm, ProbeDelta, ProbeLevel, StepSummary
+from capacity_plugins.contracts.summary import (
+    CacheProbe,
+    Capacity,
+    ProbeArm,
+    ProbeDelta,
+    ProbeLevel,
+    StepSummary,
+)
 
 DISTINCT = "distinct"
 # The figures the arms are compared on, by the key of `deltas`: (words, higher is better, the figure
@@ -42,6 +53,19 @@ COMPARED_FIGURES: dict[str, tuple[str, bool, Callable[[StepSummary | ProbeArm], 
 # A distinct arm whose own prompts hit the cache this often is flattered too (its corpus repeats).
 DISTINCT_HIT_WARN = 0.1
 ARM_WORDS = {"shared_prefix": "with shared prefixes", "repeat": "with repeated prompts"}
+
+
+@section("cache_probe")
+class CacheProbeSection(AnalysisSection):
+    """A `cache_probe` run's comparison of its arms; the capacity says it counts the distinct arm only."""
+
+    def build(self, run: RunData, rows: list[StepSummary], sweep: str) -> CacheProbe | None:
+        return cache_probe(run, rows, run.meta)
+
+    def capacity(self, found: CacheProbe, cap: Capacity, run: RunData) -> Capacity:
+        cap.notes.append(f"cache probe: capacity counts the distinct arm only; the {found.arm} arm is "
+                         "compared in the prefix-cache probe")
+        return cap
 
 
 def cache_probe(run: RunData, rows: list[StepSummary], meta: Meta | None = None) -> CacheProbe | None:

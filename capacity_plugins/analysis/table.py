@@ -44,8 +44,10 @@ LATENCY_METRICS = ("ttft_ms", "itl_ms", "tpot_ms", "e2e_ms")
 GAIN_MIN = 0.10
 
 
-def _pcts(values: np.ndarray, prefix: str, confidence: float, n_eff: int | None = None,
-          counts: np.ndarray | None = None) -> dict[str, Any]:
+def pcts_with_ci(values: np.ndarray, prefix: str, confidence: float, n_eff: int | None = None,
+                 counts: np.ndarray | None = None) -> dict[str, Any]:
+    """`<prefix>_p50_ms`, `_p95_ms`, `_p99_ms` of `values`, each with its interval (`<prefix>_p95_ci_ms`);
+    a step row's and a workload class row's percentiles (workloads.py)."""
     out: dict[str, Any] = {}
     qs = [p / 100 for p in PCTS]
     for p, (point, lo, hi) in zip(PCTS, quantiles_ci(values, qs, confidence, n_eff, counts=counts), strict=True):
@@ -54,8 +56,8 @@ def _pcts(values: np.ndarray, prefix: str, confidence: float, n_eff: int | None 
     return out
 
 
-def _limit_row(values: np.ndarray | Gaps, limit: float, target: float, confidence: float,
-               n_eff: int | None = None) -> SloLimit:
+def limit_row(values: np.ndarray | Gaps, limit: float, target: float, confidence: float,
+              n_eff: int | None = None) -> SloLimit:
     """One SLO limit on one step: attainment (a missing value counts as over), its quantile, both intervals."""
     if isinstance(values, Gaps):  # a step's ITL gaps: finite, raw or counted by value
         n, share, v, counts = values.size, values.share_at_most(limit), values.values, values.counts
@@ -136,12 +138,12 @@ def step_rows(run: RunData, slo: SLOConfig) -> list[StepSummary]:
         errs = req["error_kind"].iloc[failed].fillna("unknown").value_counts()
         pcts: dict[str, Any] = {}
         for m in ("ttft_ms", "tpot_ms", "e2e_ms"):
-            pcts.update(_pcts(col(m), m[:-3], conf))
+            pcts.update(pcts_with_ci(col(m), m[:-3], conf))
         pcts.update(itl_pcts[st.index])
         open_loop = st.kind in OPEN_LOOP_KINDS and bool((~np.isnan(col("scheduled_unix"))).any())
         if open_loop:
-            pcts.update(_pcts(col("ttft_from_schedule_ms"), "ttft_from_schedule", conf))
-            pcts.update(_pcts(col("e2e_from_schedule_ms"), "e2e_from_schedule", conf))
+            pcts.update(pcts_with_ci(col("ttft_from_schedule_ms"), "ttft_from_schedule", conf))
+            pcts.update(pcts_with_ci(col("e2e_from_schedule_ms"), "e2e_from_schedule", conf))
         out_tok = col("output_tokens")
         e2e = col("e2e_ms")
 
@@ -153,11 +155,11 @@ def step_rows(run: RunData, slo: SLOConfig) -> list[StepSummary]:
         for m, lim in limits.items():
             if lim is None:
                 continue
-            judged[m] = _limit_row(views[m], lim, slo.attainment, conf)
+            judged[m] = limit_row(views[m], lim, slo.attainment, conf)
             good &= np.nan_to_num(views[m], nan=math.inf) <= lim
         if slo.itl_p95_ms is not None:
-            judged["itl_ms"] = _limit_row(run.itl.get(st.index, EMPTY_GAPS), slo.itl_p95_ms, slo.attainment,
-                                          conf, n_eff=n_ok)
+            judged["itl_ms"] = limit_row(run.itl.get(st.index, EMPTY_GAPS), slo.itl_p95_ms, slo.attainment,
+                                         conf, n_eff=n_ok)
         n_good = int(good.sum())
         err_ok = error_rate is not None and error_rate <= slo.error_rate
         validity = step_validity(st, requests=n, ok_requests=n_ok, window_s=window, settings=run.settings,
@@ -226,7 +228,7 @@ def _itl_pcts(run: RunData, ok_at: dict[int, np.ndarray], confidence: float) -> 
     def one(index: int) -> dict[str, Any]:
         gaps = run.itl.get(index, EMPTY_GAPS)
         # Gaps of one request are not independent: their intervals count requests, not gaps.
-        return _pcts(gaps.values, "itl", confidence, n_eff=int(ok_at[index].size), counts=gaps.counts)
+        return pcts_with_ci(gaps.values, "itl", confidence, n_eff=int(ok_at[index].size), counts=gaps.counts)
 
     indexes = [st.index for st in run.steps]
     if sum(g.values.size for g in run.itl.values()) < 1_000_000:

@@ -4,16 +4,35 @@ completed, whether the SLO held, and the first window (moment of the traffic) wh
 Reads the step rows (one per window) and the scenario copy's `load` section (speed-up, window
 length, start); no other input. The window's trace times are the scenario's: window i covers
 trace seconds [start_s + i·window_s, start_s + (i+1)·window_s) (the last one may be shorter).
+
+The summary's section `trace` (analysis/sections.py), which the `trace` load kind names
+(`LoadKind.summary_section`); its line comes first among the verdict's reasons.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from capacity_plugins.analysis.sections import AnalysisSection, section
 from capacity_plugins.analysis.verdict import missed_limits
 from capacity_plugins.contracts.percentiles import quantile
 from capacity_plugins.contracts.planning import SLOConfig
-from capacity_plugins.contracts.summary import StepSummary, Trace, TraceTurn, TraceWindow
+from capacity_plugins.contracts.summary import StepSummary, Trace, TraceTurn, TraceWindow, Verdict
+
+if TYPE_CHECKING:
+    from capacity_plugins.analysis.load import RunData
+
+
+@section("trace")
+class TraceSection(AnalysisSection):
+    """A `trace` replay, judged window by window: where in the traffic it broke comes first in the verdict."""
+
+    def build(self, run: RunData, rows: list[StepSummary], sweep: str) -> Trace:
+        return trace_summary(rows, run.settings.load, run.slo, run.requests)
+
+    def verdict(self, found: Trace, verdict: Verdict) -> None:
+        verdict.reasons.insert(0, found.line)
+        verdict.trace_first_broken_window = found.first_broken_window
 
 
 def session_turns(requests: Any) -> list[TraceTurn]:
@@ -32,11 +51,9 @@ def session_turns(requests: Any) -> list[TraceTurn]:
     return out
 
 
-def trace_summary(rows: list[StepSummary], load: dict[str, Any], slo: SLOConfig,
-                  requests: Any = None) -> Trace | None:
-    """The summary's `trace` section (contracts/summary.py), or None when the run was not a trace replay."""
-    if load.get("kind") != "trace":
-        return None
+def trace_summary(rows: list[StepSummary], load: dict[str, Any], slo: SLOConfig, requests: Any = None) -> Trace:
+    """The summary's `trace` section (contracts/summary.py): the step rows as the trace's windows, the
+    scenario copy's `load` section saying where in the trace each one lies."""
     speedup = float(load.get("speedup") or 1.0)
     window_s = float(load.get("window_s") or 60.0)
     start_s = float(load.get("start_s") or 0.0)

@@ -16,6 +16,11 @@ in the same unit — the mix's requests/s at which that class stops meeting its 
 capacity is the lowest of them: the load at which *any* class first misses its SLO, with the
 limiting class named. Its interval runs from the lowest low end to the lowest high end: the
 smallest of values that each lie in their interval lies between those two.
+
+Workload classes are no load kind (any load may have them): their section of the summary,
+`workloads` (analysis/sections.py), applies when the scenario copy has `workloads:`. It judges the
+rows before they are concluded, puts the mix's capacity in place of the top-level one, and adds the
+classes' warnings.
 """
 
 from __future__ import annotations
@@ -29,8 +34,9 @@ import pandas as pd
 from capacity_plugins.analysis.capacity import capacity_under_slo
 from capacity_plugins.analysis.intervals import rate_ci, share_ci
 from capacity_plugins.analysis.load import RunData
+from capacity_plugins.analysis.sections import AnalysisSection, section
 from capacity_plugins.analysis.settings import ClassSettings
-from capacity_plugins.analysis.table import _limit_row, _pcts, slo_judgement, slo_views
+from capacity_plugins.analysis.table import limit_row, pcts_with_ci, slo_judgement, slo_views
 from capacity_plugins.analysis.validity import step_validity
 from capacity_plugins.contracts.slo import LIMITS
 from capacity_plugins.contracts.summary import (
@@ -72,7 +78,7 @@ def _class_row(run: RunData, st: Any, g: pd.DataFrame, c: ClassSettings, window:
     lo, hi, how = rate_ci(ok["sent_unix"].to_numpy(float), st.warmup_end_unix or st.start_unix, window, n_ok, conf)
     pcts: dict[str, Any] = {}
     for m in CLASS_METRICS:
-        pcts.update(_pcts(ok[m].to_numpy(float), m[:-3], conf))
+        pcts.update(pcts_with_ci(ok[m].to_numpy(float), m[:-3], conf))
     views = slo_views(st, lambda name: ok[name].to_numpy(float))
     good = np.ones(n_ok, dtype=bool)
     judged: dict[str, SloLimit] = {}
@@ -80,7 +86,7 @@ def _class_row(run: RunData, st: Any, g: pd.DataFrame, c: ClassSettings, window:
         limit = getattr(slo, field)
         if limit is None:
             continue
-        judged[metric] = _limit_row(views[metric], limit, slo.attainment, conf)
+        judged[metric] = limit_row(views[metric], limit, slo.attainment, conf)
         good &= np.nan_to_num(views[metric], nan=math.inf) <= limit
     n_good = int(good.sum())
     err_ok = error_rate is not None and error_rate <= slo.error_rate
@@ -134,8 +140,29 @@ def _classes_of(row: StepSummary) -> dict[str, ClassRow]:
     return row.workloads
 
 
-def mix_capacity(rows: list[StepSummary], run: RunData, sweep_kind: str) -> tuple[Capacity, Workloads]:
-    """(the mix's capacity, the summary's `workloads` section): see the module doc."""
+@section("workloads")
+class WorkloadsSection(AnalysisSection):
+    """Workload classes: not a load kind but the scenario's `workloads:`, so any load may have them."""
+
+    def applies(self, run: RunData) -> bool:
+        return bool(run.settings.workloads)
+
+    def rows(self, run: RunData, rows: list[StepSummary]) -> None:
+        add_class_rows(run, rows)  # each class judged by its own SLO; the step's SLO fields become the mix's
+
+    def build(self, run: RunData, rows: list[StepSummary], sweep: str) -> Workloads:
+        return workloads_section(rows, run, sweep)
+
+    def capacity(self, found: Workloads, cap: Capacity, run: RunData) -> Capacity:
+        # With classes the top-level SLO only sets defaults: plan and verdict use the mix's capacity.
+        return mix_capacity(found)
+
+    def warnings(self, found: Workloads, run: RunData) -> list[str]:
+        return class_warnings(found, run.settings.min_requests)
+
+
+def workloads_section(rows: list[StepSummary], run: RunData, sweep_kind: str) -> Workloads:
+    """The summary's `workloads` section: each class's SLO and capacity, and the class that limits the mix."""
     cap = run.capacity
     classes = []
     for c in run.settings.workloads:
@@ -149,16 +176,19 @@ def mix_capacity(rows: list[StepSummary], run: RunData, sweep_kind: str) -> tupl
     total = sum(k.requests for k in classes)
     for k in classes:
         k.share = k.requests / total if total else None
-    mix = _lowest(classes)
     order = sorted((k for k in classes if k.capacity.per_node_rps is not None),
                    key=lambda k: k.capacity.per_node_rps or 0.0)
-    section = Workloads(
+    return Workloads(
         classes=classes,
-        limiting=mix.limiting_workload,
+        limiting=_lowest(classes).limiting_workload,
         order=[k.name for k in order],  # lowest capacity first: the class that fails first
         rule="the mix's capacity is the load at which any class first misses its own SLO",
     )
-    return mix, section
+
+
+def mix_capacity(section: Workloads) -> Capacity:
+    """The mix's capacity, the one the plan and the verdict use: see the module doc."""
+    return _lowest(section.classes)
 
 
 def _lowest(classes: list[WorkloadClass]) -> Capacity:

@@ -823,7 +823,12 @@ SummaryMeta.SOMETIMES = frozenset(SummaryMeta.model_fields)
 
 
 class Summary(Section):
-    """summary.json of one run."""
+    """summary.json of one run.
+
+    `search`, `workloads`, `cache_probe` and `trace` are the sections only some runs have (null
+    otherwise: a load kind or a scenario feature adds one, analysis/sections.py); a section registered
+    from outside the package adds a key of its own name at the top level, after the keys below.
+    """
 
     schema_version: int = SCHEMA_VERSION
     """2 (1 had no intervals, validity fields, `run`, `outcome`, `verdict_settings`)."""

@@ -12,6 +12,9 @@
 Each module holds the kind's scenario model and its behaviour (`base.py`: `LoadKind`, its hooks,
 the registry). A new kind is a module here, registered with `@LoadKind.register("name")`, and its
 name in `BUILTIN`; the scenario's `load:` union, its errors and every caller follow from the registry.
+What it adds to the summary and the reports (`capacity_search`: `search`, `cache_probe`: `cache_probe`,
+`trace`: `trace`) is the section its `summary_section` names, registered in analysis/sections.py and
+outputs/sections.py.
 """
 
 from __future__ import annotations

@@ -14,12 +14,21 @@ carries the kind's behaviour, so nothing outside its module asks which kind a lo
 | `replay_file(scenario)` | the scenario reader, `Scenario.trace_path` | a file the load replays, made absolute |
 | `check_inputs(scenario)` | `capacity run`, before anything starts | a bad input file as one UserError line |
 | `describe(scenario, corpus)` | the step authority | what the kind adds to meta.json and steps.json |
-| `summary_section` | the analysis | the summary.json key the kind's analysis adds (None: none) |
+| `summary_section` | the analysis (`analysis/sections.py`) | the name of the summary section the kind adds (its summary.json key; None: none) |
+| `sweep` | the analysis (`pipeline.sweep_kind`) | what its steps are measured in (`concurrency`, `rate`, `peak`, `trace`), for a run with no step to count |
 
 A kind registers itself by name (`@LoadKind.register("peak")`, the name its `kind:` literal
 holds); `capacity_plugins.kinds` imports the built-in ones, and the scenario's `load:` union is
-built from the registry. No Locust, gevent or pandas here: the runner and the analysis read
-scenarios in plain processes.
+built from the registry.
+
+What a kind adds to the analysis and the reports is a section of the summary, named by
+`summary_section` and registered under that name twice, once on each side of the results folder:
+an analysis section (`@section(name)`, analysis/sections.py: built from the run's data and its step
+rows, with its effects on capacity, verdict and warnings) and a report section
+(`@report_section(name)`, outputs/sections.py: its Markdown, HTML and headline lines). The analysis
+builds a section for a run whose kind names it; the kinds never import either side (the layers).
+
+No Locust, gevent or pandas here: the runner and the analysis read scenarios in plain processes.
 """
 
 from __future__ import annotations
@@ -118,8 +127,11 @@ class LoadKind(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     _registry: ClassVar[dict[str, type[LoadKind]]] = {}
-    # The summary.json key the kind's analysis adds (analysis/pipeline.py); None: it adds none.
+    # The summary section the kind adds, by name (analysis/sections.py; its summary.json key); None: none.
     summary_section: ClassVar[str | None] = None
+    # What the kind's steps are measured in (summary.json `sweep_kind`: the knee's and capacity's unit),
+    # said by the kind for a run with no step to count (the analysis otherwise counts the steps' kinds).
+    sweep: ClassVar[StepKind] = "concurrency"
     # Settings of the embedded simulator the kind needs (scenario: filled in unless set explicitly).
     simulator_settings: ClassVar[dict[str, Any]] = {}
     if TYPE_CHECKING:

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
+from capacity_plugins.contracts.steps import StepKind
 from capacity_plugins.kinds.base import POOL_SPAWN_RATE, LoadKind, OpenLoop, StepPlan, open_plan
 
 if TYPE_CHECKING:
@@ -14,6 +15,8 @@ if TYPE_CHECKING:
 
 @LoadKind.register("peak")
 class PeakLoad(OpenLoop):
+    sweep: ClassVar[StepKind] = "peak"
+
     kind: Literal["peak"] = "peak"
     # Open-loop rate to hold; None (and no users) = capacity.peak_qps × capacity.safety_factor.
     target_rps: float | None = Field(default=None, gt=0)

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
+from capacity_plugins.contracts.steps import StepKind
 from capacity_plugins.kinds.base import LoadKind, OpenLoop, PositiveFloat, StepPlan, check_warmup, open_plan
 
 if TYPE_CHECKING:
@@ -14,6 +15,8 @@ if TYPE_CHECKING:
 
 @LoadKind.register("rate_sweep")
 class RateSweepLoad(OpenLoop):
+    sweep: ClassVar[StepKind] = "rate"
+
     kind: Literal["rate_sweep"] = "rate_sweep"
     levels: list[PositiveFloat] = Field(default_factory=lambda: [1.0, 2.0, 4.0, 8.0], min_length=1)
     step_s: float = Field(default=60.0, gt=0)

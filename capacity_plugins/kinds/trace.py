@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
+from capacity_plugins.contracts.steps import StepKind
 from capacity_plugins.errors import UserError
 from capacity_plugins.kinds.base import POOL_SPAWN_RATE, LoadKind, StepPlan
 
@@ -23,6 +24,7 @@ if TYPE_CHECKING:
 @LoadKind.register("trace")
 class TraceLoad(LoadKind):
     summary_section: ClassVar[str | None] = "trace"
+    sweep: ClassVar[StepKind] = "trace"
 
     kind: Literal["trace"] = "trace"
     path: str  # JSONL, one request a line (relative to the scenario file)

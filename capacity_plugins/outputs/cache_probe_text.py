@@ -1,12 +1,14 @@
 """A prefix-cache probe (analysis/cache_probe.py) in words: its report section and per-level table,
-shared by summary.md and report.html."""
+shared by summary.md and report.html, and its answer in the terminal's headline."""
 
 from __future__ import annotations
 
+import html
 from typing import Any
 
 from capacity_plugins.analysis.cache_probe import COMPARED_FIGURES
-from capacity_plugins.contracts.summary import CacheProbe, ProbeArm
+from capacity_plugins.contracts.summary import CacheProbe, ProbeArm, Summary
+from capacity_plugins.outputs.sections import ReportSection, report_section
 
 
 def section_lines(probe: CacheProbe) -> list[str]:
@@ -68,3 +70,32 @@ def table(probe: CacheProbe) -> tuple[list[str], list[list[str]]]:
                              f"{d.change * 100:+.0f} % ({'beyond' if beyond else 'within'} noise)")
             out.append([where, "change", "", *cells, "", ""])
     return head, out
+
+
+def _probe(summary: Summary) -> CacheProbe:
+    assert summary.cache_probe is not None  # asked only when the summary has the section
+    return summary.cache_probe
+
+
+@report_section("cache_probe")
+class CacheProbeReport(ReportSection):
+    def headline(self, summary: Summary) -> list[str]:
+        return [f"Prefix-cache probe: {_probe(summary).answer}"]
+
+    def markdown(self, summary: Summary) -> list[str]:
+        """The "Prefix-cache probe" section of summary.md: the answer, how to read it, the arms per level."""
+        probe = _probe(summary)
+        head, rows = table(probe)
+        return (["", "## Prefix-cache probe", ""] + [f"- {line}" for line in section_lines(probe)]
+                + ["", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+                + ["| " + " | ".join(r) + " |" for r in rows])
+
+    def html(self, summary: Summary) -> str:
+        """The same section in report.html."""
+        e = html.escape
+        probe = _probe(summary)
+        head, rows = table(probe)
+        return ('<h2>Prefix-cache probe</h2><ul id="cache-probe">'
+                + "".join(f"<li>{e(x)}</li>" for x in section_lines(probe)) + "</ul><table><tr>"
+                + "".join(f"<th>{e(h)}</th>" for h in head) + "</tr>"
+                + "".join("<tr>" + "".join(f"<td>{e(c)}</td>" for c in r) + "</tr>" for r in rows) + "</table>")

@@ -21,25 +21,23 @@ from matplotlib.ticker import LogFormatter
 
 from capacity_plugins.analysis.answer import plain_answer
 from capacity_plugins.analysis.load import RunData
-from capacity_plugins.contracts.summary import CacheProbe, StepSummary, Summary
-from capacity_plugins.outputs import cache_probe_text
-from capacity_plugins.outputs.numbers import fmt, fmt_level
+from capacity_plugins.contracts.summary import StepSummary, Summary
+from capacity_plugins.outputs import sections
+from capacity_plugins.outputs.numbers import fmt_level
 from capacity_plugins.outputs.report_text import (
     DECISION_TEXT,
-    TRACE_COLS,
     TTFT_LEGEND,
     alert_lines,
     cell,
     decision_lines,
     detail_lines,
     facts_lines,
-    search_lines,
     setting_value,
     short_columns,
     table_columns,
-    trace_cell,
 )
 from capacity_plugins.outputs.report_ttft import plot_ttft_breakdown, section, tick_rotation
+from capacity_plugins.outputs.tables import html_table
 
 DECISION_COLOUR = {"scale": "#b3261e", "dont_scale_yet": "#1e6b35", "observe": "#8a6d00"}
 LATENCY_LINES = (("ttft_p95_ms", "TTFT P95", "C0"), ("e2e_p95_ms", "E2E P95", "C1"), ("tpot_p95_ms", "TPOT P95", "C2"),
@@ -125,9 +123,10 @@ def throughput_latency_figure(summary: Summary) -> Any:
     a1.set_title("Throughput vs load")
 
     plotted = False
+    top_level = sections.slo_lines(summary) is None
     for key, label, colour in LATENCY_LINES:
-        # With workload classes the top-level limits judge no class as drawn (each has its own): none drawn.
-        limit = getattr(summary.slo, key) if not summary.workloads else None
+        # A section judging by SLOs of its own (workload classes): the top-level limits judge nothing drawn.
+        limit = getattr(summary.slo, key) if top_level else None
         if key == "itl_p95_ms" and not limit:
             continue  # ITL is drawn when the SLO limits it; TPOT carries the decode speed otherwise
         ys = [getattr(r, key) for r in ok]  # the row field of the same name as the limit
@@ -156,6 +155,7 @@ def distributions_figure(run: RunData, summary: Summary) -> Any:
     req = run.requests
     m = req.loc[req["ok"] & ~req["warmup"] & (req["step"] >= 0), ["step", "ttft_ms", "e2e_ms"]]
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    top_level = sections.slo_lines(summary) is None  # workload classes: each class has its own limits
     levels = {s.index: s.level for s in run.steps}
     arms = {s.index: s.arm for s in run.steps}  # a cache probe measures each level twice
     for ax, col, title in ((axes[0], "ttft_ms", "TTFT per step"), (axes[1], "e2e_ms", "E2E per step")):
@@ -173,7 +173,7 @@ def distributions_figure(run: RunData, summary: Summary) -> Any:
         ax.set_title(title + " (whiskers P1–P99)")
         ax.set_xlabel("level")
         ax.set_ylabel("ms")
-        limit = None if summary.workloads else (summary.slo.ttft_p95_ms if col == "ttft_ms" else summary.slo.e2e_p95_ms)
+        limit = (summary.slo.ttft_p95_ms if col == "ttft_ms" else summary.slo.e2e_p95_ms) if top_level else None
         if limit:
             ax.axhline(limit, ls="--", color="#b3261e", lw=1.2, label=slo_label(f"{title.split()[0]} P95", limit))
     _legends_below(*axes)
@@ -233,29 +233,6 @@ def _img(data: bytes | None, alt: str) -> str:
     return f'<figure><img alt="{html.escape(alt)}" src="data:image/png;base64,{base64.b64encode(data).decode()}"/></figure>'
 
 
-def _probe_html(probe: CacheProbe) -> str:
-    """The "Prefix-cache probe" section: the answer, how to read it, the arms per level."""
-    e = html.escape
-    head, rows = cache_probe_text.table(probe)
-    return ('<h2>Prefix-cache probe</h2><ul id="cache-probe">'
-            + "".join(f"<li>{e(x)}</li>" for x in cache_probe_text.section_lines(probe)) + "</ul><table><tr>"
-            + "".join(f"<th>{e(h)}</th>" for h in head) + "</tr>"
-            + "".join("<tr>" + "".join(f"<td>{e(c)}</td>" for c in r) + "</tr>" for r in rows) + "</table>")
-
-
-def _table(head: list[str], rows: list[tuple[str, list[str]]], left: frozenset[int] | set[int] = frozenset(), attrs: str = "") -> str:
-    """An HTML table: head, then (row class, cells) rows; columns in `left` align left (words)."""
-    e = html.escape
-
-    def tag(name: str, i: int) -> str:
-        return f"<{name} class=l>" if i in left else f"<{name}>"
-
-    return (f"<table{attrs}><tr>" + "".join(tag("th", i) + e(h) + "</th>" for i, h in enumerate(head)) + "</tr>"
-            + "".join("<tr" + (f' class="{cls}"' if cls else "") + ">"
-                      + "".join(tag("td", i) + e(c) + "</td>" for i, c in enumerate(cells)) + "</tr>"
-                      for cls, cells in rows) + "</table>")
-
-
 def _load_tables(summary: Summary) -> str:
     """The short load table a planner reads, then every column folded (and in steps.csv)."""
     def rows(cols: list[tuple[str, str, int | None, str | None]]) -> list[tuple[str, list[str]]]:
@@ -266,10 +243,10 @@ def _load_tables(summary: Summary) -> str:
     conf = summary.run.confidence
     return (f"<p>Intervals in brackets ({conf:.0%}); ∞: too few requests to bound that percentile. Struck-through rows "
             "are invalid or insufficient and decide nothing; the conclusion says why.</p>"
-            + _table([c[1] for c in short] + ["conclusion"], rows(short), {len(short)}, ' id="load-table"')
+            + html_table([c[1] for c in short] + ["conclusion"], rows(short), {len(short)}, ' id="load-table"')
             + f'<details id="full-table"><summary>Every column ({len(full) + 1}) — also in '
               '<a href="steps.csv">steps.csv</a></summary><div class="scroll">'
-            + _table([c[1] for c in full] + ["conclusion"], rows(full), {len(full)})
+            + html_table([c[1] for c in full] + ["conclusion"], rows(full), {len(full)})
             + f"<p>{html.escape(TTFT_LEGEND)}</p></div></details>")
 
 
@@ -277,23 +254,12 @@ def html_page(summary: Summary, figs: dict[str, bytes | None]) -> str:
     e = html.escape
     v = summary.verdict
     alerts = alert_lines(summary)
-    trace = summary.trace
-    trace_html = ""
-    if trace:
-        trace_html = (f'<h2>Trace replay</h2><p id="trace">{e(trace.line)}</p>'
-                      + _table([h for h, _ in TRACE_COLS], [("fail" if w.slo_pass is False else "",
-                                                             [trace_cell(w, k) for _, k in TRACE_COLS])
-                                                            for w in trace.windows]))
-        if trace.turns:
-            trace_html += _table(["turn", "requests", "prompt tokens (mean)", "TTFT p50 ms", "TTFT p95 ms"], [
-                ("", [str(t.turn), str(t.requests), fmt(t.prompt_tokens_mean, 0), fmt(t.ttft_p50_ms, 0),
-                      fmt(t.ttft_p95_ms, 0)]) for t in trace.turns], attrs=' id="turns"')
-    checklist = _table(["id", "item", "status", "evidence"],
+    checklist = html_table(["id", "item", "status", "evidence"],
                        [(i.status, [i.id, i.text, i.status, i.evidence]) for i in summary.checklist], {1, 3})
     notes = summary.capacity.notes + summary.plan.notes + summary.warnings
     settings = v.settings or []
     settings_html = ('<details id="settings"><summary>Settings that decided this</summary>'
-                     + _table(["setting", "value", "meaning"],
+                     + html_table(["setting", "value", "meaning"],
                               [("", [str(x.key), setting_value(x.value), str(x.meaning or "")]) for x in settings],
                               {0, 2})
                      + "</details>") if settings else ""
@@ -329,10 +295,7 @@ details{{margin:.6em 0}} summary{{cursor:pointer;font-weight:600}}
 <h2>Details</h2><ul id="details">{li(f'<li>{e(h)}</li>' for h in detail_lines(summary))}</ul>
 {('<ul class="notes">' + li(f'<li>{e(n)}</li>' for n in notes) + '</ul>') if notes else ''}
 <h2>Run</h2><ul class="facts" id="facts">{li(f'<li>{e(line)}</li>' for line in facts_lines(summary))}</ul>
-{trace_html}
-{('<h2>Capacity search</h2><ul id="search">' + li(f'<li>{e(x)}</li>' for x in search_lines(summary)) + '</ul>') if summary.search else ''}
-{_workloads_html(summary)}
-{_probe_html(summary.cache_probe) if summary.cache_probe else ''}
+{sections.html(summary)}
 <h2>Throughput and latency against load</h2>{_img(figs.get('throughput_latency'), 'throughput and latency vs load')}
 <h2>Load table</h2>
 {_load_tables(summary)}
@@ -344,19 +307,3 @@ details{{margin:.6em 0}} summary{{cursor:pointer;font-weight:600}}
 </body></html>
 """
 
-
-def _workloads_html(summary: Summary) -> str:
-    """The "Workload classes" section: each class's SLO and capacity, then a row per step and class."""
-    if not summary.workloads:
-        return ""
-    from capacity_plugins.outputs import workloads_text
-
-    e = html.escape
-    lines = "".join(f"<li>{e(x)}</li>" for x in workloads_text.workload_lines(summary))
-    head = "".join(f"<th>{e(h)}</th>" for h in workloads_text.HEADERS)
-    body = "".join("<tr" + ("" if valid else ' class="invalid"') + ">" + "".join(f"<td>{e(c)}</td>" for c in cells)
-                   + "</tr>" for valid, cells in workloads_text.table_rows(summary))
-    return (f'<h2>Workload classes</h2><div id="workloads"><ul>{lines}</ul>'
-            f"<p>Each class judged by its own SLO, per step; struck-through rows have too few of the class's requests "
-            f"(load.min_requests) or an invalid step and decide nothing for it.</p>"
-            f"<table><tr>{head}</tr>{body}</table></div>")

@@ -13,18 +13,10 @@ from typing import Any
 
 from capacity_plugins.analysis.answer import plain_answer, reasons_in_words
 from capacity_plugins.analysis.verdict import LIMIT_NAMES
-from capacity_plugins.contracts.summary import (
-    CacheProbe,
-    Capacity,
-    Cost,
-    Knee,
-    Plan,
-    StepSummary,
-    Summary,
-    TraceWindow,
-)
-from capacity_plugins.outputs import cache_probe_text
+from capacity_plugins.contracts.summary import Capacity, Cost, Knee, Plan, StepSummary, Summary
+from capacity_plugins.outputs import sections
 from capacity_plugins.outputs.numbers import JUDGED_MARK, fmt, fmt_iv, fmt_level, fmt_num
+from capacity_plugins.outputs.tables import md_table
 
 DECISION_TEXT = {"scale": "SCALE", "dont_scale_yet": "DON'T SCALE YET", "observe": "OBSERVE"}
 
@@ -44,11 +36,11 @@ def alert_lines(summary: Summary) -> list[str]:
 
 
 def slo_attainment_lines(summary: Summary) -> list[str]:
-    """Per SLO limit: its key, and each valid level's attainment (✓ met, ✗ missed, ? within noise)."""
-    if summary.workloads:
-        from capacity_plugins.outputs import workloads_text
-
-        return workloads_text.attainment_lines(summary)
+    """Per SLO limit: its key, and each valid level's attainment (✓ met, ✗ missed, ? within noise); a
+    section that judges by SLOs of its own (workload classes) says its own (outputs/sections.py)."""
+    own = sections.attainment_lines(summary)
+    if own is not None:
+        return own
     rows = summary.valid_steps()
     slo = summary.slo
     pct = f"P{slo.attainment * 100:g}"
@@ -81,12 +73,9 @@ def facts_lines(summary: Summary) -> list[str]:
         f"Model: {run.model or 'unknown'}; scenario: {run.scenario or 'unknown'}"
         f" ({run.load_kind or summary.sweep_kind})"
         + ("" if run.complete else f"; INCOMPLETE ({run.incomplete_reason or 'interrupted'})"),
-        "SLO judged: " + "; ".join(run.slo_limits),
     ]
-    if summary.workloads:
-        from capacity_plugins.outputs import workloads_text
-
-        lines[-1:] = workloads_text.slo_lines(summary)
+    own = sections.slo_lines(summary)  # a section that judges by SLOs of its own (workload classes: each class's)
+    lines += own if own is not None else ["SLO judged: " + "; ".join(run.slo_limits)]
     lines += slo_attainment_lines(summary)
     lines.append(f"Intervals: {run.confidence:.0%} (verdict.confidence); a step needs ≥ "
                  f"{summary.min_requests} measured requests (load.min_requests)")
@@ -202,8 +191,7 @@ def headline(summary: Summary) -> list[str]:
     lines = [f"Verdict: {DECISION_TEXT[v.decision]} — " + "; ".join(v.reasons)]
     lines += alert_lines(summary)
     lines.append(_capacity_line(cap))
-    if summary.cache_probe:
-        lines.append(f"Prefix-cache probe: {summary.cache_probe.answer}")
+    lines += sections.headline(summary)  # e.g. a cache probe's answer (outputs/sections.py)
     lines.append(_knee_line(summary.knee))
     estimator = throughput_line(summary.steps)
     if estimator:
@@ -213,34 +201,6 @@ def headline(summary: Summary) -> list[str]:
     if c.per_1k_requests_usd is not None:
         lines.append(f"Cost at {fmt_num(c.gpu_hour_usd)} USD per GPU-hour: " + "; ".join(cost_lines(c)[1:]))
     return lines
-
-
-def search_lines(summary: Summary) -> list[str]:
-    """A capacity search's bracket and the path it took; empty for fixed sweeps."""
-    s = summary.search
-    if not s:
-        return []
-    unit = s.unit or ""
-    lo, hi = s.highest_pass, s.lowest_fail
-    if lo is not None and hi is not None:
-        found = f"the SLO held at {fmt_level(lo)} {unit} and not (or not surely) at {fmt_level(hi)} {unit}"
-    elif lo is not None:
-        found = f"the SLO held at {fmt_level(lo)} {unit}, the highest level tried: capacity is at least that"
-    elif hi is not None:
-        found = f"no level was shown to meet the SLO (the lowest tried: {fmt_level(hi)} {unit})"
-    else:
-        found = "no step was judged"
-    state = "converged" if s.converged else "not converged"
-    path = ", ".join(f"{fmt_level(st.level)} {st.judgement}" for st in s.steps)
-    return [f"Capacity search ({state}): {found}; stopped: {s.stopped}",
-            f"Steps measured, in order: {path or 'none'}"]
-
-
-def probe_markdown(probe: CacheProbe) -> list[str]:
-    """The "Prefix-cache probe" section of summary.md: the answer, how to read it, the arms per level."""
-    head, rows = cache_probe_text.table(probe)
-    return ([f"- {line}" for line in cache_probe_text.section_lines(probe)] + ["", "| " + " | ".join(head) + " |",
-            "|" + "---|" * len(head)] + ["| " + " | ".join(r) + " |" for r in rows])
 
 
 # key, header, digits, interval key (None: no interval shown)
@@ -367,24 +327,6 @@ def steps_csv(summary: Summary) -> str:
     return buf.getvalue()
 
 
-TRACE_COLS = [("window", "window"), ("trace s", "span"), ("offered req/s", "offered_rps"),
-              ("achieved req/s", "achieved_rps"), ("requests", "requests"), ("TTFT p95 ms", "ttft_p95_ms"),
-              ("TTFT p95 from schedule ms", "ttft_from_schedule_p95_ms"), ("SLO", "slo")]
-
-
-def trace_cell(w: TraceWindow, key: str) -> str:
-    """One cell of the trace-replay table (markdown and HTML); the other keys name TraceWindow's fields."""
-    if key == "window":
-        return str(w.window + 1)
-    if key == "span":
-        return f"{fmt_level(w.trace_start_s)}–{fmt_level(w.trace_end_s)}"
-    if key == "slo":
-        verdict = {True: "held", False: "BROKE", None: "—"}[w.slo_pass]
-        return verdict + ("" if w.valid or w.slo_pass is None else " (flagged)")
-    v = getattr(w, key)
-    return fmt_num(v) if key.endswith("rps") else fmt(v, 0)
-
-
 def setting_value(v: Any) -> str:
     """A setting as it is written in the scenario: 0.5, 1500, 1 — exact, not rounded like a measurement."""
     if isinstance(v, int | float) and not isinstance(v, bool):
@@ -416,11 +358,6 @@ def detail_lines(summary: Summary) -> list[str]:
     return [h for h in headline(summary)[1:] if h not in alerts]
 
 
-def _md_table(head: list[str], rows: list[list[str]]) -> list[str]:
-    return (["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-            + ["| " + " | ".join(c.replace("|", "/") for c in r) + " |" for r in rows])
-
-
 TTFT_COLS = ("client_ttft_mean_ms", "server_queue_mean_ms", "server_prefill_mean_ms", "server_ttft_mean_ms",
              "client_remainder_ms", "ttft_queue_share")
 
@@ -439,34 +376,19 @@ def markdown(summary: Summary) -> str:
     for w in summary.warnings:
         out.append(f"- warning: {w}")
     out += ["", "## Run", ""] + [f"- {line}" for line in facts_lines(summary)]
-    if summary.search:
-        out += ["", "## Capacity search", ""] + [f"- {line}" for line in search_lines(summary)]
-    if summary.workloads:
-        from capacity_plugins.outputs import workloads_text
-
-        out += workloads_text.markdown(summary)
-    if summary.cache_probe:
-        out += ["", "## Prefix-cache probe", ""] + probe_markdown(summary.cache_probe)
-    if summary.trace:
-        trace = summary.trace
-        out += ["", "## Trace replay", "", f"- {trace.line}", ""]
-        out += _md_table([h for h, _ in TRACE_COLS], [[trace_cell(w, k) for _, k in TRACE_COLS] for w in trace.windows])
-        if trace.turns:
-            out += [""] + _md_table(["turn", "requests", "prompt tokens (mean)", "TTFT p50 ms", "TTFT p95 ms"], [
-                [str(t.turn), str(t.requests), fmt(t.prompt_tokens_mean, 0), fmt(t.ttft_p50_ms, 0),
-                 fmt(t.ttft_p95_ms, 0)] for t in trace.turns])
+    out += sections.markdown(summary)  # the sections this run has: a search, classes, a probe, a trace, ...
     out += ["", "## Load table", "",
             f"Intervals in brackets: {summary.run.confidence:.0%}; ∞ = the step has too few "
             "requests to bound that percentile. Every column of every step: [steps.csv](steps.csv) (an interval "
             "is two columns, _lo and _hi).", ""]
     cols = short_columns(summary)
-    out += _md_table([c[1] for c in cols] + ["conclusion"],
+    out += md_table([c[1] for c in cols] + ["conclusion"],
                      [[cell(r, k, d, ci) for k, _, d, ci in cols] + [r.conclusion or ""] for r in summary.steps])
     ttft = [c for c in table_columns(summary) if c[0] in TTFT_COLS]
     if ttft:
         lead = [c for c in table_columns(summary) if c[0] in ("level", "arm")]
         out += ["", "## Where TTFT goes", "", TTFT_LEGEND, ""]
-        out += _md_table([c[1] for c in lead + ttft], [[cell(r, k, d, ci) for k, _, d, ci in lead + ttft]
+        out += md_table([c[1] for c in lead + ttft], [[cell(r, k, d, ci) for k, _, d, ci in lead + ttft]
                                                        for r in summary.steps])
         out += [f"- {n}" for n in summary.ttft_breakdown.notes]
     out += ["", "## Checklist", ""]

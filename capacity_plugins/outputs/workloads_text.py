@@ -1,4 +1,5 @@
-"""The words and the table of the report's "Workload classes" section (summary.md and report.html).
+"""The words and the table of the report's "Workload classes" section (summary.md and report.html), and
+the run facts' SLO lines with classes (each class judged by its own SLO).
 
 Each class: its weight and measured share, the SLO it is judged by (with the keys that set it),
 its capacity in the mix's requests/s and what limited it; then the rule that makes the mix's
@@ -7,12 +8,14 @@ capacity, and one table row per step and class.
 
 from __future__ import annotations
 
+import html
 from collections.abc import Callable
 
 from capacity_plugins.analysis.runfacts import LIMITS
 from capacity_plugins.contracts.planning import SLOConfig
 from capacity_plugins.contracts.summary import Capacity, ClassRow, Summary, Workloads
 from capacity_plugins.outputs.numbers import JUDGED_MARK, fmt_iv, fmt_level, fmt_num
+from capacity_plugins.outputs.sections import ReportSection, report_section
 
 
 def _g(v: float) -> str:
@@ -115,8 +118,30 @@ def table_rows(summary: Summary) -> list[tuple[bool, list[str]]]:
     return out
 
 
-def markdown(summary: Summary) -> list[str]:
-    out = ["", "## Workload classes", ""] + [f"- {line}" for line in workload_lines(summary)]
-    out += ["", "| " + " | ".join(HEADERS) + " |", "|" + "---|" * len(HEADERS)]
-    out += ["| " + " | ".join(cells) + " |" for _, cells in table_rows(summary)]
-    return out
+@report_section("workloads")
+class WorkloadsReport(ReportSection):
+    """Each class judged by its own SLO: the run facts say the classes' SLOs, not the top level's."""
+
+    def slo_lines(self, summary: Summary) -> list[str]:
+        return slo_lines(summary)
+
+    def attainment_lines(self, summary: Summary) -> list[str]:
+        return attainment_lines(summary)
+
+    def markdown(self, summary: Summary) -> list[str]:
+        out = ["", "## Workload classes", ""] + [f"- {line}" for line in workload_lines(summary)]
+        out += ["", "| " + " | ".join(HEADERS) + " |", "|" + "---|" * len(HEADERS)]
+        out += ["| " + " | ".join(cells) + " |" for _, cells in table_rows(summary)]
+        return out
+
+    def html(self, summary: Summary) -> str:
+        """The "Workload classes" section: each class's SLO and capacity, then a row per step and class."""
+        e = html.escape
+        lines = "".join(f"<li>{e(x)}</li>" for x in workload_lines(summary))
+        head = "".join(f"<th>{e(h)}</th>" for h in HEADERS)
+        body = "".join("<tr" + ("" if valid else ' class="invalid"') + ">"
+                       + "".join(f"<td>{e(c)}</td>" for c in cells) + "</tr>" for valid, cells in table_rows(summary))
+        return (f'<h2>Workload classes</h2><div id="workloads"><ul>{lines}</ul>'
+                f"<p>Each class judged by its own SLO, per step; struck-through rows have too few of the class's "
+                f"requests (load.min_requests) or an invalid step and decide nothing for it.</p>"
+                f"<table><tr>{head}</tr>{body}</table></div>")
