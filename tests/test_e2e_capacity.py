@@ -16,7 +16,7 @@ from helpers.processes import capacity
 from helpers.results import read_steps, results_dir
 from helpers.scenarios import write_scenario
 
-pytestmark = [pytest.mark.slow, pytest.mark.alone]
+pytestmark = [pytest.mark.slow, pytest.mark.measured]
 
 
 def test_sweep_knee_at_max_num_seqs_and_plan_follows_from_capacity(tmp_path):
