@@ -254,9 +254,15 @@ class LiveView:
                 return None
             self._answer_cache = (key, {
                 "answer": answer, "decision": summary.verdict.decision,
-                "report": "./llm/report.html" if (folder / "report.html").exists() else None,
+                # the analysis's knee and capacity: the tab's charts draw them in place of its provisional ones
+                "knee": summary.knee.value, "knee_unit": summary.knee.unit,
+                "capacity_rps": summary.capacity.per_node_rps,
                 "results_dir": str(folder), "pending": False})
-        return self._answer_cache[1]
+        cached = self._answer_cache[1]
+        if cached is None:
+            return None
+        # report.html is written after summary.json: asked at every call, not cached with it
+        return {**cached, "report": "./llm/report.html" if (folder / "report.html").exists() else None}
 
     # -- the LLM tab's own view (/llm/live) ---------------------------------------------------------------
 
@@ -325,10 +331,8 @@ class LiveView:
             except Exception:
                 log.debug("live_rows failed", exc_info=True)
         shape: Any = getattr(self.env, "shape_class", None)
-        current = getattr(shape, "current", None)
         plans = getattr(shape, "plans", None)
-        steps = self.steps.document(rows, running=getattr(current, "index", None),
-                                    phase=getattr(shape, "phase", None),
+        steps = self.steps.document(rows, phase=getattr(shape, "phase", None),
                                     planned=len(plans) if plans is not None else None, now_unix=now)
         latest = self.telemetry_latest()
         return {

@@ -128,13 +128,13 @@ class LiveSteps:
                 c[0] += 1
 
     # -- the document ---------------------------------------------------------------------------------
-    def document(self, rows: list[dict[str, Any]] | None = None, *, running: int | None = None,
-                 phase: str | None = None, planned: int | None = None,
+    def document(self, rows: list[dict[str, Any]] | None = None, *, phase: str | None = None,
+                 planned: int | None = None,
                  now_unix: float | None = None) -> dict[str, Any]:
         """`{steps, slo, knee, capacity}`; `rows`: the authority's live rows (validity), by index."""
         now = time.time() if now_unix is None else now_unix
         by_index = {int(r["index"]): r for r in rows or ()}
-        steps = [self._step_doc(i, by_index.get(i), running, phase, now) for i in sorted(self._steps)]
+        steps = [self._step_doc(i, by_index.get(i), phase, now) for i in sorted(self._steps)]
         finished = [s for s in steps if s["state"] == "finished"]
         return {
             "planned": planned,
@@ -151,8 +151,7 @@ class LiveSteps:
         limits = {k: getattr(slo, k) for k in LIMIT_NAMES if getattr(slo, k) is not None}
         return {**limits, "attainment": slo.attainment, "error_rate": slo.error_rate, "confidence": self.confidence}
 
-    def _step_doc(self, index: int, row: dict[str, Any] | None, running: int | None, phase: str | None,
-                  now: float) -> dict[str, Any]:
+    def _step_doc(self, index: int, row: dict[str, Any] | None, phase: str | None, now: float) -> dict[str, Any]:
         step = self._steps[index]
         t = self._tally[index]
         done = step.drain_end_unix is not None  # its drain ended (or the test stopped during it)
@@ -257,7 +256,8 @@ class LiveSteps:
         for s in pts[1:]:
             x, h = s["achieved_rps"], s["achieved_rps_half_width"] or 0.0
             bx, bh = best["achieved_rps"], best["achieved_rps_half_width"] or 0.0
-            if x - h > (1 + GAIN_MIN) * (bx + bh) or (bx <= 0 < x):
+            # analysis/intervals.py gain_class: the 10 % gain beyond the noise of both throughputs
+            if x - (1 + GAIN_MIN) * bx >= math.hypot(h, (1 + GAIN_MIN) * bh) or (bx <= 0 < x):
                 best, knee = s, None
             elif knee is None:
                 knee = best

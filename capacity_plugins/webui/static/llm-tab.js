@@ -154,8 +154,8 @@
     return Object.assign({
       animation: false,
       title: {text: title, left: 8, top: 4, textStyle: {fontSize: 13, fontWeight: 600, color}},
-      legend: {top: 4, right: 8, textStyle: {color, fontSize: 11}},
-      grid: {left: 56, right: 24, top: 40, bottom: 36},
+      legend: {top: 22, left: 8, textStyle: {color, fontSize: 11}},
+      grid: {left: 56, right: 24, top: 56, bottom: 36},
       tooltip: {trigger: "axis", confine: true},
       textStyle: {color},
     }, extra || {});
@@ -190,8 +190,9 @@
       out[0].markLine = {silent: true, symbol: "none", data: sloLines};
     }
     const opt = base(title, {
-      xAxis: {type: "value", name: unit === "rps" ? "offered req/s" : "users", nameLocation: "middle", nameGap: 24,
-        scale: true, splitLine: {show: false}},
+      // levels usually double (1, 2, 4, 8 …): a log-2 axis spaces them evenly
+      xAxis: Object.assign({name: unit === "rps" ? "offered req/s" : "users", nameLocation: "middle", nameGap: 24,
+        splitLine: {show: false}}, logAxis(doc) ? {type: "log", logBase: 2} : {type: "value", scale: true}),
       yAxis: {type: "value", scale: false, splitLine: {lineStyle: {opacity: 0.3}}},
       tooltip: {trigger: "item", confine: true, formatter: (p) => {
         const s = doc.steps.find((x) => x.index === (p.data && p.data.step));
@@ -202,6 +203,11 @@
       series: out,
     });
     chart(key).setOption(opt, {notMerge: true});
+  }
+
+  function logAxis(doc) {
+    const levels = doc.steps.map((s) => s.level);
+    return levels.length > 1 && levels.every((v) => v > 0) && Math.max(...levels) / Math.min(...levels) >= 4;
   }
 
   function bands(doc) {
@@ -234,13 +240,24 @@
     const att = slo.attainment != null ? `P${Math.round(slo.attainment * 100)}` : "p95";
     // throughput against the level, with the capacity so far and the knee once known
     const marks = [];
-    if (doc.capacity) {
+    const a = doc.answer && doc.answer.answer ? doc.answer : null;
+    if (a) { // the analysis has spoken: its knee and capacity, not the provisional ones
+      if (a.capacity_rps != null) {
+        marks.push({yAxis: a.capacity_rps, name: "capacity", lineStyle: {color: COLORS.cap, type: "solid", width: 2},
+          label: {formatter: `capacity ${fmt(a.capacity_rps, 1)} req/s per node (report)`, position: "insideEndTop",
+            color: COLORS.cap, fontWeight: 600}});
+      }
+      if (a.knee != null) {
+        marks.push({xAxis: a.knee, name: "knee", lineStyle: {color: COLORS.knee, type: "solid", width: 2},
+          label: {formatter: `knee ${a.knee} ${a.knee_unit} (report)`, color: COLORS.knee, fontWeight: 600}});
+      }
+    } else if (doc.capacity) {
       marks.push({yAxis: doc.capacity.rps, name: "capacity",
         lineStyle: {color: COLORS.cap, type: "dashed", width: 2},
         label: {formatter: `capacity so far ${fmt(doc.capacity.rps, 1)} req/s (provisional)`, position: "insideEndTop",
           color: COLORS.cap, fontWeight: 600}});
     }
-    if (doc.knee) {
+    if (!a && doc.knee) {
       marks.push({xAxis: doc.knee.level, name: "knee", lineStyle: {color: COLORS.knee, type: "dotted", width: 2},
         label: {formatter: `knee ≈ ${doc.knee.level} (provisional)`, color: COLORS.knee, fontWeight: 600}});
     }
