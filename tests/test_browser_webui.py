@@ -22,8 +22,9 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networki
 
 def _cells(page, row_name: str) -> dict[str, str]:
     """The LLM tab's row `row_name` as {column title: cell text}."""
-    heads = [h.inner_text().replace("\n", " ").strip() for h in page.locator("table thead th").all()]
-    for row in page.locator("table tbody tr").all():
+    # the stock table: the tab's own tables (steps, swarm) above it carry the class cap-table
+    heads = [h.inner_text().replace("\n", " ").strip() for h in page.locator("table:not(.cap-table) thead th").all()]
+    for row in page.locator("table:not(.cap-table) tbody tr").all():
         cells = [c.inner_text().strip() for c in row.locator("td").all()]
         if cells and cells[0] == row_name:
             return dict(zip(heads, cells, strict=False))

@@ -457,6 +457,7 @@
     drawCharts(doc);
     for (const c of Object.values(state.charts)) c.resize();
     state.drawn = (state.drawn || 0) + 1;
+    state.drawnDoc = doc; // what the charts and tables on screen show (tests compare them)
   }
 
   function tick() {
