@@ -58,6 +58,9 @@ UI_ANALYSIS_DELAY_S = 2.5
 # The live view's rows: a step drained this long ago has had its last records (batches ≤ 1 s
 # apart); its row is kept rather than recomputed at every refresh.
 LIVE_ROW_FINAL_S = 5.0
+# A running step's row reads every CPU and loop-lag sample of the run (StepAccounting.row): for the
+# live view it is recomputed at most this often, however many browsers poll.
+LIVE_ROW_REFRESH_S = 5.0
 # The live view's swarm health: a generator whose last Watch is older than this is late.
 LATE_AFTER_S = 2.5
 # ... and the event-loop lag shown is over this many recent seconds.
@@ -102,6 +105,7 @@ class StepAuthority:
         self.shape: RehearsalShape | None = None
         self._progress: Any = None
         self._live_rows: dict[tuple[int, float], dict[str, Any]] = {}  # finished steps' rows, for the live view
+        self._live_recent: dict[tuple[int, float], tuple[float, dict[str, Any]]] = {}  # (when, row) of the others
 
     def _new_accounting(self) -> StepAccounting:
         return StepAccounting(self.timeline, ClientLimits.from_load(self.scenario.load),
@@ -379,6 +383,7 @@ class StepAuthority:
         self.next_steps = self.scenario.load.next_steps(self.scenario)
         self.accounting = self._new_accounting()
         self._live_rows.clear()
+        self._live_recent.clear()
         if used:
             self.results.switch()
         self.meta.complete = False
@@ -430,12 +435,18 @@ class StepAuthority:
         for step in list(self.timeline.steps):
             key = (step.index, step.start_unix)
             row = self._live_rows.get(key)
+            fresh = self._live_recent.get(key)
+            if row is None and fresh is not None and now - fresh[0] < LIVE_ROW_REFRESH_S:
+                row = fresh[1]
             if row is None:
                 row = self.accounting.row(step)
                 row["measured"] = self.accounting.measured(step.index)
                 row["min_requests"] = self.plans[step.index].min_requests if step.index < len(self.plans) else 0
                 if step.drain_end_unix is not None and now - step.drain_end_unix > LIVE_ROW_FINAL_S:
                     self._live_rows[key] = row
+                    self._live_recent.pop(key, None)
+                else:
+                    self._live_recent[key] = (now, row)
             out.append(row)
         return out
 
