@@ -399,7 +399,7 @@ class LiveView:
         if answer is not None:
             # First (the tab sorts by name: "ANSWER" before "Aggregated"): the analysed test's plain answer.
             if answer["pending"]:
-                text = "ANSWER: the test ended and is being analysed — reload this page in a few seconds"
+                text = "ANSWER: the test ended and is being analysed — the answer appears above this table in a few seconds"
             else:
                 report = " — report: Download Data → Analysis report (./llm/report.html)" if answer["report"] else ""
                 text = f"ANSWER: {answer['answer']}{report}"
