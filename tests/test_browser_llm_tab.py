@@ -49,6 +49,7 @@ DRAWN_JS = """() => {
     runningRows: rows('table[data-table="steps"] tbody tr[data-state="running"]'),
     answer: (document.querySelector('[data-answer="final"]') || {}).textContent || null,
     report: (document.querySelector('a[data-link="report"]') || {}).href || null,
+    reportText: (document.querySelector('a[data-link="report"]') || {}).textContent || null,
     swarm: Array.from(document.querySelectorAll('table[data-table="swarm"] tbody tr')).map((tr) => [tr.dataset.process, tr.dataset.health]),
     simulated: document.querySelectorAll('#capacity-llm [data-simulated="true"]').length,
   };
@@ -127,7 +128,7 @@ def test_llm_tab_watches_a_distributed_sweep_under_a_base_path(simulator, locust
 
                 def final():
                     drawn = page.evaluate(DRAWN_JS)
-                    return drawn if drawn and drawn["answer"] and "report" in (drawn["report"] or "") else None
+                    return drawn if drawn and drawn["answer"] and drawn["reportText"] == "Open the analysis report" else None
 
                 drawn = wait_until(final, 20, "the answer in the tab", master, interval=0.5)
                 assert check_drawn(drawn) == len(LEVELS) and not drawn["runningRows"]
