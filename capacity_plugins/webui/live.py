@@ -319,6 +319,14 @@ class LiveView:
         return {"mode": info["mode"], "connected": info["count"], "lost": info.get("lost", []),
                 "late": counts["late"], "silent": counts["silent"], "processes": processes}
 
+    def notes(self) -> list[str]:
+        """What the tab's provisional numbers do not cover, said where they are shown."""
+        sc = self.scenario
+        if sc is not None and getattr(sc, "workload_classes", ()):
+            return ["workload classes: the tab judges every request by the scenario's slo; the report judges "
+                    "each class by its own SLO and the mix by the first class to miss"]
+        return []
+
     def live(self, now_unix: float | None = None) -> dict[str, Any]:
         """The /llm/live document the tab's script draws: per-step numbers, the answer forming,
         the over-time series, telemetry (marked simulated), swarm health, the answer at the end."""
@@ -343,6 +351,7 @@ class LiveView:
             "step": self.step(),
             **steps,
             "simulated": self.simulated,
+            "notes": self.notes(),
             "telemetry": {**telemetry_summary(latest), "simulated": self.simulated},
             "telemetry_history": list(self.telemetry_history),
             "history": {"bucket_s": self.history.bucket_s, "points": self.history.points(now)},

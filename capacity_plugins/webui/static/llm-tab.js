@@ -339,6 +339,7 @@
     const invalid = finished.filter((s) => !s.valid);
     if (invalid.length) parts.push(` ${invalid.length} invalid step(s): ` + invalid.map((s) => `${stepName(s)}: ${s.invalid.map((i) => i.label).join(", ")}`).join("; ") + ".");
     box.append(h("div", {"data-answer": "provisional"}, ...parts));
+    for (const note of doc.notes || []) box.append(h("div", {class: "cap-muted"}, "Note: " + note));
   }
 
   function drawTelemetry(doc) {
