@@ -322,7 +322,7 @@ class LiveView:
     def notes(self) -> list[str]:
         """What the tab's provisional numbers do not cover, said where they are shown."""
         sc = self.scenario
-        if sc is not None and getattr(sc, "workload_classes", ()):
+        if sc is not None and getattr(sc, "workload_classes", None):
             return ["workload classes: the tab judges every request by the scenario's slo; the report judges "
                     "each class by its own SLO and the mix by the first class to miss"]
         return []
