@@ -159,3 +159,49 @@ def test_no_knee_while_throughput_still_rises_and_a_new_test_starts_afresh():
     live.step_started(step(0, 1, 3000.0, drained=False))  # the next test from the web UI
     doc = live.document(now_unix=3000.5)
     assert [s["index"] for s in doc["steps"]] == [0] and doc["steps"][0]["requests"] == 0
+
+
+def _bare_authority(now):
+    """A master's StepAuthority with only what live_rows / live_swarm read (no Locust, no scenario)."""
+    from capacity_plugins.rehearsal.authority import StepAuthority
+    from capacity_plugins.rehearsal.steps import StepAccounting, StepTimeline
+
+    a = StepAuthority.__new__(StepAuthority)
+    a.generator, a.master, a.master_watch = None, True, None
+    a.timeline = StepTimeline()
+    a.accounting = StepAccounting(a.timeline)
+    a.plans = [SimpleNamespace(min_requests=50)] * 3
+    a.watch_last = {}
+    a._live_rows, a._live_recent = {}, {}
+    return a
+
+
+def test_authority_swarm_health_late_silent_and_loop_lag():
+    now = 10_000.0
+    a = _bare_authority(now)
+    a.watch_last = {0: (now - 0.5, 3), 1: (now - 3.0, 1), 2: (now - 8.0, 0)}
+    for t in range(100):
+        a.accounting.add_loop_lag("worker-0", now - 5 + t * 0.05, 2.0 if t % 10 else 30.0)
+    a.accounting.add_loop_lag("worker-0", now - 60, 900.0)  # long ago: outside the last 10 s
+    a.accounting.add_master_lag(now - 1, 4.0)
+    got = {p["process"]: p for p in a.live_swarm(now)}
+    assert [got[f"worker-{w}"]["health"] for w in range(3)] == ["ok", "late", "silent"]
+    assert got["worker-0"]["in_flight"] == 3 and got["worker-0"]["loop_lag_max_ms"] == 30.0
+    assert got["worker-1"]["loop_lag_p99_ms"] is None and got["master"]["loop_lag_p99_ms"] == 4.0
+
+
+def test_authority_live_rows_keep_a_drained_step_and_refresh_a_running_one():
+    now = 10_000.0
+    a = _bare_authority(now)
+    done = step(0, 1, now - 40, length=20.0)  # drained at now - 19
+    running = step(1, 2, now - 15, length=20.0, drained=False)
+    a.timeline.upsert(done)
+    a.timeline.upsert(running)
+    rows = a.live_rows(now)
+    assert [r["index"] for r in rows] == [0, 1] and rows[0]["min_requests"] == 50
+    assert (0, done.start_unix) in a._live_rows and (1, running.start_unix) not in a._live_rows
+    a.accounting.note_membership(0, "late news")  # a kept row is final: not recomputed
+    a.accounting.note_membership(1, "worker 1 lost (no heartbeat)")
+    assert not a.live_rows(now + 1)[0]["membership_changed"]
+    assert not a.live_rows(now + 1)[1]["membership_changed"]  # recomputed at most every 5 s
+    assert a.live_rows(now + 6)[1]["membership_changed"]
