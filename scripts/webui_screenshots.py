@@ -10,7 +10,7 @@ scraped from the simulator), opens the LLM tab in headless Chromium, and writes:
 
 Needs chromium (scripts/ensure_system_deps.sh) and playwright (the dev extras). About 1.5 minutes.
 
-    .venv/bin/python scripts/webui_screenshots.py [--out docs/img] [--workers 2] [--base-path /locust]
+    .venv/bin/python scripts/webui_screenshots.py [--out docs/img] [--workers 2] [--base-path /locust] [--rate]
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def scenario(folder: Path, url: str) -> Path:
+def scenario(folder: Path, url: str, rate: bool = False) -> Path:
     data = {
         "name": "webui-screenshots",
         "target": {"url": url, "model": "sim-model"},
@@ -55,6 +55,8 @@ def scenario(folder: Path, url: str) -> Path:
         "load": {"kind": "concurrency_sweep", "levels": [1, 2, 4, 8, 16], "step_s": 6, "warmup_s": 1,
                  "min_requests": 30},
         "slo": {"ttft_p95_ms": 150, "tpot_p95_ms": 50},
+        **({"load": {"kind": "rate_sweep", "levels": [5, 10, 20, 40], "step_s": 6, "warmup_s": 1, "min_requests": 30,
+                     "max_concurrency": 64}} if rate else {}),
         "capacity": {"peak_qps": 60, "current_nodes": 2},
         "telemetry": {"scrape": [{"url": url + "/metrics", "kind": "simulator"}], "interval_s": 1},
         "output": str(folder / "results"),
@@ -89,6 +91,7 @@ def main() -> int:
     ap.add_argument("--out", default=str(ROOT / "docs" / "img"))
     ap.add_argument("--workers", type=int, default=0, help="master + N workers (0: one local process)")
     ap.add_argument("--base-path", default="", help="--web-base-path, e.g. /locust")
+    ap.add_argument("--rate", action="store_true", help="an open-loop rate sweep instead of the concurrency sweep")
     args = ap.parse_args()
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     if chromium is None:
@@ -99,7 +102,7 @@ def main() -> int:
     out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="webui-shots-") as tmp, SimulatorProcess(SimConfig(**SIMULATOR)) as sim:
         folder = Path(tmp)
-        sc = scenario(folder, sim.url)
+        sc = scenario(folder, sim.url, args.rate)
         port = free_port()
         locust = [sys.executable, "-m", "locust", "-f", str(ROOT / "locustfiles" / "llm.py")]
         cmd = [*locust, "--scenario", str(sc), "--web-host", "127.0.0.1", "--web-port", str(port),

@@ -261,9 +261,12 @@
       marks.push({xAxis: doc.knee.level, name: "knee", lineStyle: {color: COLORS.knee, type: "dotted", width: 2},
         label: {formatter: `knee ≈ ${doc.knee.level} (provisional)`, color: COLORS.knee, fontWeight: 600}});
     }
-    perStepChart("throughput", CHARTS[0][1], doc, [
-      {id: "achieved", name: "achieved req/s", color: COLORS.rps, value: (s) => s.achieved_rps},
-    ], marks);
+    const throughput = [{id: "achieved", name: "achieved req/s", color: COLORS.rps, value: (s) => s.achieved_rps, z: 1}];
+    if (doc.steps.length && doc.steps[0].unit === "rps") { // open loop: where achieved falls below offered
+      throughput.push({id: "offered", name: "offered req/s", color: COLORS.invalid, z: 0, noRunning: true,
+        value: (s) => (s.offered_rps != null ? s.offered_rps : s.target_rps)});
+    }
+    perStepChart("throughput", CHARTS[0][1], doc, throughput, marks);
     perStepChart("ttft", CHARTS[1][1], doc, [
       {id: "ttft_p50", name: "TTFT p50", color: COLORS.p50, value: (s) => s.ttft_ms_p50, z: 0},
       {id: "ttft_p95", name: "TTFT p95", color: COLORS.p95, value: (s) => s.ttft_ms_p95, z: 1, width: 3,
