@@ -10,7 +10,7 @@ scraped from the simulator), opens the LLM tab in headless Chromium, and writes:
 
 Needs chromium (scripts/ensure_system_deps.sh) and playwright (the dev extras). About 1.5 minutes.
 
-    .venv/bin/python scripts/webui_screenshots.py [--out docs/img] [--workers 2] [--base-path /locust] [--rate]
+    .venv/bin/python scripts/webui_screenshots.py [--out docs/img] [--workers 2] [--base-path /locust] [--rate] [--dark]
 """
 
 from __future__ import annotations
@@ -92,6 +92,7 @@ def main() -> int:
     ap.add_argument("--workers", type=int, default=0, help="master + N workers (0: one local process)")
     ap.add_argument("--base-path", default="", help="--web-base-path, e.g. /locust")
     ap.add_argument("--rate", action="store_true", help="an open-loop rate sweep instead of the concurrency sweep")
+    ap.add_argument("--dark", action="store_true", help="the browser prefers a dark colour scheme (Locust follows it)")
     args = ap.parse_args()
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     if chromium is None:
@@ -125,7 +126,8 @@ def main() -> int:
             wait("the web UI", lambda: get_json(f"{base}/llm/live"), 60, master)
             with sync_playwright() as pw:
                 browser = pw.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
-                page = browser.new_page(viewport={"width": 1500, "height": 1000})
+                page = browser.new_page(viewport={"width": 1500, "height": 1000},
+                                        color_scheme="dark" if args.dark else "light")
                 errors: list[str] = []
                 page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
                 page.goto(base + "/")
