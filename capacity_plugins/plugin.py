@@ -236,7 +236,7 @@ def register(environment: Environment) -> None:
         from capacity_plugins import webui
 
         try:
-            webui.register(environment, client, results, role, run.membership)
+            webui.register(environment, client, results, role, run.membership, scenario)
         except OSError as e:
             opts = environment.parsed_options
             where = f"{getattr(opts, 'exporter_port', '')} on {getattr(opts, 'exporter_host', '')}"

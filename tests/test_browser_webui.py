@@ -22,8 +22,9 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networki
 
 def _cells(page, row_name: str) -> dict[str, str]:
     """The LLM tab's row `row_name` as {column title: cell text}."""
-    heads = [h.inner_text().replace("\n", " ").strip() for h in page.locator("table thead th").all()]
-    for row in page.locator("table tbody tr").all():
+    # the stock table: the tab's own tables (steps, swarm) above it carry the class cap-table
+    heads = [h.inner_text().replace("\n", " ").strip() for h in page.locator("table:not(.cap-table) thead th").all()]
+    for row in page.locator("table:not(.cap-table) tbody tr").all():
         cells = [c.inner_text().strip() for c in row.locator("td").all()]
         if cells and cells[0] == row_name:
             return dict(zip(heads, cells, strict=False))
@@ -47,6 +48,9 @@ def test_llm_tab_in_a_real_browser(simulator, locust_procs, tmp_path):
         browser = pw.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
         try:
             page = browser.new_page(viewport={"width": 1700, "height": 750})
+            errors: list[str] = []
+            page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+            page.on("pageerror", lambda e: errors.append(str(e)))
             page.goto(base + "/")
             # the start form (tabs, ours included, only exist once a test runs)
             page.locator('input[name="userCount"]').fill("3")
@@ -72,7 +76,11 @@ def test_llm_tab_in_a_real_browser(simulator, locust_procs, tmp_path):
             agg = next(r for r in get_json(f"{base}/llm/stats")["rows"] if r["name"] == "openai-chat")
             assert agg["requests"] >= int(later["# Requests"])
             assert agg["failures"] == 0, agg  # a form-started test sends valid requests
+            # a plain run (no scenario): the tab's own parts draw the over-time charts, no step table
+            page.wait_for_selector('#capacity-llm [data-chart="rate"] canvas', timeout=15_000)
+            assert "No scenario" in page.locator('#capacity-llm [data-part="steps"]').inner_text()
             page.screenshot(path=str(ARTIFACTS / "webui_llm_tab.png"), full_page=True)
+            assert errors == [], errors
 
             page.get_by_role("tab", name="Download Data").click()
             links = {a.inner_text(): a.get_attribute("href") for a in page.locator("a").all()}

@@ -127,6 +127,57 @@ def test_web_base_path(tmp_path):
     assert client.get("/metrics").status_code == 200
 
 
+def test_index_page_loads_the_tab_script_relative_to_the_base_path(tmp_path):
+    # The script and the bundled ECharts are served by the plugin, relative to the page: they work
+    # under --web-base-path and behind a proxy that adds its own prefix (no CDN, no absolute path).
+    env, llm, live, client = make_env(tmp_path, base="/base")
+    page = client.get("/base/")
+    assert page.status_code == 200
+    html = page.get_data(as_text=True)
+    assert html.count('<script src="./llm/static/llm-tab.js" defer></script>') == 1
+    assert html.index("llm-tab.js") > html.index("window.templateArgs")  # after Locust's own page data
+    js = client.get("/base/llm/static/llm-tab.js")
+    assert js.status_code == 200 and js.mimetype == "application/javascript"
+    text = js.get_data(as_text=True)
+    assert '"llm/live"' in text and '"llm/static/echarts.min.js"' in text and "https://" not in text
+    lib = client.get("/base/llm/static/echarts.min.js")
+    assert lib.status_code == 200 and len(lib.data) > 500_000 and b"Apache" in lib.data[:1000]
+    assert client.get("/base/llm/static/../routes.py").status_code == 404
+    assert client.get("/base/llm/static/charts.html").status_code == 404  # only the listed files
+    assert client.get("/base/llm/live").get_json()["steps"] == []
+
+
+def test_live_document_has_steps_swarm_and_simulated_telemetry(tmp_path):
+    env, llm, live, client = make_env(tmp_path)
+    now = time.time()
+    s = Step(index=0, kind="concurrency", level=2, start_unix=now - 20, warmup_end_unix=now - 19, end_unix=now - 9,
+             drain_end_unix=now - 8)
+    env.capacity_events.step_started.fire(step=s)
+    row = {"index": 0, "client_limited": True, "client_limited_reason": "generator CPU stayed above 90 % (local)",
+           "min_requests": 10}
+    env.capacity_steps = SimpleNamespace(
+        live_rows=lambda now: [row],
+        live_swarm=lambda now: [{"process": "local", "worker": None, "age_s": 0.0, "health": "ok", "in_flight": 2,
+                                 "loop_lag_p99_ms": 3.0, "loop_lag_max_ms": 5.0}])
+    env.shape_class = SimpleNamespace(phase="done", plans=[None] * 3, current=s)
+    live.simulated = True
+    doc = client.get("/llm/live").get_json()
+    (step,) = doc["steps"]
+    assert step["state"] == "finished" and step["level"] == 2 and doc["planned"] == 3
+    assert not step["valid"] and step["invalid"][0]["label"] == "client-limited"
+    assert "generator CPU" in step["invalid"][0]["reason"]
+    assert doc["telemetry"]["simulated"] is True and doc["simulated"] is True
+    (proc,) = doc["swarm"]["processes"]
+    assert proc["process"] == "local" and proc["loop_lag_p99_ms"] == 3.0 and doc["swarm"]["mode"] == "local"
+    assert set(doc) >= {"knee", "capacity", "slo", "history", "telemetry_history", "answer", "step"}
+    # every telemetry value in the stock table says it is simulated too
+    env.capacity_telemetry = SimpleNamespace(latest=lambda: {
+        "sim": {"0": {"gpu_util_pct": {"value": 50.0}, "kv_cache_usage": {"value": 0.5}}}})
+    record(llm.stats, 10.0)
+    chat = next(r for r in live.table_rows() if r["name"] == "chat")
+    assert chat["gpu_util"] == "50% (simulated)" and chat["kv_cache"] == "50.0% (simulated)"
+
+
 def test_web_login_protects_llm_routes_but_not_metrics(tmp_path):
     from flask_login import UserMixin, login_user
 
@@ -146,7 +197,8 @@ def test_web_login_protects_llm_routes_but_not_metrics(tmp_path):
         return "ok"
 
     record(llm.stats, 15.0)
-    for route in ("/llm/stats", "/llm/stats.csv", "/llm/requests.jsonl", "/llm/charts", "/llm/history"):
+    for route in ("/llm/stats", "/llm/stats.csv", "/llm/requests.jsonl", "/llm/charts", "/llm/history", "/llm/live",
+                  "/llm/static/llm-tab.js"):
         r = client.get(route)
         assert r.status_code == 302 and "/login" in r.headers["Location"], route
     m = client.get("/metrics")

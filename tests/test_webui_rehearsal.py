@@ -48,7 +48,11 @@ def test_rehearsal_step_and_telemetry_live(simulator, locust_procs, tmp_path):
     tab = llm_tab(get_json(f"{base}/stats/requests"))
     row = next(r for r in tab if r["name"] == "Aggregated")
     assert re.fullmatch(r"[12]/2 [24] users \((run|drain|settle)\)", row["step"]), row["step"]
-    assert row["gpu_util"].endswith("%") and row["kv_cache"].endswith("%") and row["queue"] != ""
+    # scraped from the simulator (kind: simulator): every telemetry value says it is simulated
+    assert row["gpu_util"].endswith("% (simulated)") and row["kv_cache"].endswith("% (simulated)")
+    assert row["queue"].endswith(" (simulated)")
+    live = get_json(f"{base}/llm/live")
+    assert live["simulated"] is True and live["telemetry"]["simulated"] is True
 
     status, body, _ = http_get(f"{base}/metrics")
     text = body.decode()

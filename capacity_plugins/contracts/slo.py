@@ -60,16 +60,25 @@ def judge_step(views: Mapping[str, Iterable[float | None]], requests: int, error
     """(judgement, the limit that failed or was uncertain) of one step; `views` maps each record
     metric (`ttft_ms`, `tpot_ms`, `e2e_ms`) to its successful requests' values, already as the SLO
     judges them (open loop: from the scheduled time; TPOT null → 0)."""
+    counts = {metric: within(views.get(metric, ()), getattr(slo, field))
+              for metric, field in LIMITS if getattr(slo, field) is not None}
+    return judge_counts(counts, requests, errors, slo, confidence)
+
+
+def judge_counts(counts: Mapping[str, tuple[int, int]], requests: int, errors: int, slo: SLOConfig,
+                 confidence: float) -> tuple[Judgement, str | None]:
+    """`judge_step` from counts already made: `counts` maps each record metric of LIMITS to
+    (values at or under its limit, values) — what the live view keeps per step instead of the
+    values themselves."""
     if requests - errors <= 0:
         return "fail", "no successful request"
     if errors / requests > slo.error_rate:
         return "fail", "error_rate"
     worst: tuple[Judgement, str | None] = ("pass", None)
     for metric, field in LIMITS:
-        limit = getattr(slo, field)
-        if limit is None:
+        if getattr(slo, field) is None:
             continue
-        k, n = within(views.get(metric, ()), limit)
+        k, n = counts.get(metric, (0, 0))
         j = share_judgement(k, n, slo.attainment, confidence)
         if j == "fail":
             return "fail", field

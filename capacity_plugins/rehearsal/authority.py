@@ -55,6 +55,16 @@ PROGRESS_INTERVAL_S = 5.0
 SILENT_AFTER_S = 5.0
 # The web UI analyses each test when it stops, after the workers' last record batches (≤ 1 s apart).
 UI_ANALYSIS_DELAY_S = 2.5
+# The live view's rows: a step drained this long ago has had its last records (batches ≤ 1 s
+# apart); its row is kept rather than recomputed at every refresh.
+LIVE_ROW_FINAL_S = 5.0
+# A running step's row reads every CPU and loop-lag sample of the run (StepAccounting.row): for the
+# live view it is recomputed at most this often, however many browsers poll.
+LIVE_ROW_REFRESH_S = 5.0
+# The live view's swarm health: a generator whose last Watch is older than this is late.
+LATE_AFTER_S = 2.5
+# ... and the event-loop lag shown is over this many recent seconds.
+LIVE_LAG_WINDOW_S = 10.0
 
 
 class _QuietHighSpawnRate(logging.Filter):
@@ -94,6 +104,8 @@ class StepAuthority:
         self.meta = Meta()
         self.shape: RehearsalShape | None = None
         self._progress: Any = None
+        self._live_rows: dict[tuple[int, float], dict[str, Any]] = {}  # finished steps' rows, for the live view
+        self._live_recent: dict[tuple[int, float], tuple[float, dict[str, Any]]] = {}  # (when, row) of the others
 
     def _new_accounting(self) -> StepAccounting:
         return StepAccounting(self.timeline, ClientLimits.from_load(self.scenario.load),
@@ -167,6 +179,7 @@ class StepAuthority:
         )
         self.shape.runner = self.runner
         env.shape_class = self.shape
+        env.capacity_steps = self  # type: ignore[attr-defined]  # the live view reads live_rows / live_swarm
         # Drains stop every user at once on purpose (see shapes._drain_tuple); Locust's warning
         # about spawn rates > 100 would print at every step and hide the progress lines.
         logging.getLogger("locust.runners").addFilter(_QuietHighSpawnRate())
@@ -369,6 +382,8 @@ class StepAuthority:
         self.timeline.finished = False
         self.next_steps = self.scenario.load.next_steps(self.scenario)
         self.accounting = self._new_accounting()
+        self._live_rows.clear()
+        self._live_recent.clear()
         if used:
             self.results.switch()
         self.meta.complete = False
@@ -407,6 +422,62 @@ class StepAuthority:
                 )
         finally:
             self._progress = None
+
+    # -- the live view (webui/ reads these through environment.capacity_steps) ---------------------------------
+    def live_rows(self, now_unix: float | None = None) -> list[dict[str, Any]]:
+        """steps.json's rows so far, the running step's as measured so far, each with `measured`
+        (requests measured in its window) and `min_requests` (its load.min_requests): the same
+        validity the authority writes, for the live view. A step drained `LIVE_ROW_FINAL_S` ago is
+        kept, not recomputed at every refresh (its records have all arrived)."""
+        now = time.time() if now_unix is None else now_unix
+        self._collect_local()
+        out = []
+        for step in list(self.timeline.steps):
+            key = (step.index, step.start_unix)
+            row = self._live_rows.get(key)
+            fresh = self._live_recent.get(key)
+            if row is None and fresh is not None and now - fresh[0] < LIVE_ROW_REFRESH_S:
+                row = fresh[1]
+            if row is None:
+                row = self.accounting.row(step)
+                row["measured"] = self.accounting.measured(step.index)
+                row["min_requests"] = self.plans[step.index].min_requests if step.index < len(self.plans) else 0
+                if step.drain_end_unix is not None and now - step.drain_end_unix > LIVE_ROW_FINAL_S:
+                    self._live_rows[key] = row
+                    self._live_recent.pop(key, None)
+                else:
+                    self._live_recent[key] = (now, row)
+            out.append(row)
+        return out
+
+    def live_swarm(self, now_unix: float | None = None) -> list[dict[str, Any]]:
+        """Each generator process as the authority hears it: when it last reported (a worker's
+        Watch, ≥ 1 Hz), late (no report for LATE_AFTER_S) or silent (SILENT_AFTER_S: a step it ran
+        in is invalid), requests in flight, and its event-loop lag over the last LIVE_LAG_WINDOW_S.
+        The master's own loop is listed too (it sends nothing, but a late master delays steps)."""
+        now = time.time() if now_unix is None else now_unix
+        self._collect_local()
+        since = now - LIVE_LAG_WINDOW_S
+
+        def lag(samples: list[tuple[float, float]]) -> tuple[float | None, float | None]:
+            return StepAccounting.lag_in(samples[-int(LIVE_LAG_WINDOW_S * 40):], since, now)
+
+        out: list[dict[str, Any]] = []
+        if self.generator is not None:
+            p99, top = lag(self.accounting.loop_lag.get("local", []))
+            out.append({"process": "local", "worker": None, "age_s": 0.0, "health": "ok",
+                        "in_flight": self.generator.in_flight(), "loop_lag_p99_ms": p99, "loop_lag_max_ms": top})
+        for w, (unix, in_flight) in sorted(self.watch_last.items()):
+            age = max(0.0, now - unix)
+            health = "silent" if age > SILENT_AFTER_S else "late" if age > LATE_AFTER_S else "ok"
+            p99, top = lag(self.accounting.loop_lag.get(f"worker-{w}", []))
+            out.append({"process": f"worker-{w}", "worker": w, "age_s": age, "health": health,
+                        "in_flight": in_flight, "loop_lag_p99_ms": p99, "loop_lag_max_ms": top})
+        if self.master:
+            p99, top = StepAccounting.lag_in(self.accounting.master_lag[-int(LIVE_LAG_WINDOW_S * 40):], since, now)
+            out.append({"process": "master", "worker": None, "age_s": 0.0, "health": "ok", "in_flight": None,
+                        "loop_lag_p99_ms": p99, "loop_lag_max_ms": top})
+        return out
 
     # -- outputs ---------------------------------------------------------------------------------------------
     def write_steps(self) -> None:

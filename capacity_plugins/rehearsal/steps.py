@@ -292,7 +292,7 @@ class StepAccounting:
         return top, bound
 
     @staticmethod
-    def _lag_in(samples: list[tuple[float, float]], w0: float, w1: float) -> tuple[float | None, float | None]:
+    def lag_in(samples: list[tuple[float, float]], w0: float, w1: float) -> tuple[float | None, float | None]:
         vals = [v for (u, v) in samples if w0 <= u <= w1]
         return (quantile(vals, 0.99), max(vals)) if vals else (None, None)
 
@@ -300,7 +300,7 @@ class StepAccounting:
         """(p99, max) of the event-loop lag of the worst process in the window, and that process."""
         worst: tuple[float | None, float | None, str | None] = (None, None, None)
         for proc, samples in self.loop_lag.items():
-            p99, top = self._lag_in(samples, w0, w1)
+            p99, top = self.lag_in(samples, w0, w1)
             if p99 is not None and (worst[0] is None or p99 > worst[0]):
                 worst = (p99, top, proc)
         return worst
@@ -331,7 +331,7 @@ class StepAccounting:
         lag_p99 = quantile(t.lag_ms, 0.99)
         cpu_max, cpu_bound = self._cpu_in(w0, w1)
         loop_p99, loop_max, loop_proc = self._loop_lag_in(w0, w1)
-        master_p99, _ = self._lag_in(self.master_lag, w0, w1)
+        master_p99, _ = self.lag_in(self.master_lag, w0, w1)
         cap_hits = self._summed(step.index, "cap_hits")
         backlog_share, reads, backlog_proc = self._worst_backlog(step.index)
         reasons: list[str] = []

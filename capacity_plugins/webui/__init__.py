@@ -39,7 +39,7 @@ def add_arguments(parser: Any) -> None:
 
 
 def register(environment: Environment, client: LLMClient, results: Any, role: str,
-             membership: SwarmMembership | None = None) -> LiveView:
+             membership: SwarmMembership | None = None, scenario: Any = None) -> LiveView:
     """Build the live view for this (local or master) process and expose it. Returns the LiveView.
     `results` is the process's results folder (rehearsal/results.py `ResultsFolder`: its `path`).
 
@@ -50,7 +50,7 @@ def register(environment: Environment, client: LLMClient, results: Any, role: st
     from capacity_plugins.webui.routes import base_path, mount
 
     live = LiveView(environment, stats=client.stats, records=client.records, results=results, role=role,
-                    membership=membership)
+                    membership=membership, scenario=scenario)
     environment.capacity_live = live  # type: ignore[attr-defined]
     registry = build_registry(
         llm_stats=lambda: client.stats,

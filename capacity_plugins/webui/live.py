@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -29,10 +30,14 @@ from capacity_plugins.errors import UserError
 from capacity_plugins.sinks.stats import LLMStats
 from capacity_plugins.swarm.membership import SwarmMembership
 from capacity_plugins.webui.history import History
+from capacity_plugins.webui.steps import LiveSteps
 
 log = logging.getLogger(__name__)
 
 WATCH_INTERVAL_S = 1.0
+# The tab's telemetry charts: the latest readings sampled this often while a test runs, an hour kept.
+TELEMETRY_SAMPLE_S = 2.0
+TELEMETRY_KEEP = 1800
 
 
 # -- telemetry ------------------------------------------------------------------------------------
@@ -87,7 +92,7 @@ class LiveView:
     """Everything the tab, /llm/stats, the downloads and /metrics read (local or master)."""
 
     def __init__(self, environment: Any, *, stats: LLMStats, records: Any, results: Any, role: str,
-                 membership: SwarmMembership | None = None) -> None:
+                 membership: SwarmMembership | None = None, scenario: Any = None) -> None:
         self.env = environment
         self.stats = stats
         self.records = records  # the RecordsSink (its file and count), None without a runner
@@ -98,17 +103,50 @@ class LiveView:
         self.registry: Any = None  # the Prometheus registry /metrics serves (set by webui.attach)
         self.exporter: Any = None  # the --exporter-port server, when asked for
         self._answer_cache: tuple[Any, dict[str, Any] | None] = (None, None)
+        self.scenario = scenario  # the run's Scenario (SLO, telemetry targets), None for a plain run
+        slo = scenario.slo if scenario is not None else None
+        self.steps = LiveSteps(slo, scenario.verdict.confidence if scenario is not None else 0.95,
+                               bool(scenario is not None and scenario.open_loop))
+        self.simulated = simulated_target(scenario)
+        self.telemetry_history: deque[dict[str, Any]] = deque(maxlen=TELEMETRY_KEEP)
+        self._sampler: Any = None
 
     @property
     def results_dir(self) -> Path:
         return Path(self.results.path)
 
     def attach(self) -> None:
-        self.env.capacity_events.record.add_listener(lambda record, **_: self.history.add(record))
+        events = self.env.capacity_events
+        events.record.add_listener(lambda record, **_: self.history.add(record))
+        events.record.add_listener(self.steps.add)
+        events.step_started.add_listener(self.steps.step_started)
         self.env.events.reset_stats.add_listener(self._on_reset)
+        self.env.events.test_start.add_listener(self._on_test_start)
 
     def _on_reset(self, **_: Any) -> None:
         self.history.reset()
+
+    def _on_test_start(self, **_: Any) -> None:
+        # a new test (another one from the web UI): its own readings (its steps reset themselves
+        # when step 0 starts again: the shape may start it before test_start fires)
+        self.telemetry_history.clear()
+        if self._sampler is None:
+            import gevent
+
+            self._sampler = gevent.spawn(self._sample_telemetry)
+
+    def _sample_telemetry(self) -> None:
+        import gevent
+
+        while True:
+            try:
+                if getattr(self.env.runner, "state", None) in ("spawning", "running", "stopping"):
+                    tel = telemetry_summary(self.telemetry_latest())
+                    if any(v is not None for v in tel.values()):
+                        self.telemetry_history.append({"unix": time.time(), **tel})
+            except Exception:  # the tab's charts must never stop the sampler
+                log.debug("telemetry sample failed", exc_info=True)
+            gevent.sleep(TELEMETRY_SAMPLE_S)
 
     # -- readings ---------------------------------------------------------------------------------
 
@@ -216,9 +254,110 @@ class LiveView:
                 return None
             self._answer_cache = (key, {
                 "answer": answer, "decision": summary.verdict.decision,
-                "report": "./llm/report.html" if (folder / "report.html").exists() else None,
+                # the analysis's knee and capacity: the tab's charts draw them in place of its provisional ones
+                "knee": summary.knee.value, "knee_unit": summary.knee.unit,
+                "capacity_rps": summary.capacity.per_node_rps,
                 "results_dir": str(folder), "pending": False})
-        return self._answer_cache[1]
+        cached = self._answer_cache[1]
+        if cached is None:
+            return None
+        # report.html is written after summary.json: asked at every call, not cached with it
+        return {**cached, "report": "./llm/report.html" if (folder / "report.html").exists() else None}
+
+    # -- the LLM tab's own view (/llm/live) ---------------------------------------------------------------
+
+    def authority(self) -> Any | None:
+        """The rehearsal's step authority (rehearsal/authority.py, `environment.capacity_steps`), or None."""
+        found = getattr(self.env, "capacity_steps", None)
+        return found if found is not None and hasattr(found, "live_rows") else None
+
+    def swarm_health(self, now_unix: float | None = None) -> dict[str, Any]:
+        """Workers connected, lost, late or silent; each generator's loop lag and records produced
+        (what it said it made) vs received (what reached requests.jsonl here)."""
+        now = time.time() if now_unix is None else now_unix
+        info = self.worker_info()
+        authority = self.authority()
+        processes: list[dict[str, Any]] = []
+        if authority is not None:
+            try:
+                processes = authority.live_swarm(now)
+            except Exception:
+                log.debug("live_swarm failed", exc_info=True)
+        accounting: dict[str, Any] = {}
+        sink = self.records
+        if sink is not None and hasattr(sink, "accounting"):
+            try:
+                accounting = sink.accounting()
+            except Exception:
+                log.debug("records accounting failed", exc_info=True)
+        by_worker = accounting.get("by_worker") or {}
+        connected = {w["worker"]: w for w in info.get("connected", [])}
+        lost = {w["worker"] for w in info.get("lost", [])}
+        for p in processes:
+            w = p.get("worker")
+            if w is not None:
+                got = by_worker.get(w) or by_worker.get(str(w)) or {}
+                p["produced"] = got.get("produced_reported")
+                p["received"] = got.get("received")
+                c = connected.get(w)
+                p["users"] = c.get("users") if c else None
+                p["cpu_pct"] = c.get("cpu_pct") if c else None
+                if w in lost:
+                    p["health"] = "lost"
+            elif p["process"] == "local":
+                p["produced"] = accounting.get("produced")
+                p["received"] = accounting.get("written")
+        known = {p.get("worker") for p in processes}
+        for w, c in connected.items():  # connected but no Watch yet (between tests, or no scenario)
+            if w not in known:
+                got = by_worker.get(w) or by_worker.get(str(w)) or {}
+                processes.append({"process": f"worker-{w}", "worker": w, "health": "connected", "age_s": None,
+                                  "in_flight": None, "loop_lag_p99_ms": None, "loop_lag_max_ms": None,
+                                  "users": c.get("users"), "cpu_pct": c.get("cpu_pct"),
+                                  "produced": got.get("produced_reported"), "received": got.get("received")})
+        counts = {h: sum(1 for p in processes if p.get("health") == h) for h in ("late", "silent")}
+        return {"mode": info["mode"], "connected": info["count"], "lost": info.get("lost", []),
+                "late": counts["late"], "silent": counts["silent"], "processes": processes}
+
+    def notes(self) -> list[str]:
+        """What the tab's provisional numbers do not cover, said where they are shown."""
+        sc = self.scenario
+        if sc is not None and getattr(sc, "workload_classes", None):
+            return ["workload classes: the tab judges every request by the scenario's slo; the report judges "
+                    "each class by its own SLO and the mix by the first class to miss"]
+        return []
+
+    def live(self, now_unix: float | None = None) -> dict[str, Any]:
+        """The /llm/live document the tab's script draws: per-step numbers, the answer forming,
+        the over-time series, telemetry (marked simulated), swarm health, the answer at the end."""
+        now = time.time() if now_unix is None else now_unix
+        authority = self.authority()
+        rows: list[dict[str, Any]] = []
+        if authority is not None:
+            try:
+                rows = authority.live_rows(now)
+            except Exception:
+                log.debug("live_rows failed", exc_info=True)
+        shape: Any = getattr(self.env, "shape_class", None)
+        plans = getattr(shape, "plans", None)
+        steps = self.steps.document(rows, phase=getattr(shape, "phase", None),
+                                    planned=len(plans) if plans is not None else None, now_unix=now)
+        latest = self.telemetry_latest()
+        return {
+            "unix": now,
+            "state": getattr(self.env.runner, "state", None),
+            "role": self.role,
+            "user_count": getattr(self.env.runner, "user_count", None),
+            "step": self.step(),
+            **steps,
+            "simulated": self.simulated,
+            "notes": self.notes(),
+            "telemetry": {**telemetry_summary(latest), "simulated": self.simulated},
+            "telemetry_history": list(self.telemetry_history),
+            "history": {"bucket_s": self.history.bucket_s, "points": self.history.points(now)},
+            "swarm": self.swarm_health(now),
+            "answer": self.answer(),
+        }
 
     # -- the tab ------------------------------------------------------------------------------------
 
@@ -230,12 +369,13 @@ class LiveView:
         step_s = ""
         if step is not None:
             step_s = f"{step['index'] + 1}/{step['of']} {step['level']:g} {step['unit']} ({step['phase']})"
+        sim = " (simulated)" if self.simulated else ""
         common = {
             "step": step_s,
-            "gpu_util": _num(tel["gpu_util_pct"], 0, "%"),
-            "vram": _gib(tel["vram_used_bytes"], tel["vram_total_bytes"]),
-            "queue": _num(tel["server_waiting"], 0),
-            "kv_cache": _num(None if tel["kv_cache_usage"] is None else 100 * tel["kv_cache_usage"], 1, "%"),
+            "gpu_util": _mark(_num(tel["gpu_util_pct"], 0, "%"), sim),
+            "vram": _mark(_gib(tel["vram_used_bytes"], tel["vram_total_bytes"]), sim),
+            "queue": _mark(_num(tel["server_waiting"], 0), sim),
+            "kv_cache": _mark(_num(None if tel["kv_cache_usage"] is None else 100 * tel["kv_cache_usage"], 1, "%"), sim),
         }
         rows: list[dict[str, Any]] = []
         stats_rows = self.stats.rows(now)
@@ -268,7 +408,7 @@ class LiveView:
         if answer is not None:
             # First (the tab sorts by name: "ANSWER" before "Aggregated"): the analysed test's plain answer.
             if answer["pending"]:
-                text = "ANSWER: the test ended and is being analysed — reload this page in a few seconds"
+                text = "ANSWER: the test ended and is being analysed — the answer appears above this table in a few seconds"
             else:
                 report = " — report: Download Data → Analysis report (./llm/report.html)" if answer["report"] else ""
                 text = f"ANSWER: {answer['answer']}{report}"
@@ -296,6 +436,22 @@ TABLE_STRUCTURE: list[dict[str, str]] = [
     {"key": "kv_cache", "title": "KV cache"},
     {"key": "step", "title": "Step (level)"},
 ]
+
+
+def simulated_target(scenario: Any) -> bool:
+    """Whether the run's server and GPU readings come from the embedded simulator: the scenario's
+    target is `embedded`, or it scrapes telemetry of kind `simulator` (the report says the same
+    from meta.json `simulated`)."""
+    if scenario is None:
+        return False
+    if getattr(scenario.target, "embedded", False):
+        return True
+    scrape = getattr(getattr(scenario, "telemetry", None), "scrape", None) or []
+    return any(getattr(t, "kind", None) == "simulator" for t in scrape)
+
+
+def _mark(text: str, mark: str) -> str:
+    return f"{text}{mark}" if text else text
 
 
 def _num(v: float | None, digits: int, suffix: str = "") -> str:

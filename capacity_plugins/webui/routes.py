@@ -10,7 +10,11 @@
   and the fallback if the tab breaks: upstream bug #3240 is about extended tabs),
   `/llm/stats.csv` (written on request), `/llm/requests.jsonl`, `/llm/report.html` (after the
   run has been analysed), `/llm/answer` (the analysed test's plain answer, also the tab's first
-  row and `/llm/stats` `answer`), `/llm/history` + `/llm/charts` (TTFT over time).
+  row and `/llm/stats` `answer`), `/llm/history` + `/llm/charts` (TTFT over time), `/llm/live` (what the
+  tab's script draws) and `/llm/static/…` (that script and the bundled ECharts).
+- `after_request` on Locust's index page: one `<script>` (static/llm-tab.js, relative to the page)
+  that draws the tab's charts, per-step table, the answer forming and swarm health into the LLM
+  tab's panel, above the stock table; if it fails, the stock table is still there.
 - `/metrics` for Prometheus, deliberately *not* behind `--web-login` (a scraper cannot log in):
   bind the UI to a private address when the numbers must not be public.
 """
@@ -31,6 +35,10 @@ log = logging.getLogger(__name__)
 
 TAB_KEY = "llm"
 CHUNK = 1 << 16
+# The tab's script, put into Locust's index page (relative: it works under --web-base-path and
+# behind a proxy that adds its own prefix). A failing script leaves the stock tab (a table) as is.
+STATIC_FILES = {"llm-tab.js": "application/javascript", "echarts.min.js": "application/javascript"}
+SCRIPT_TAG = b'<script src="./llm/static/llm-tab.js" defer></script>'
 
 
 def base_path(environment: Any) -> str:
@@ -72,7 +80,35 @@ def mount(web_ui: Any, live: LiveView, registry: Any, prefix: str = "") -> None:
                 log.exception("LLM tab rows failed")
         return response
 
+    @app.after_request
+    def _inject_llm_script(response: Any) -> Any:
+        # Locust's index page (its React app) renders an extended tab only as a table: the script
+        # draws the LLM tab's charts, step table and answer into that tab's panel.
+        if request.endpoint == "locust.index" and response.status_code == 200 and response.mimetype == "text/html":
+            try:
+                body = response.get_data()
+                if SCRIPT_TAG not in body and b"</body>" in body:
+                    response.set_data(body.replace(b"</body>", SCRIPT_TAG + b"\n</body>", 1))
+            except Exception:  # the stock UI must keep working
+                log.exception("LLM tab script injection failed")
+        return response
+
     bp = Blueprint("capacity_llm", __name__, url_prefix=prefix or None)
+
+    @bp.route("/llm/live")
+    @auth
+    def llm_live() -> Any:
+        # What the tab's script draws: per step, the answer forming, over time, swarm health.
+        return jsonify(live.live())
+
+    @bp.route("/llm/static/<name>")
+    @auth
+    def llm_static(name: str) -> Any:
+        mimetype = STATIC_FILES.get(name)
+        if mimetype is None:
+            return Response("not found\n", status=404, mimetype="text/plain")
+        data = resources.files("capacity_plugins.webui").joinpath("static", name).read_bytes()
+        return Response(data, mimetype=mimetype, headers={"Cache-Control": "max-age=300"})
 
     @bp.route("/llm/stats")
     @auth
