@@ -119,6 +119,38 @@ def test_pacer_hands_arrivals_on_time_and_counts_cap_hits():
     assert max(lags) > 0.05  # late sends keep their scheduled time: the wait is visible, not omitted
 
 
+def test_an_arrival_after_the_windows_end_waits_for_an_extension():
+    # The window ends at 0.3 s and the next arrival is due at 0.5 s: the pacer must not give up
+    # on it while the window can still be extended (the rehearsal extends it for min_requests a
+    # moment later); it gave up at once, and a step ran on for a minute with no arrival.
+    import time
+
+    import gevent
+
+    from capacity_plugins.client.pacer import Pacer
+
+    pacer = Pacer(idle_poll_s=0.05)
+    got: list[float] = []
+
+    def user() -> None:
+        while pacer.step is not None:
+            due = pacer.wait_next()
+            if due is not None:
+                got.append(due)
+
+    start = time.time() + 0.05
+    pacer.begin(0, start, np.array([0.0, 0.5, 0.6]), end_unix=start + 0.3)
+    g = gevent.spawn(user)
+    gevent.sleep(0.15)
+    pacer.extend(start + 0.55)  # extended after the dispatcher met the arrival at 0.5 s
+    gevent.sleep(0.8)
+    pacer.stop()
+    g.join(timeout=2)
+    # 0.0 and 0.5 are inside the extended window; 0.6 is past its end, and the pacer stopped there
+    assert got == pytest.approx([start, start + 0.5])
+    assert pacer.stats[0].scheduled == 2
+
+
 def test_pacer_hands_each_arrival_its_trace_request_and_frees_a_user_when_done():
     import time
 

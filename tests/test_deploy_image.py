@@ -199,3 +199,6 @@ def test_wheel_builds_in_an_isolated_environment(tmp_path):
     core = [line for line in meta.splitlines() if line.startswith("Requires-Dist:") and "extra ==" not in line]
     assert core and not [line for line in core if any(lib in line for lib in ANALYSIS)], core
     assert "capacity_plugins/data/builtin.jsonl.gz" in names and "capacity_plugins/py.typed" in names
+    # the LLM tab's script and its bundled chart library (test hosts are often offline: no CDN)
+    assert {"capacity_plugins/webui/static/llm-tab.js", "capacity_plugins/webui/static/echarts.min.js",
+            "capacity_plugins/webui/static/echarts.LICENSE"} <= set(names)

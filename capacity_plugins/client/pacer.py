@@ -110,8 +110,14 @@ class Pacer:
 
         for i, off in enumerate(offsets):
             due = start_unix + float(off)
-            if due >= self.end_unix:
-                return  # the window has closed (or will have by then): no more arrivals
+            # An arrival past the window's end waits for the end itself: until then the window may
+            # still be extended (min_requests), and giving up early stopped a step's arrivals at a
+            # quiet gap before its end, however long it then ran on.
+            while due >= self.end_unix:
+                left = self.end_unix - self._clock()
+                if left <= 0:
+                    return  # the window has closed: no more arrivals
+                gevent.sleep(left)
             delay = due - self._clock()
             if delay > 0:
                 gevent.sleep(delay)
