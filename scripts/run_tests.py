@@ -5,9 +5,12 @@
    overlap those waits. A worker takes a whole module at a time, the longest first
    (tests/helpers/schedule.py, tests/durations.json).
 2. measured: the tests marked `measured` (each sweeps a real simulator and asserts what it
-   measured: a knee, an SLO verdict), two at a time and nothing else beside them: a sweep uses a
-   fraction of a core (its simulator mostly sleeps through decode steps), and two of them leave
-   each other's generator on time; beside the parallel phase they were judged client limited.
+   measured: a knee, an SLO verdict), two at a time: a sweep uses a fraction of a core (its
+   simulator mostly sleeps through decode steps), and two of them leave each other's generator on
+   time; beside the parallel phase they were judged client limited. Beside them only the tests
+   marked `cpu` (pure computation: property tests, calibration studies), in one process at the
+   lowest CPU priority (nice 19): the kernel hands a waking generator the core at once, and the
+   computation takes the rest of the time the sweeps leave idle.
 3. alone: the tests marked `alone` (they start CPU burners, or assert on this machine's spare CPU
    itself: a CPU share, event-loop lag), one at a time, with nothing else running.
 
@@ -36,6 +39,7 @@ import time
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO
 
 ROOT = Path(__file__).resolve().parents[1]
 DURATIONS = ROOT / "tests" / "durations.json"
@@ -86,7 +90,8 @@ class Outcome:
 
 @dataclass
 class Run:
-    """One pytest process: its own JUnit XML, its output on this terminal."""
+    """One pytest process: its own JUnit XML; its output on this terminal, or (beside another run)
+    in a file shown when it ends."""
 
     name: str
     argv: list[str]
@@ -96,17 +101,30 @@ class Run:
     took: float = 0.0
     rc: int | None = None
     proc: subprocess.Popen[bytes] | None = None
+    log: Path | None = None
+    out: IO[bytes] | None = None
 
     def start(self) -> None:
-        print(f"\n==== {self.name}: pytest {' '.join(self.argv[3:])}", flush=True)
+        shown = self.argv[self.argv.index("pytest") + 1:]
+        print(f"\n==== {self.name}: pytest {' '.join(shown)}" + (" (its output when it ends)" if self.log else ""),
+              flush=True)
+        # read back through this open handle: whatever a /tmp cleaner does meanwhile, it is shown
+        self.out = self.log.open("w+b") if self.log else None
         self.started = time.monotonic()
         self.proc = subprocess.Popen([*self.argv, f"--junitxml={self.junit}", "-o", "junit_family=xunit1"],
-                                     cwd=ROOT, env=self.env)
+                                     cwd=ROOT, env=self.env, stdout=self.out,
+                                     stderr=subprocess.STDOUT if self.out else None)
 
     def wait(self) -> int:
         assert self.proc is not None
         self.rc = self.proc.wait()
         self.took = time.monotonic() - self.started
+        if self.out is not None:
+            print(f"\n==== {self.name}: output", flush=True)
+            self.out.seek(0)
+            sys.stdout.write(self.out.read().decode(errors="replace"))
+            sys.stdout.flush()
+            self.out.close()
         return self.rc
 
     @property
@@ -165,23 +183,30 @@ def main() -> int:
 
     parallel = Run(f"parallel ({workers} workers)",
                    [*pytest, "-n", str(workers), "--dist", "loadfile", "--no-loadscope-reorder",
-                    *marks("not alone and not measured")], workdir / "parallel.xml", env=env)
+                    *marks("not alone and not measured and not cpu")], workdir / "parallel.xml", env=env)
+    background = Run("cpu (beside the measured tests, nice 19)",
+                     ["nice", "-n", "19", *pytest, *marks("cpu and not alone and not measured")],
+                     workdir / "cpu.xml", env=env, log=workdir / "cpu.log")
     # --dist load: a test at a time to whichever of the two is free (the modules longest first)
     pair = ["-n", str(args.measured_workers), "--dist", "load"] if args.measured_workers > 1 else []
     measured = Run(f"measured ({args.measured_workers} at a time, nothing else beside)",
                    [*pytest, *pair, *marks("measured and not alone")], workdir / "measured.xml", env=env)
     alone = Run("alone (one at a time, nothing beside)", [*pytest, *marks("alone")], workdir / "alone.xml", env=env)
 
-    runs = (parallel, measured, alone)
+    runs = (parallel, background, measured, alone)
     if args.cov:  # each run its own data file, combined once all have ended
         for run in runs:
             run.argv += ["--cov", "--cov-report="]
             run.env = dict(env, COVERAGE_FILE=str(workdir / f".coverage.{run.junit.stem}"))
 
     started = time.monotonic()
-    for run in runs:  # one after another: each phase's premise is what runs beside it
-        run.start()
-        run.wait()
+    # One phase after another (each phase's premise is what runs beside it); the cpu run beside the
+    # measured one, both done before the alone phase.
+    for phase in ((parallel,), (measured, background), (alone,)):
+        for run in phase:
+            run.start()
+        for run in phase:
+            run.wait()
     took = time.monotonic() - started
 
     outcome = Outcome()

@@ -10,12 +10,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from helpers.analysis_data import make_results
 from helpers.virtual_sim import LEVELS, calibration_study, true_throughput, virtual_sweep
 
 from capacity_plugins import analyze
 from capacity_plugins.analysis.knee import find_knee, requests_to_decide
 from capacity_plugins.contracts.summary import StepSummary
+
+# pure computation, no process and no timing: at the lowest CPU priority beside the measured
+# sweeps, whose idle core it uses (tests/README.md)
+pytestmark = pytest.mark.cpu
 
 
 def test_eight_slots_at_200_requests_per_step_intervals_cover_and_the_knee_is_found(tmp_path: Path) -> None:

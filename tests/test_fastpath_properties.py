@@ -27,6 +27,10 @@ from capacity_plugins.dialects import OUTPUT, MalformedEvent, Parser, get_dialec
 from capacity_plugins.dialects.fastpath import BodyEvents, plain_texts
 from capacity_plugins.dialects.framing import NDJSONDecoder, SSEDecoder
 
+# pure computation, no process and no timing: at the lowest CPU priority beside the measured
+# sweeps, whose idle core it uses (tests/README.md)
+pytestmark = pytest.mark.cpu
+
 MAX_LINE = 16 * 1024 * 1024
 STATE = ("response_id", "usage_output_tokens", "continuous_output_tokens", "prompt_tokens", "chunk_tokens",
          "error", "done", "finish_reason", "texts")

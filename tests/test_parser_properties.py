@@ -35,6 +35,10 @@ from capacity_plugins.dialects import (
 )
 from capacity_plugins.dialects.framing import NDJSONDecoder, SSEDecoder
 
+# pure computation, no process and no timing: at the lowest CPU priority beside the measured
+# sweeps, whose idle core it uses (tests/README.md)
+pytestmark = pytest.mark.cpu
+
 # -- the reader, as users.py reads a streamed body ---------------------------------------------------
 
 

@@ -67,6 +67,11 @@ def test_one_result_over_the_three_phases_and_a_failure_in_any_fails_the_run(tmp
         def test_measured_too():
             pass
 
+        @pytest.mark.cpu
+        def test_cpu_runs_niced():
+            import os
+            assert os.nice(0) == 19, "the cpu run is at the lowest priority"
+
         @pytest.mark.alone
         def test_alone_fails():
             assert False, "the alone phase's failure"
@@ -76,7 +81,9 @@ def test_one_result_over_the_three_phases_and_a_failure_in_any_fails_the_run(tmp
     text = out.stdout + out.stderr
     assert out.returncode == 1, text[-4000:]
     assert "FAILED" in text and "test_mixed.py::test_alone_fails" in text, text[-4000:]
-    assert "FAILED: 3 passed, 1 failed, 1 skipped" in text, text[-4000:]
-    # three phases, in order: the measured tests two at a time, then the alone one
-    assert text.index("==== parallel") < text.index("==== measured (2 at a time") < text.index("==== alone"), text[-4000:]
+    assert "FAILED: 4 passed, 1 failed, 1 skipped" in text, text[-4000:]
+    # three phases, in order: the measured tests two at a time with the cpu one beside them, then the alone one
+    order = [text.index(s) for s in ("==== parallel", "==== measured (2 at a time", "==== cpu (beside the measured",
+                                     "==== alone")]
+    assert order == sorted(order), text[-4000:]
     assert "slowest tests" in text, text[-4000:]
