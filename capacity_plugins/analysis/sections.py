@@ -35,11 +35,11 @@ Its words in the reports are a report section of the same name (outputs/sections
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from capacity_plugins import kinds
+from capacity_plugins.contracts.sections import SectionRegistry
 
 if TYPE_CHECKING:
     from capacity_plugins.analysis.load import RunData
@@ -80,30 +80,18 @@ class AnalysisSection:
         return []
 
 
-_REGISTRY: dict[str, AnalysisSection] = {}
+_SECTIONS: SectionRegistry[AnalysisSection] = SectionRegistry("analysis section", __package__ or "", BUILTIN)
 S = TypeVar("S", bound=AnalysisSection)
 
 
 def section(name: str) -> Callable[[type[S]], type[S]]:
     """`@section("trace")` on an AnalysisSection subclass: the analysis builds summary.json's `trace` with it."""
-
-    def add(cls: type[S]) -> type[S]:
-        if name in _REGISTRY:
-            raise ValueError(f"analysis section {name!r} is registered twice "
-                             f"({type(_REGISTRY[name]).__name__}, {cls.__name__})")
-        cls.name = name
-        _REGISTRY[name] = cls()
-        return cls
-
-    return add
+    return _SECTIONS.register(name)
 
 
 def registered() -> tuple[AnalysisSection, ...]:
     """Every section: the built-in ones in `BUILTIN`'s order, then the others in the order they registered."""
-    for module in BUILTIN:  # each registers itself when first imported
-        importlib.import_module(f"{__package__}.{module}")
-    order = {f"{__package__}.{module}": i for i, module in enumerate(BUILTIN)}
-    return tuple(sorted(_REGISTRY.values(), key=lambda s: order.get(type(s).__module__, len(order))))
+    return _SECTIONS.registered()
 
 
 def names() -> tuple[str, ...]:

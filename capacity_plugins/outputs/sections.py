@@ -26,9 +26,10 @@ them by `html_rank` first (the trace replay's windows come straight after the ru
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from typing import TYPE_CHECKING, ClassVar, TypeVar
+
+from capacity_plugins.contracts.sections import SectionRegistry
 
 if TYPE_CHECKING:
     from capacity_plugins.contracts.summary import Summary
@@ -60,30 +61,18 @@ class ReportSection:
         return None
 
 
-_REGISTRY: dict[str, ReportSection] = {}
+_SECTIONS: SectionRegistry[ReportSection] = SectionRegistry("report section", __package__ or "", BUILTIN)
 R = TypeVar("R", bound=ReportSection)
 
 
 def report_section(name: str) -> Callable[[type[R]], type[R]]:
     """`@report_section("trace")` on a ReportSection subclass: the reports show summary.json's `trace` with it."""
-
-    def add(cls: type[R]) -> type[R]:
-        if name in _REGISTRY:
-            raise ValueError(f"report section {name!r} is registered twice "
-                             f"({type(_REGISTRY[name]).__name__}, {cls.__name__})")
-        cls.name = name
-        _REGISTRY[name] = cls()
-        return cls
-
-    return add
+    return _SECTIONS.register(name)
 
 
 def registered() -> tuple[ReportSection, ...]:
     """Every section: the built-in ones in `BUILTIN`'s order, then the others in the order they registered."""
-    for module in BUILTIN:  # each registers itself when first imported
-        importlib.import_module(f"{__package__}.{module}")
-    order = {f"{__package__}.{module}": i for i, module in enumerate(BUILTIN)}
-    return tuple(sorted(_REGISTRY.values(), key=lambda s: order.get(type(s).__module__, len(order))))
+    return _SECTIONS.registered()
 
 
 def has(summary: Summary, section: ReportSection) -> bool:
