@@ -8,9 +8,9 @@
    measured: a knee, an SLO verdict), two at a time: a sweep uses a fraction of a core (its
    simulator mostly sleeps through decode steps), and two of them leave each other's generator on
    time; beside the parallel phase they were judged client limited. Beside them only the tests
-   marked `cpu` (pure computation: property tests, calibration studies), in one process at the
-   lowest CPU priority (nice 19): the kernel hands a waking generator the core at once, and the
-   computation takes the rest of the time the sweeps leave idle.
+   marked `cpu` (pure computation: property tests, calibration studies, analyses of written
+   results), on two workers at the lowest CPU priority (nice 19): the kernel hands a waking
+   generator the core at once, and the computation takes the time the sweeps leave idle.
 3. alone: the tests marked `alone` (they start CPU burners, or assert on this machine's spare CPU
    itself: a CPU share, event-loop lag), one at a time, with nothing else running.
 
@@ -185,7 +185,8 @@ def main() -> int:
                    [*pytest, "-n", str(workers), "--dist", "loadfile", "--no-loadscope-reorder",
                     *marks("not alone and not measured and not cpu")], workdir / "parallel.xml", env=env)
     background = Run("cpu (beside the measured tests, nice 19)",
-                     ["nice", "-n", "19", *pytest, *marks("cpu and not alone and not measured")],
+                     ["nice", "-n", "19", *pytest, "-n", "2", "--dist", "loadfile",
+                      *marks("cpu and not alone and not measured")],
                      workdir / "cpu.xml", env=env, log=workdir / "cpu.log")
     # --dist load: a test at a time to whichever of the two is free (the modules longest first)
     pair = ["-n", str(args.measured_workers), "--dist", "load"] if args.measured_workers > 1 else []

@@ -14,6 +14,10 @@ from capacity_plugins import analyze
 from capacity_plugins.analysis.pipeline import load_run, summarise
 from capacity_plugins.contracts.summary import Setting
 
+# analyses of written results, no load and no timing: at the lowest CPU priority beside the
+# measured sweeps, whose idle core it uses (tests/README.md)
+pytestmark = pytest.mark.cpu
+
 SLO = {"ttft_p95_ms": None, "tpot_p95_ms": None, "e2e_p95_ms": 2000.0}
 
 

@@ -24,6 +24,10 @@ from capacity_plugins.analysis.gate import gate
 from capacity_plugins.analysis.pipeline import load_run, summarise
 from capacity_plugins.contracts.summary import Summary
 
+# analyses of written results, no load and no timing: at the lowest CPU priority beside the
+# measured sweeps, whose idle core it uses (tests/README.md)
+pytestmark = pytest.mark.cpu
+
 SLO_E2E = {"ttft_p95_ms": None, "tpot_p95_ms": None, "e2e_p95_ms": 2000.0}
 CONFIG_KEY = re.compile(r"\b(slo|verdict|load|capacity)\.[a-z_]+")
 

@@ -14,6 +14,10 @@ from helpers.processes import capacity
 
 from capacity_plugins.contracts.summary import RunFacts, Setting, StepSummary, Summary
 
+# analyses of written results, no load and no timing: at the lowest CPU priority beside the
+# measured sweeps, whose idle core it uses (tests/README.md)
+pytestmark = pytest.mark.cpu
+
 SEED = dict(levels=[1, 4, 8, 16], rps=[2, 7, 9, 9], e2e_p50_ms=[480, 620, 850, 1200], e2e_p99_ms=[490, 800, 1500, 2600],
             gpu_util=[35, 72, 89, 91], waiting=[0, 1, 3, 8])
 
