@@ -48,6 +48,8 @@ from capacity_plugins.rehearsal import workloads as workloads_mod
 from capacity_plugins.rehearsal.results import ResultsFolder, choose_folder
 from capacity_plugins.rehearsal.source import RequestSource
 from capacity_plugins.sinks.records import RecordsSink
+from capacity_plugins.swarm.deadman import DEFAULT_REJOIN_S, DEFAULT_SILENCE_S, DeadMansSwitch
+from capacity_plugins.swarm.deadman import add_arguments as deadman_arguments
 from capacity_plugins.swarm.handshake import MasterHandshake, WorkerHandshake
 from capacity_plugins.swarm.locust_compat import (
     stop_csv_writers,
@@ -92,6 +94,7 @@ def _on_parser(parser: Any, **_: Any) -> None:
     parser.add_argument("--scenario", default="", include_in_web_ui=False,
                         help="Capacity rehearsal YAML (scenarios/*.yaml): load shape, arrivals, request settings, SLO")
     webui.add_arguments(parser)
+    deadman_arguments(parser)
     if path and not _load_scenario(path).target.embedded:
         parser.set_defaults(host=_load_scenario(path).target.url)
 
@@ -217,6 +220,10 @@ def register(environment: Environment) -> None:
         sink.open()
         if shipping is not None:
             shipping.start()
+            # no word from the master for a bounded time: this worker's load stops (swarm/deadman.py)
+            DeadMansSwitch(environment, client, sink, lambda: source.worker_index,
+                           silence_s=float(getattr(parsed, "master_silence_s", None) or DEFAULT_SILENCE_S),
+                           rejoin_s=float(getattr(parsed, "master_rejoin_s", None) or DEFAULT_REJOIN_S)).attach()
         if membership is not None:
             tolerate_slow_heartbeats()
             membership.start()
@@ -452,6 +459,8 @@ class _Run:
         self.events.writing_meta.fire(meta=meta)  # the rehearsal's completeness, search, telemetry, ...
         if self.membership is not None:
             self._account_lost_workers(meta, self._lost_workers(meta))
+            if self.membership.rejoined:
+                meta.workers_rejoined = self.membership.rejoined_list()
         return meta
 
     def _lost_workers(self, meta: Meta) -> list[dict[str, Any]]:

@@ -254,7 +254,7 @@ class LLMUser(FastHttpUser):
         except MalformedEvent as e:
             kind, error = "malformed", str(e)
         except GreenletExit as e:  # the test is stopping: record, then let the kill proceed
-            kind, error, cancelled = "cancelled", "test stopped while the request was in flight", e
+            kind, error, cancelled = "cancelled", llm.cancel_reason or "test stopped while the request was in flight", e
         except TimeoutError:
             kind, error = "timeout", f"socket read timed out after {llm.options.timeout_s:g} s"
         except ssl.SSLError as e:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from typing import TYPE_CHECKING, Any
 
 import gevent
@@ -94,6 +94,9 @@ class StepAuthority:
         self.meta = Meta()
         self.shape: RehearsalShape | None = None
         self._progress: Any = None
+        # A re-run waits for these workers (those of the step it repeats) to report again.
+        self._rerun_awaits: set[int] = set()
+        self.reruns: list[dict[str, Any]] = []  # meta.json `reruns`: each re-run and why
 
     def _new_accounting(self) -> StepAccounting:
         return StepAccounting(self.timeline, ClientLimits.from_load(self.scenario.load),
@@ -133,6 +136,40 @@ class StepAuthority:
         self.meta.update_from(Meta.model_validate(chooser.meta()))
         return extended(plan, self.scenario.load) if plan is not None else None
 
+    def _rerun(self, drained: Step) -> StepPlan | None:
+        """The same step again when a change of the swarm (a worker lost, silent, joined, rejoined)
+        made it invalid: a transient cut must not cost the decision. At most load.max_reruns per
+        planned step; the re-run starts once every worker of that step reports again (`_ready`)."""
+        if not self.master or drained.interrupted:
+            return None  # (membership was checked when the window closed)
+        row = self.accounting.row(drained)
+        if not row.get("membership_changed"):
+            return None
+        reason = str(row.get("membership_reason") or "the swarm changed")
+        original = drained.rerun_of if drained.rerun_of is not None else drained.index
+        done = sum(1 for st in self.timeline.steps if st.rerun_of == original)
+        limit = self.scenario.load.max_reruns
+        if done >= limit:
+            print(f"[capacity] step {drained.index + 1}: invalid (swarm changed: {reason}); "
+                  f"no re-run left (load.max_reruns {limit})", flush=True)
+            return None
+        self._rerun_awaits = set(self.step_workers.get(drained.index, []))
+        print(f"[capacity] step {drained.index + 1}: invalid (swarm changed: {reason}); re-running it at "
+              f"{drained.level:g} once every worker is back (re-run {done + 1} of at most {limit})", flush=True)
+        return replace(self.plans[drained.index], rerun_of=original, rerun_reason=reason)
+
+    def _ready(self) -> bool:
+        """Every generator applied the setup and, before a re-run, every worker of the step it
+        repeats is connected and reported in the last SILENT_AFTER_S / 2 seconds."""
+        if not self.ready():
+            return False
+        if not self._rerun_awaits:
+            return True
+        now = time.time()
+        connected = set(self._connected_workers())
+        fresh = {w for w in connected if now - self.watch_last.get(w, (0.0, 0))[0] < SILENT_AFTER_S / 2}
+        return self._rerun_awaits <= fresh
+
     def _invalid_reason(self, finished: Step) -> str | None:
         """Why the analysis will call this step invalid, judged from the same row steps.json gets."""
         self._collect_local()
@@ -155,7 +192,8 @@ class StepAuthority:
             in_flight=self._in_flight_since,
             measured=self._measured_for_window,
             next_plan=self._next_plan,
-            ready=self.ready,
+            rerun=self._rerun,
+            ready=self._ready,
             users_running=lambda: int(self.runner.user_count),
             settle_s=2.0 if self.master else 0.0,
             on_step_start=self._on_step_start,
@@ -226,6 +264,8 @@ class StepAuthority:
             self.accounting.note_membership(step.index, f"worker {lost['worker']} lost ({lost['reason']})")
         for joined in membership.joined_between(step.start_unix, now):
             self.accounting.note_membership(step.index, f"worker {joined} joined during the step")
+        for back in membership.rejoined_between(step.start_unix, now):
+            self.accounting.note_membership(step.index, f"worker {back} rejoined during the step")
         for w in began:
             last = self.watch_last.get(w, (step.start_unix, 0))[0]
             if now - last > SILENT_AFTER_S and now > step.warmup_end_unix:
@@ -288,9 +328,15 @@ class StepAuthority:
             step.offered = offered_in_window(plan.schedule(step.index), p.warmup_s, p.duration_s)
         self.timeline.upsert(step)
         self.step_workers[step.index] = self._connected_workers()
+        if step.rerun_of is not None:
+            self._rerun_awaits = set()
+            self.reruns.append({"step": step.index, "rerun_of": step.rerun_of, "level": step.level,
+                                "reason": step.rerun_reason})
+            self.meta.reruns = list(self.reruns)
         unit = "rps" if p.open_loop else "users"
         print(
             f"[capacity] step {step.index + 1}/{len(self.plans)}: {step.kind} {step.level:g} {unit} "
+            + (f"(re-run of step {step.rerun_of + 1}) " if step.rerun_of is not None else "")
             + (f"({step.arm} arm) " if step.arm else "")
             + f"for {p.duration_s:g} s (first {p.warmup_s:g} s warmup)",
             flush=True,
@@ -369,6 +415,7 @@ class StepAuthority:
         self.timeline.finished = False
         self.next_steps = self.scenario.load.next_steps(self.scenario)
         self.accounting = self._new_accounting()
+        self.reruns, self._rerun_awaits = [], set()
         if used:
             self.results.switch()
         self.meta.complete = False
