@@ -19,6 +19,9 @@ plans — and that role reads it back: the swarm imports none of them.
 | `StepsReset` | master → workers | a new test from the web UI: forget the old timeline |
 | `Watch` | worker → master | ≥ 1 Hz: CPU, loop lag, read backlog, requests in flight, pacer counters |
 | `RecordsBatch` | worker → master | ≥ 1 Hz and at stop: finished request records |
+| `ClockPing` | master → workers | at a worker's Hello / Ready, then every CLOCK_INTERVAL_S: the master's send time |
+| `ClockPong` | worker → master | at once: the ping's time, the worker's receive and send times (its own clock) |
+| `ClockOffsets` | master → workers | after each measurement: every worker's offset to the master's clock |
 """
 
 from __future__ import annotations
@@ -215,7 +218,52 @@ class RecordsBatch:
                    produced=int(d.get("produced") or 0), final=bool(d.get("final")))
 
 
-M = TypeVar("M", Setup, Hello, Ready, Refuse, StepStarted, StepUpdated, StepsFinished, StepsReset, Watch, RecordsBatch)
+@dataclass
+class ClockPing:
+    TYPE: ClassVar[str] = "capacity_clock_ping"
+    seq: int
+    t0: float  # the master's wall clock when it sent this
+
+    def to_data(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_data(cls, d: dict[str, Any]) -> ClockPing:
+        return cls(seq=int(d["seq"]), t0=float(d["t0"]))
+
+
+@dataclass
+class ClockPong:
+    TYPE: ClassVar[str] = "capacity_clock_pong"
+    worker: int
+    seq: int
+    t0: float  # the ping's
+    t1: float  # the worker's own wall clock (uncorrected) when the ping arrived
+    t2: float  # ... and when it sent this
+
+    def to_data(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_data(cls, d: dict[str, Any]) -> ClockPong:
+        return cls(worker=int(d["worker"]), seq=int(d["seq"]), t0=float(d["t0"]), t1=float(d["t1"]), t2=float(d["t2"]))
+
+
+@dataclass
+class ClockOffsets:
+    TYPE: ClassVar[str] = "capacity_clock_offsets"
+    offsets: dict[int, float]  # worker index → its clock minus the master's, seconds
+
+    def to_data(self) -> dict[str, Any]:
+        return {"offsets": {str(w): o for w, o in self.offsets.items()}}  # msgpack map keys: strings
+
+    @classmethod
+    def from_data(cls, d: dict[str, Any]) -> ClockOffsets:
+        return cls(offsets={int(w): float(o) for w, o in (d.get("offsets") or {}).items()})
+
+
+M = TypeVar("M", Setup, Hello, Ready, Refuse, StepStarted, StepUpdated, StepsFinished, StepsReset, Watch, RecordsBatch,
+            ClockPing, ClockPong, ClockOffsets)
 
 
 def send(runner: Any, message: Any, client_id: str | None = None) -> None:
