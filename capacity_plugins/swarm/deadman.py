@@ -18,7 +18,8 @@ What this adds, on every worker:
   `DEFAULT_REJOIN_S` = 30 s): the stopped worker keeps its identity (Locust client id, worker
   index, shard) and listens; when the master answers again (a transient cut) it rejoins and takes
   the users the master's next dispatch gives it. When the window passes in silence, it writes the
-  records it could not ship to `capacity-unshipped-worker<N>-<unix>.jsonl` in its working folder,
+  records it could not ship to `capacity-unshipped-worker<N>-<unix>.jsonl` (in `$CAPACITY_UNSHIPPED_DIR`,
+  else its working folder),
   says why, and exits 1.
 
 The master killed, its host gone or the link cut: all the same to a worker — the answers stop.
@@ -27,6 +28,7 @@ The master killed, its host gone or the link cut: all the same to a worker — t
 from __future__ import annotations
 
 import logging
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -49,6 +51,7 @@ DEFAULT_SILENCE_S = 10.0
 DEFAULT_REJOIN_S = 30.0
 CHECK_INTERVAL_S = 0.25
 EXIT_MASTER_LOST = 1  # docs/exit-codes.md: a worker whose master fell silent for good
+UNSHIPPED_DIR_ENV = "CAPACITY_UNSHIPPED_DIR"  # where its unshipped records go (default: the working folder)
 
 
 def add_arguments(parser: Any) -> None:
@@ -164,7 +167,8 @@ class DeadMansSwitch:
             return None
         if not lines:
             return None
-        path = Path(f"capacity-unshipped-worker{self.worker_index()}-{int(time.time())}.jsonl")
+        folder = Path(os.environ.get(UNSHIPPED_DIR_ENV) or ".")
+        path = folder / f"capacity-unshipped-worker{self.worker_index()}-{int(time.time())}.jsonl"
         try:
             path.write_bytes(b"".join(lines))
         except OSError as e:
