@@ -86,6 +86,10 @@ class StepAuthority:
         self.class_names = [c.name for c in scenario.workload_classes]
         self.accounting = self._new_accounting()
         self.watch_last: dict[int, tuple[float, int]] = {}  # worker → (unix, in flight) of its last Watch
+        # Silences between two Watch arrivals (the master's clock): a worker cut off for a while
+        # whose queued reports all arrive once the link is back still stopped reporting meanwhile.
+        self.watch_arrived: dict[int, float] = {}
+        self.watch_gaps: list[tuple[int, float, float]] = []  # (worker, from, to), longer than SILENT_AFTER_S
         # The master's own loop: it sends no requests, but a late master delays heartbeats and steps.
         self.master_watch = SelfWatch("master") if self.master else None
         self.step_workers: dict[int, list[int]] = {}  # step → workers connected when it started
@@ -141,7 +145,10 @@ class StepAuthority:
         made it invalid: a transient cut must not cost the decision. At most load.max_reruns per
         planned step; the re-run starts once every worker of that step reports again (`_ready`)."""
         if not self.master or drained.interrupted:
-            return None  # (membership was checked when the window closed)
+            return None
+        # again at the drain's end: a worker lost or back after the window closed (a cut that
+        # began in the window) changed the step as much
+        self._check_membership(drained, time.time())
         row = self.accounting.row(drained)
         if not row.get("membership_changed"):
             return None
@@ -165,6 +172,8 @@ class StepAuthority:
             return False
         if not self._rerun_awaits:
             return True
+        if self.membership is not None:
+            self.membership.check()  # a rejoin is noticed before the re-run starts, not inside it
         now = time.time()
         connected = set(self._connected_workers())
         fresh = {w for w in connected if now - self.watch_last.get(w, (0.0, 0))[0] < SILENT_AFTER_S / 2}
@@ -239,6 +248,10 @@ class StepAuthority:
 
     def _on_watch(self, w: messages.Watch) -> None:
         self.watch_last[w.worker] = (w.unix, w.in_flight)
+        arrived, before = time.time(), self.watch_arrived.get(w.worker)
+        if before is not None and arrived - before > SILENT_AFTER_S:
+            self.watch_gaps.append((w.worker, before, arrived))
+        self.watch_arrived[w.worker] = arrived
         name = f"worker-{w.worker}"
         for unix, cpu, _rss in w.cpu:
             self.accounting.add_cpu(name, unix, cpu)
@@ -270,6 +283,9 @@ class StepAuthority:
             last = self.watch_last.get(w, (step.start_unix, 0))[0]
             if now - last > SILENT_AFTER_S and now > step.warmup_end_unix:
                 self.accounting.note_membership(step.index, f"worker {w} stopped reporting for {now - last:.0f} s")
+        for w, gap_from, gap_to in self.watch_gaps:
+            if w in began and gap_from < now and gap_to > step.start_unix:
+                self.accounting.note_membership(step.index, f"worker {w} stopped reporting for {gap_to - gap_from:.0f} s")
 
     def _in_flight_since(self, since: float) -> int | None:
         if self.generator is not None:
@@ -416,6 +432,7 @@ class StepAuthority:
         self.next_steps = self.scenario.load.next_steps(self.scenario)
         self.accounting = self._new_accounting()
         self.reruns, self._rerun_awaits = [], set()
+        self.watch_gaps.clear()
         if used:
             self.results.switch()
         self.meta.complete = False
