@@ -97,7 +97,7 @@ def _worker_ip(records: list[dict], worker: int) -> str:
 
 def test_a_worker_cut_off_for_12_s_rejoins_and_its_step_is_re_run(net, target, tmp_path):
     master_host, w0, w1 = net.host("master"), net.host("w0"), net.host("w1")
-    sc = _scenario(tmp_path, target.url)
+    sc = _scenario(tmp_path, target.url, levels=[2, 4])
     master = _master(tmp_path, master_host, sc, 2, "--no-analyze")
     # The worker's own bound above the cut: this test is about the records of a worker that keeps
     # its requests through a cut (the dead-man's switch has its own tests below).
