@@ -15,7 +15,9 @@ gone for good as a switch port or a route goes.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import signal
 import time
 from collections.abc import Iterator
@@ -82,10 +84,12 @@ def _worker(tmp_path: Path, host: Host, master: Host, sc: Path, prefix: list[str
 
 
 def _close(*procs: LoggedProcess | None) -> None:
+    """Kill each process group whole (`capacity run` and its Locust child), whatever is left of it."""
     for p in procs:
-        if p is not None and p.proc.poll() is None:
-            p.proc.send_signal(signal.SIGKILL)
-            p.proc.wait(10)
+        if p is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(p.proc.pid, signal.SIGKILL)
+            p.close()
 
 
 def _worker_ip(records: list[dict], worker: int) -> str:
@@ -153,8 +157,8 @@ def test_a_worker_stops_its_load_within_the_bound_when_its_master_is_gone(net, t
         gone = time.time()
         if how == "vanish":
             net.vanish(master_host)
-        else:
-            master.proc.send_signal(signal.SIGKILL)
+        else:  # the master's processes killed, its host and link alive (connections are reset)
+            os.killpg(master.proc.pid, signal.SIGKILL)
         worker.proc.wait(60)
     finally:
         _close(master, worker)
