@@ -284,7 +284,7 @@ class StepAuthority:
             if now - last > SILENT_AFTER_S and now > step.warmup_end_unix:
                 self.accounting.note_membership(step.index, f"worker {w} stopped reporting for {now - last:.0f} s")
         for w, gap_from, gap_to in self.watch_gaps:
-            if w in began and gap_from < now and gap_to > step.start_unix:
+            if w in began and gap_from < min(now, step.end_unix) and gap_to > step.warmup_end_unix:  # the window
                 self.accounting.note_membership(step.index, f"worker {w} stopped reporting for {gap_to - gap_from:.0f} s")
 
     def _in_flight_since(self, since: float) -> int | None:
