@@ -261,9 +261,9 @@ def test_a_step_the_swarm_change_invalidated_is_re_run_once_the_swarm_is_whole()
     shape.tick()
     clock.t = 1010.0
     shape.tick()  # window over: drain
-    whole["ok"] = False  # a worker is still away
     clock.t = 1011.0
     assert shape.tick() == (0, 100.0) and shape.phase == "await" and asked == [0]
+    whole["ok"] = False  # a worker is still away (the authority's ready() waits for it once a re-run is due)
     clock.t = 1030.0
     assert shape.tick() == (0, 100.0)  # waits for the swarm, not for a timer
     whole["ok"] = True
