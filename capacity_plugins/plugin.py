@@ -222,7 +222,7 @@ def register(environment: Environment) -> None:
         if shipping is not None:
             shipping.start()
             # no word from the master for a bounded time: this worker's load stops (swarm/deadman.py)
-            DeadMansSwitch(environment, client, sink, lambda: source.worker_index,
+            DeadMansSwitch(environment, client, shipping, lambda: source.worker_index,
                            silence_s=float(getattr(parsed, "master_silence_s", None) or DEFAULT_SILENCE_S),
                            rejoin_s=float(getattr(parsed, "master_rejoin_s", None) or DEFAULT_REJOIN_S)).attach()
         if membership is not None:
@@ -327,7 +327,7 @@ class _Run:
         role = self.role
         if role == "worker":
             ev.report_to_master.add_listener(self.on_report_to_master)
-            WorkerClock(self.runner, lambda: self.source.worker_index).attach()
+            WorkerClock(self.runner, lambda: self.source.worker_index, shipping=self.shipping).attach()
             WorkerHandshake(self.env, self.client, self.source).attach()
         elif role == "master":
             ev.worker_report.add_listener(self.on_worker_report)

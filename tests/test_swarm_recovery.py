@@ -62,7 +62,7 @@ def test_the_switch_is_armed_by_the_masters_first_answer_and_stops_the_load_afte
 
 def test_a_master_that_never_answers_again_makes_the_worker_write_its_records_and_exit_1(tmp_path, monkeypatch):
     lines = [b'{"request_id": "a", "ok": true}\n', b'{"request_id": "b", "ok": false}\n']
-    sink = SimpleNamespace(take_batch=lambda final: lines if final else [])
+    sink = SimpleNamespace(unacknowledged=lambda: lines)  # the worker's shipping
     sw, env, _client, now = _switch(tmp_path, monkeypatch, sink)
     sw.heard()
     sw.check(now["t"] + 11.0)
@@ -126,3 +126,20 @@ def test_the_analysis_lists_each_re_run_each_rejoin_and_an_uncertain_clock():
     assert "step 3 re-ran step 2 at 4: worker 0 lost (no heartbeat)" in text
     assert "worker 0 was lost (no heartbeat) and rejoined" in text
     assert "worker 1's clock offset to the master's is unknown" in text
+
+
+def test_a_worker_keeps_what_it_shipped_until_the_master_acknowledges_it():
+    from capacity_plugins.swarm.shipping import WorkerShipping
+
+    pending: list[list[bytes]] = [[b"a\n"], [b"b\n"], [b"c\n"], [b"d\n"]]
+    sent = []
+    sink = SimpleNamespace(take_batch=lambda final=False: pending.pop(0) if pending else [], produced=4)
+    runner = SimpleNamespace(send_message=lambda *a: sent.append(a))
+    s = WorkerShipping(runner, sink, lambda: 0)
+    s.ship(final=False)               # a, under mark 0
+    mark = s.next_mark()              # a pong leaves: everything before it is older than mark 1
+    s.ship(final=False)               # b, under mark 1
+    s.confirm(mark)                   # the master had the pong: a arrived, b not known yet
+    assert [lines for _m, lines in s.unconfirmed] == [[b"b\n"]]
+    assert s.unacknowledged() == [b"b\n", b"c\n"]  # then what was never sent (final: the rest)
+    assert len(sent) == 2

@@ -34,6 +34,7 @@ import gevent
 
 from capacity_plugins.contracts import clock as master_clock
 from capacity_plugins.swarm import messages
+from capacity_plugins.swarm.shipping import WorkerShipping
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +54,7 @@ class MasterClock:
         self.counts: dict[int, int] = {}
         self._greenlet: Any = None
         self._logged: set[int] = set()
+        self.marks: dict[int, int] = {}  # worker → the last shipping mark its pong carried
 
     def attach(self) -> None:
         # (the handshake pings at each Hello and Ready: one listener per message type in Locust)
@@ -80,7 +82,9 @@ class MasterClock:
 
     def _on_pong(self, m: messages.ClockPong) -> None:
         self.add(m.worker, m.t0, m.t1, m.t2, self.clock())
-        messages.send(self.runner, messages.ClockOffsets(offsets={w: e["offset_s"] for w, e in self.estimates().items()}))
+        self.marks[m.worker] = max(self.marks.get(m.worker, 0), m.mark)
+        messages.send(self.runner, messages.ClockOffsets(offsets={w: e["offset_s"] for w, e in self.estimates().items()},
+                                                         marks=dict(self.marks)))
 
     def add(self, worker: int, t0: float, t1: float, t2: float, t3: float) -> None:
         delay = max((t3 - t0) - (t2 - t1), 0.0)
@@ -121,10 +125,14 @@ class MasterClock:
 
 
 class WorkerClock:
-    def __init__(self, runner: Any, worker_index: Callable[[], int], clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, runner: Any, worker_index: Callable[[], int], clock: Callable[[], float] = time.time,
+                 shipping: WorkerShipping | None = None) -> None:
         self.runner = runner
         self.worker_index = worker_index
         self.clock = clock  # this host's own clock, uncorrected: the measurement needs it raw
+        # Each pong carries the shipping's mark, each ClockOffsets acknowledges one: what the
+        # master has received is dropped from the worker's copy (swarm/shipping.py).
+        self.shipping = shipping
 
     def attach(self) -> None:
         messages.on(self.runner, messages.ClockPing, self._on_ping)
@@ -132,10 +140,14 @@ class WorkerClock:
 
     def _on_ping(self, m: messages.ClockPing) -> None:
         t1 = self.clock()
+        mark = self.shipping.next_mark() if self.shipping is not None else 0
         messages.send(self.runner, messages.ClockPong(worker=self.worker_index(), seq=m.seq, t0=m.t0, t1=t1,
-                                                      t2=self.clock()))
+                                                      t2=self.clock(), mark=mark))
 
     def _on_offsets(self, m: messages.ClockOffsets) -> None:
         mine = m.offsets.get(self.worker_index())
         if mine is not None:
             master_clock.set_offset(mine)
+        mark = m.marks.get(self.worker_index())
+        if mark is not None and self.shipping is not None:
+            self.shipping.confirm(mark)

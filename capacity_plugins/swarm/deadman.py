@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     from locust.env import Environment
 
     from capacity_plugins.client.client import LLMClient
-    from capacity_plugins.sinks.records import RecordsSink
+    from capacity_plugins.swarm.shipping import WorkerShipping
 
 log = logging.getLogger(__name__)
 
@@ -56,25 +56,24 @@ UNSHIPPED_DIR_ENV = "CAPACITY_UNSHIPPED_DIR"  # where its unshipped records go (
 
 def add_arguments(parser: Any) -> None:
     """The worker's two bounds as Locust options (and environment variables for the manifests)."""
-    group = parser.add_argument_group("capacity swarm")
-    group.add_argument("--master-silence-s", type=float, default=DEFAULT_SILENCE_S, env_var="CAPACITY_MASTER_SILENCE_S",
+    parser.add_argument("--master-silence-s", type=float, default=DEFAULT_SILENCE_S, env_var="CAPACITY_MASTER_SILENCE_S",
                        include_in_web_ui=False,
                        help="worker: stop every user and cancel what is in flight after this many seconds "
                             f"without a word from the master (default {DEFAULT_SILENCE_S:g})")
-    group.add_argument("--master-rejoin-s", type=float, default=DEFAULT_REJOIN_S, env_var="CAPACITY_MASTER_REJOIN_S",
+    parser.add_argument("--master-rejoin-s", type=float, default=DEFAULT_REJOIN_S, env_var="CAPACITY_MASTER_REJOIN_S",
                        include_in_web_ui=False,
                        help="worker: after stopping for a silent master, wait this long for it to answer again "
                             f"before exiting 1 (default {DEFAULT_REJOIN_S:g})")
 
 
 class DeadMansSwitch:
-    def __init__(self, environment: Environment, client: LLMClient, sink: RecordsSink | None,
+    def __init__(self, environment: Environment, client: LLMClient, sink: WorkerShipping | None,
                  worker_index: Callable[[], int], *, silence_s: float = DEFAULT_SILENCE_S,
                  rejoin_s: float = DEFAULT_REJOIN_S, clock: Callable[[], float] = time.monotonic) -> None:
         self.env = environment
         self.runner: Any = environment.runner
         self.client = client
-        self.sink = sink
+        self.sink = sink  # the worker's shipping: what the master has not acknowledged, and what was never sent
         self.worker_index = worker_index
         self.silence_s = silence_s
         self.rejoin_s = rejoin_s
@@ -161,7 +160,7 @@ class DeadMansSwitch:
         if self.sink is None:
             return None
         try:
-            lines = self.sink.take_batch(final=True)
+            lines = self.sink.unacknowledged()
         except Exception:
             log.exception("taking the unshipped records failed")
             return None

@@ -240,26 +240,33 @@ class ClockPong:
     t0: float  # the ping's
     t1: float  # the worker's own wall clock (uncorrected) when the ping arrived
     t2: float  # ... and when it sent this
+    # The worker's shipping mark (swarm/shipping.py): every record batch it sent before this pong
+    # has reached the master once the master acknowledges this mark (ClockOffsets.marks).
+    mark: int = 0
 
     def to_data(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
     def from_data(cls, d: dict[str, Any]) -> ClockPong:
-        return cls(worker=int(d["worker"]), seq=int(d["seq"]), t0=float(d["t0"]), t1=float(d["t1"]), t2=float(d["t2"]))
+        return cls(worker=int(d["worker"]), seq=int(d["seq"]), t0=float(d["t0"]), t1=float(d["t1"]), t2=float(d["t2"]),
+                   mark=int(d.get("mark") or 0))
 
 
 @dataclass
 class ClockOffsets:
     TYPE: ClassVar[str] = "capacity_clock_offsets"
     offsets: dict[int, float]  # worker index → its clock minus the master's, seconds
+    marks: dict[int, int] = field(default_factory=dict)  # worker index → the last shipping mark received
 
     def to_data(self) -> dict[str, Any]:
-        return {"offsets": {str(w): o for w, o in self.offsets.items()}}  # msgpack map keys: strings
+        # msgpack map keys: strings
+        return {"offsets": {str(w): o for w, o in self.offsets.items()}, "marks": {str(w): m for w, m in self.marks.items()}}
 
     @classmethod
     def from_data(cls, d: dict[str, Any]) -> ClockOffsets:
-        return cls(offsets={int(w): float(o) for w, o in (d.get("offsets") or {}).items()})
+        return cls(offsets={int(w): float(o) for w, o in (d.get("offsets") or {}).items()},
+                   marks={int(w): int(m) for w, m in (d.get("marks") or {}).items()})
 
 
 M = TypeVar("M", Setup, Hello, Ready, Refuse, StepStarted, StepUpdated, StepsFinished, StepsReset, Watch, RecordsBatch,
