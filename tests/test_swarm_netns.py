@@ -17,15 +17,15 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import psutil
 import pytest
 from helpers.netns import Host, Network, leftovers, skip_unless_root
-from helpers.processes import CAPACITY, LoggedProcess, env_with
+from helpers.processes import CAPACITY, LoggedProcess, descendants, env_with
 from helpers.results import read_meta, read_records, read_steps, results_dir
 from helpers.scenarios import write_scenario
 from helpers.servers import ServerProcess
@@ -83,12 +83,21 @@ def _worker(tmp_path: Path, host: Host, master: Host, sc: Path, prefix: list[str
     return LoggedProcess(host.argv(argv), tmp_path / f"{host.name}.log", env=env_with(**env), cwd=cwd, group=True)
 
 
+def _kill_hard(p: LoggedProcess) -> None:
+    """SIGKILL `capacity run` and everything under it at once (its Locust child runs in a session of
+    its own: a group kill misses it, and the parent-death signal would stop it the clean way)."""
+    for proc in [*descendants(p.proc.pid), psutil.Process(p.proc.pid)]:
+        with contextlib.suppress(psutil.Error):
+            proc.send_signal(signal.SIGKILL)
+
+
 def _close(*procs: LoggedProcess | None) -> None:
-    """Kill each process group whole (`capacity run` and its Locust child), whatever is left of it."""
+    """Kill each process with everything under it, whatever is left of it."""
     for p in procs:
         if p is not None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(p.proc.pid, signal.SIGKILL)
+            if p.proc.poll() is None:
+                with contextlib.suppress(psutil.Error):
+                    _kill_hard(p)
             p.close()
 
 
@@ -158,7 +167,7 @@ def test_a_worker_stops_its_load_within_the_bound_when_its_master_is_gone(net, t
         if how == "vanish":
             net.vanish(master_host)
         else:  # the master's processes killed, its host and link alive (connections are reset)
-            os.killpg(master.proc.pid, signal.SIGKILL)
+            _kill_hard(master)
         worker.proc.wait(60)
     finally:
         _close(master, worker)
