@@ -38,6 +38,7 @@ from capacity_plugins.rehearsal.steps import (
 )
 from capacity_plugins.rehearsal.watch import SelfWatch
 from capacity_plugins.swarm import messages
+from capacity_plugins.swarm.deadman import DEFAULT_REJOIN_S
 from capacity_plugins.telemetry.wiring import RunTelemetry
 
 if TYPE_CHECKING:
@@ -202,6 +203,8 @@ class StepAuthority:
             measured=self._measured_for_window,
             next_plan=self._next_plan,
             rerun=self._rerun,
+            # a worker away longer than its own rejoin window has given up (swarm/deadman.py)
+            rerun_wait_s=DEFAULT_REJOIN_S,
             ready=self._ready,
             users_running=lambda: int(self.runner.user_count),
             settle_s=2.0 if self.master else 0.0,

@@ -82,6 +82,7 @@ class RehearsalShape(LoadTestShape):
         ready: Callable[[], bool] = lambda: True,
         users_running: Callable[[], int] | None = None,
         prepare_timeout_s: float = 60.0,
+        rerun_wait_s: float | None = None,
         settle_s: float = 0.0,
         open_loop_lead_s: float = 0.25,
         clock: Callable[[], float] = time.time,
@@ -114,6 +115,8 @@ class RehearsalShape(LoadTestShape):
         self.ready = ready
         self.users_running = users_running
         self.prepare_timeout_s = prepare_timeout_s
+        # How long a re-run waits for the swarm to be whole again (then it runs with who is there).
+        self.rerun_wait_s = prepare_timeout_s if rerun_wait_s is None else rerun_wait_s
         self.settle_s = settle_s
         # Open-loop steps start slightly in the future so workers hear of them before the first arrival.
         self.open_loop_lead_s = open_loop_lead_s
@@ -283,7 +286,7 @@ class RehearsalShape(LoadTestShape):
         if self.phase == "await":
             plan = self.plans[self.index]
             if not self.ready():
-                if now - self.phase_since < self.prepare_timeout_s:
+                if now - self.phase_since < self.rerun_wait_s:
                     return self._drain_tuple(plan)
                 logger.warning("the swarm was not whole again after %g s; re-running step %d anyway",
                                now - self.phase_since, self.index + 1)
