@@ -20,8 +20,9 @@ demo: install
 
 # System packages the browser / Prometheus tests need: installed with apt-get when we are root and
 # they are missing (the script says which and why). The suite runs on parallel workers, then the
-# tests marked `alone` one at a time, and prints one result and the 25 slowest tests
-# (scripts/run_tests.py; TEST_WORKERS=N to choose the workers, tests/README.md).
+# tests marked `measured` two at a time, then those marked `alone` one at a time, and prints one
+# result and the 25 slowest tests (scripts/run_tests.py; TEST_WORKERS=N: the parallel workers;
+# tests/README.md).
 test: install
 	bash scripts/ensure_system_deps.sh
 	$(PY) scripts/run_tests.py

@@ -1,19 +1,17 @@
-"""The test suite in two phases, one result: what `make test` and `make test-fast` run.
+"""The test suite in three phases, one result: what `make test` and `make test-fast` run.
 
-1. parallel: the tests marked neither `alone` nor `measured`, on N pytest-xdist workers (with
-   --lane, N-1 workers and, side by side with them, the measured lane below). Most of the
-     suite waits on the processes it starts (real Locust runs, simulators, servers), so workers
-     overlap those waits. A worker takes a whole module at a time, the longest first
-     (tests/helpers/schedule.py, tests/durations.json);
-   - the tests marked `measured` (each sweeps a real simulator and asserts what it measured: a knee,
-     an SLO verdict), one after another in one more process: never two of them at once, which on
-     a 2-core machine starve each other's simulator and generator;
-2. alone: the tests marked `alone` (they assert on this machine's spare CPU: CPU shares,
-   event-loop lag, a generator judged healthy, a throughput its turnaround decides), one at a
-   time, with nothing else of the suite running.
+1. parallel: the tests marked neither `alone` nor `measured`, on N pytest-xdist workers. Most of
+   the suite waits on the processes it starts (real Locust runs, simulators, servers), so workers
+   overlap those waits. A worker takes a whole module at a time, the longest first
+   (tests/helpers/schedule.py, tests/durations.json).
+2. measured: the tests marked `measured` (each sweeps a real simulator and asserts what it
+   measured: a knee, an SLO verdict), two at a time and nothing else beside them: a sweep uses a
+   fraction of a core (its simulator mostly sleeps through decode steps), and two of them leave
+   each other's generator on time; beside the parallel phase they were judged client limited.
+3. alone: the tests marked `alone` (they start CPU burners, or assert on this machine's spare CPU
+   itself: a CPU share, event-loop lag), one at a time, with nothing else running.
 
---fast (the tests not marked slow, browser or prometheus) has no lane: N workers, then the alone
-and measured tests one at a time.
+--fast (the tests not marked slow, browser or prometheus): the same phases over what is left.
 
 Then one summary over all the runs: the counts, every failure, the 25 slowest tests (setup + call
 + teardown). The exit status is non-zero when any run failed. tests/README.md says which marker a
@@ -38,24 +36,26 @@ import time
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
 
 ROOT = Path(__file__).resolve().parents[1]
 DURATIONS = ROOT / "tests" / "durations.json"
 FAST = "not slow and not browser and not prometheus"
 SLOWEST = 25
+# Measured sweeps at once (phase 2): two on a 2-core machine held; more would starve their generators.
+MEASURED_WORKERS = 2
 # pytest's "no tests were collected": a run with nothing to do (no `alone` test under -k ...).
 NO_TESTS = 5
 
 
 def default_workers(fast: bool) -> int:
-    """One more than the cores, at least 3 (with --lane one of them is the measured lane): most tests
-    sleep through their steps while the processes they started work, and a worker waiting on a
-    subprocess it started leaves its core to another. TEST_WORKERS overrides."""
+    """Two more than the cores (--fast: one more), at least 3: most tests sleep through their steps
+    while the processes they started work, and a worker waiting on a subprocess it started leaves
+    its core to another (on 2 cores, 3 workers kept the load average near 1.5; 4 took the parallel
+    phase from ~550 s to 440 s). TEST_WORKERS overrides."""
     if os.environ.get("TEST_WORKERS"):
         return max(2, int(os.environ["TEST_WORKERS"]))
     cores = os.cpu_count() or 1
-    return max(2, cores + 1) if fast else max(3, min(8, cores + 1))
+    return max(2, cores + 1) if fast else max(3, min(8, cores + 2))
 
 
 @dataclass
@@ -86,41 +86,27 @@ class Outcome:
 
 @dataclass
 class Run:
-    """One pytest process: its own JUnit XML; its output on this terminal, or in a file shown when
-    it ends (a run beside another one)."""
+    """One pytest process: its own JUnit XML, its output on this terminal."""
 
     name: str
     argv: list[str]
     junit: Path
-    log: Path | None = None
     env: dict[str, str] | None = None
     started: float = 0.0
     took: float = 0.0
     rc: int | None = None
     proc: subprocess.Popen[bytes] | None = None
-    out: IO[bytes] | None = None
 
     def start(self) -> None:
-        print(f"\n==== {self.name}: pytest {' '.join(self.argv[3:])}"
-              + (" (its output when it ends)" if self.log else ""), flush=True)
-        # The output file stays open here and is read back through this handle: whatever happens to
-        # the temporary folder meanwhile (a cleaner of /tmp), the run's output is still shown.
-        self.out = self.log.open("w+b") if self.log else None
+        print(f"\n==== {self.name}: pytest {' '.join(self.argv[3:])}", flush=True)
         self.started = time.monotonic()
         self.proc = subprocess.Popen([*self.argv, f"--junitxml={self.junit}", "-o", "junit_family=xunit1"],
-                                     cwd=ROOT, env=self.env, stdout=self.out,
-                                     stderr=subprocess.STDOUT if self.out else None)
+                                     cwd=ROOT, env=self.env)
 
     def wait(self) -> int:
         assert self.proc is not None
         self.rc = self.proc.wait()
         self.took = time.monotonic() - self.started
-        if self.out is not None:
-            print(f"\n==== {self.name}: output", flush=True)
-            self.out.seek(0)
-            sys.stdout.write(self.out.read().decode(errors="replace"))
-            sys.stdout.flush()
-            self.out.close()
         return self.rc
 
     @property
@@ -156,10 +142,10 @@ def main() -> int:
     parser.add_argument("--fast", action="store_true", help=f"only the tests marked neither slow, browser nor "
                                                             f"prometheus ({FAST!r})")
     parser.add_argument("-n", "--workers", type=int, default=None,
-                        help="xdist workers in the parallel phase (with --lane: N-1 and the measured lane); "
-                             "default: the cores + 1, at least 3 (--fast: the cores + 1); TEST_WORKERS")
-    parser.add_argument("--lane", action="store_true", help="run the measured tests one at a time beside the "
-                                                            "parallel phase (faster; needs spare cores)")
+                        help="xdist workers in the parallel phase; default: the cores + 2, at least 3 "
+                             "(--fast: the cores + 1); TEST_WORKERS")
+    parser.add_argument("--measured-workers", type=int, default=MEASURED_WORKERS,
+                        help=f"measured tests at once (default {MEASURED_WORKERS}; 1: one at a time)")
     parser.add_argument("--store-durations", action="store_true", help="rewrite tests/durations.json")
     parser.add_argument("--cov", action="store_true", help="measure the product's line coverage (pytest-cov, "
                                                            "[tool.coverage] in pyproject.toml) over the three runs")
@@ -177,36 +163,25 @@ def main() -> int:
     def marks(which: str) -> list[str]:
         return ["-m", f"({FAST}) and ({which})" if args.fast else which]
 
-    # --fast: the measured tests are all slow today; any that is not runs with the alone ones
-    # rather than in a lane of its own (one more collection of the suite for nothing).
-    # The measured lane beside the parallel phase is opt-in (--lane): on a 2-core machine under other
-    # load its sweeps and the parallel phase's single-user runs were judged client limited (rightly).
-    # By default the measured tests run one at a time with the alone ones, nothing beside them.
-    lane = args.lane and not args.fast
-    xdist = max(1, workers - 1) if lane else workers
-    parallel = Run(f"parallel ({xdist} workers)",
-                   [*pytest, "-n", str(xdist), "--dist", "loadfile", "--no-loadscope-reorder",
+    parallel = Run(f"parallel ({workers} workers)",
+                   [*pytest, "-n", str(workers), "--dist", "loadfile", "--no-loadscope-reorder",
                     *marks("not alone and not measured")], workdir / "parallel.xml", env=env)
-    measured = Run("measured (one at a time, beside the parallel run)", [*pytest, *marks("measured and not alone")],
-                   workdir / "measured.xml", log=workdir / "measured.log", env=env)
-    alone = Run("alone (one at a time, nothing beside)",
-                [*pytest, *marks("alone" if lane else "alone or measured")], workdir / "alone.xml", env=env)
+    # --dist load: a test at a time to whichever of the two is free (the modules longest first)
+    pair = ["-n", str(args.measured_workers), "--dist", "load"] if args.measured_workers > 1 else []
+    measured = Run(f"measured ({args.measured_workers} at a time, nothing else beside)",
+                   [*pytest, *pair, *marks("measured and not alone")], workdir / "measured.xml", env=env)
+    alone = Run("alone (one at a time, nothing beside)", [*pytest, *marks("alone")], workdir / "alone.xml", env=env)
 
-    runs = (parallel, measured, alone) if lane else (parallel, alone)
-    if args.cov:  # each run its own data file (two write at once), combined once all have ended
+    runs = (parallel, measured, alone)
+    if args.cov:  # each run its own data file, combined once all have ended
         for run in runs:
             run.argv += ["--cov", "--cov-report="]
             run.env = dict(env, COVERAGE_FILE=str(workdir / f".coverage.{run.junit.stem}"))
 
     started = time.monotonic()
-    if lane:
-        measured.start()
-    parallel.start()
-    parallel.wait()
-    if lane:
-        measured.wait()
-    alone.start()
-    alone.wait()
+    for run in runs:  # one after another: each phase's premise is what runs beside it
+        run.start()
+        run.wait()
     took = time.monotonic() - started
 
     outcome = Outcome()

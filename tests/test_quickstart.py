@@ -15,7 +15,7 @@ import pytest
 from helpers.paths import ROOT
 from helpers.processes import capacity
 
-pytestmark = [pytest.mark.slow, pytest.mark.alone]
+pytestmark = [pytest.mark.slow, pytest.mark.measured]
 
 SCENARIO = ROOT / "scenarios" / "quickstart.yaml"
 

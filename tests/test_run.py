@@ -23,7 +23,7 @@ pytestmark = pytest.mark.slow
 SIM = {"url": "embedded", "simulator": {"max_num_seqs": 4}}
 
 
-@pytest.mark.alone
+@pytest.mark.measured
 def test_concurrency_sweep_every_step_and_records_tagged(tmp_path):
     sc = write_scenario(
         tmp_path,

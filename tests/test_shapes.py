@@ -203,6 +203,36 @@ def test_a_step_short_of_min_requests_runs_on_until_it_has_them_or_hits_the_cap(
     assert shape2.steps[0].end_unix == 2030.0 and shape2.phase == "drain"
 
 
+def test_no_extension_is_guessed_during_the_warmup():
+    # a 3-s step with 1 s of warm-up: the look-ahead zone starts inside the warm-up, where no
+    # measured request can have finished yet — the first tick after it decides, from a real rate
+    plans = [StepPlan("concurrency", 1.0, 1, 100.0, 3.0, 1.0, min_requests=10, max_duration_s=15.0)]
+    have = {"n": 0}
+    extended: list[float] = []
+    clock = Clock()
+    shape = RehearsalShape(plans, drain_timeout_s=5.0, in_flight=lambda since: 0, clock=clock,
+                           measured=lambda index: have["n"], on_window_extended=lambda s: extended.append(s.end_unix))
+    shape.tick()
+    start = shape.steps[0].start_unix
+    clock.t = start + 0.9  # in the warm-up, 2.1 s before the end
+    assert shape.tick() == (1, 100.0) and not extended
+    clock.t = start + 1.05  # just past it: nothing measured has finished yet, and a later tick can decide
+    shape.tick()
+    assert not extended
+    clock.t = start + 1.9
+    have["n"] = 8  # 8 in 0.9 s: ~17 by the end, more than the 10 it needs
+    shape.tick()
+    assert not extended and shape.steps[0].end_unix == start + 3.0
+    # the same step finding too few after its warm-up does run on
+    shape2 = RehearsalShape(plans, drain_timeout_s=5.0, in_flight=lambda since: 0, clock=clock,
+                            measured=lambda index: 1, on_window_extended=lambda s: extended.append(s.end_unix))
+    clock.t = 3000.0
+    shape2.tick()
+    clock.t = 3001.9
+    shape2.tick()
+    assert extended and extended[-1] > 3003.0
+
+
 def test_reset_time_restarts_the_rehearsal():
     resets = []
     shape, clock, _ = make(sweep((1, 2)), lambda since: 0, on_reset=lambda: resets.append(1))

@@ -1,5 +1,6 @@
 """How the suite itself runs (scripts/run_tests.py): parallel xdist workers under Locust's gevent
-patching, whole modules longest first, then the `alone` tests, and one result over both."""
+patching, whole modules longest first, then the `measured` tests two at a time, then the `alone`
+tests, and one result over all three."""
 
 from __future__ import annotations
 
@@ -46,7 +47,7 @@ def test_modules_run_longest_first_each_in_one_piece(tmp_path: Path):
         "tests/test_new.py::x", "tests/test_a.py::x", "tests/test_a.py::y"]
 
 
-def test_one_result_over_both_phases_and_a_failure_in_either_fails_the_run(tmp_path: Path):
+def test_one_result_over_the_three_phases_and_a_failure_in_any_fails_the_run(tmp_path: Path):
     tests = tmp_path / "t"
     tests.mkdir()
     (tests / "test_mixed.py").write_text(textwrap.dedent("""
@@ -58,6 +59,14 @@ def test_one_result_over_both_phases_and_a_failure_in_either_fails_the_run(tmp_p
         def test_parallel_skips():
             pytest.skip("nothing here")
 
+        @pytest.mark.measured
+        def test_measured_passes():
+            pass
+
+        @pytest.mark.measured
+        def test_measured_too():
+            pass
+
         @pytest.mark.alone
         def test_alone_fails():
             assert False, "the alone phase's failure"
@@ -67,5 +76,7 @@ def test_one_result_over_both_phases_and_a_failure_in_either_fails_the_run(tmp_p
     text = out.stdout + out.stderr
     assert out.returncode == 1, text[-4000:]
     assert "FAILED" in text and "test_mixed.py::test_alone_fails" in text, text[-4000:]
-    assert "FAILED: 1 passed, 1 failed, 1 skipped" in text, text[-4000:]
+    assert "FAILED: 3 passed, 1 failed, 1 skipped" in text, text[-4000:]
+    # three phases, in order: the measured tests two at a time, then the alone one
+    assert text.index("==== parallel") < text.index("==== measured (2 at a time") < text.index("==== alone"), text[-4000:]
     assert "slowest tests" in text, text[-4000:]

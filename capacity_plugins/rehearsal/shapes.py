@@ -46,6 +46,8 @@ logger = logging.getLogger(__name__)
 DEFAULT_MAX_STEP_FACTOR = 5.0
 # Extensions are decided this long before a window ends (Locust ticks the shape once a second).
 EXTEND_LOOKAHEAD_S = 2.5
+# ... from at least this much of the window's measured time, unless no later tick could decide.
+EXTEND_MIN_SEEN_S = 1.0
 
 
 def plan_steps(scenario: Scenario) -> list[StepPlan]:
@@ -194,18 +196,25 @@ class RehearsalShape(LoadTestShape):
 
         Decided EXTEND_LOOKAHEAD_S before the window ends, from the rate measured so far, so every
         generator hears of the new end while its window is still open (a pacer that reached the
-        old end would have stopped, and a user would have stopped sending).
+        old end would have stopped, and a user would have stopped sending). Not from less than
+        EXTEND_MIN_SEEN_S of measured time while a later tick can still decide: a rate read right at
+        the warm-up's end is zero (no measured request has finished yet), and that guess grew every
+        3-s step to 6 s.
         """
         assert self.current is not None
         step = self.current
         if self.measured is None or not plan.min_requests or now < step.end_unix - EXTEND_LOOKAHEAD_S:
             return None
+        seen_s = now - step.warmup_end_unix
+        # Locust ticks the shape once a second: the next tick is the last chance if it would come
+        # less than half a second before the end.
+        if seen_s < EXTEND_MIN_SEEN_S and now + 1.0 <= step.end_unix - 0.5:
+            return None
         cap = step.start_unix + plan.longest_s
         if step.end_unix >= cap:
             return None
         have = self.measured(step.index)
-        seen_s = max(now - step.warmup_end_unix, 1e-3)
-        rate = have / seen_s if now > step.warmup_end_unix else 0.0
+        rate = have / seen_s if seen_s > 0 else 0.0
         expected = have + rate * max(step.end_unix - now, 0.0)
         if expected >= plan.min_requests:
             return None
