@@ -33,7 +33,7 @@ def test_sweep_knee_at_max_num_seqs_and_plan_follows_from_capacity(tmp_path):
         request={"max_tokens": 8, "ignore_eos": True, "timeout_s": 20},
         # the test machine is loaded (CI, 2 cores, other tests): the generator's own validity is
         # tested elsewhere (test_starvation.py); this one is about the knee and the plan
-        load={"kind": "concurrency_sweep", "levels": [1, 2, 4, 8, 16, 32], "step_s": 6, "warmup_s": 2,
+        load={"kind": "concurrency_sweep", "levels": [1, 2, 4, 8, 16, 32], "step_s": 12, "warmup_s": 2,
               "min_requests": 50, "max_loop_lag_p99_ms": 200},
         slo={"ttft_p95_ms": 400, "tpot_p95_ms": None},
         capacity={"peak_qps": peak, "safety_factor": safety, "redundancy": redundancy,
