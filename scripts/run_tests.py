@@ -1,6 +1,6 @@
 """The test suite in three phases, one result: what `make test` and `make test-fast` run.
 
-1. parallel: the tests marked neither `alone` nor `measured`, on N pytest-xdist workers. Most of
+1. parallel: the tests marked neither `alone`, `measured` nor `cpu`, on N pytest-xdist workers. Most of
    the suite waits on the processes it starts (real Locust runs, simulators, servers), so workers
    overlap those waits. A worker takes a whole module at a time, the longest first
    (tests/helpers/schedule.py, tests/durations.json).
@@ -11,8 +11,9 @@
    marked `cpu` (pure computation: property tests, calibration studies, analyses of written
    results), on two workers at the lowest CPU priority (nice 19): the kernel hands a waking
    generator the core at once, and the computation takes the time the sweeps leave idle.
-3. alone: the tests marked `alone` (they start CPU burners, or assert on this machine's spare CPU
-   itself: a CPU share, event-loop lag), one at a time, with nothing else running.
+3. alone: the tests marked `alone` (they start CPU burners or several generator processes, or
+   assert on this machine's spare CPU itself: a CPU share, event-loop lag), one at a time, with
+   nothing else running.
 
 --fast (the tests not marked slow, browser or prometheus): the same phases over what is left.
 
@@ -190,7 +191,7 @@ def main() -> int:
                      workdir / "cpu.xml", env=env, log=workdir / "cpu.log")
     # --dist load: a test at a time to whichever of the two is free (the modules longest first)
     pair = ["-n", str(args.measured_workers), "--dist", "load"] if args.measured_workers > 1 else []
-    measured = Run(f"measured ({args.measured_workers} at a time, nothing else beside)",
+    measured = Run(f"measured ({args.measured_workers} at a time, only the cpu tests beside)",
                    [*pytest, *pair, *marks("measured and not alone")], workdir / "measured.xml", env=env)
     alone = Run("alone (one at a time, nothing beside)", [*pytest, *marks("alone")], workdir / "alone.xml", env=env)
 
