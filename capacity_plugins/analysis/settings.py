@@ -41,6 +41,7 @@ class ClassSettings:
     name: str
     weight: float
     slo: SLOConfig
+    model: str | None = None  # the model (adapter) the class's requests named; None: the run's
 
 
 @dataclass(frozen=True)
@@ -121,7 +122,7 @@ def _classes(doc: dict[str, Any], slo: SLOConfig, source: str) -> tuple[ClassSet
     found = problems(classes, request, slo)
     if found is not None:
         raise UserError(f"{source}: {found}")
-    return tuple(ClassSettings(w.name, w.weight, merged(slo, w.slo)) for w in classes)
+    return tuple(ClassSettings(w.name, w.weight, merged(slo, w.slo), w.model) for w in classes)
 
 
 def read_settings(path: Path, overrides: dict[str, Any] | None = None) -> Settings:

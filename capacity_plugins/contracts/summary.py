@@ -647,8 +647,13 @@ class Stability(Section):
 
 
 class WorkloadClass(Section):
+    SOMETIMES = frozenset({"model"})  # only a class that names its own model
+
     name: str = ""
     weight: Number = 0.0
+    model: str | None = None
+    """The model the class's requests named (a LoRA adapter, another model behind the endpoint);
+    null: the run's model."""
     slo: SLOConfig = Field(default_factory=SLOConfig)
     """The class's SLO as judged: its own limits over the top-level `slo` and flag overrides."""
     requests: int = 0

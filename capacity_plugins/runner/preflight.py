@@ -128,6 +128,13 @@ def preflight(s: Scenario, url: str, secrets: Secrets | None = None) -> str:
         names = set(models) | {m.removesuffix(":latest") for m in models}
         if model not in names:
             raise RunError(f"preflight: model {model!r} is not served by {base} (it serves: {', '.join(models[:10])})")
+    if models is not None and dialect.name != "tgi":
+        # a workload class's own model (a LoRA adapter): listed beside the base model, as vLLM does
+        names = set(models) | {m.removesuffix(":latest") for m in models}
+        for i, w in enumerate(s.workloads or ()):
+            if w.model is not None and w.model not in names:
+                raise RunError(f"preflight: workloads[{i}].model {w.model!r} is not served by {base} "
+                               f"(it serves: {', '.join(models[:10])})")
     params = RequestParams(model=model, max_tokens=PREFLIGHT_MAX_TOKENS, stream=False, include_usage=False)
     call = dialect.build(_Sample(), params)
     try:

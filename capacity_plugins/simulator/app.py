@@ -326,6 +326,7 @@ class SimulatorApp:
         blocks = block_hashes(params.units, cfg.block_size) if cfg.prefix_cache else []
         seq = Sequence(rid, params.prompt_tokens, blocks, params.max_tokens, target, req.arrival,
                        job.on_token, job.on_finish)
+        seq.adapter = params.adapter
         job.seq = seq
         resp.set_on_lost(job.lost)
         if params.stream:
