@@ -168,12 +168,13 @@ def workloads_section(rows: list[StepSummary], run: RunData, sweep_kind: str) ->
     for c in run.settings.workloads:
         mine = [_classes_of(r)[c.name] for r in rows]
         own = capacity_under_slo([_class_view(r, k) for r, k in zip(rows, mine, strict=True)], c.slo, cap, sweep_kind)
-        named = {"model": c.model} if c.model is not None else {}  # unset: the key stays out of summary.json
-        classes.append(WorkloadClass(name=c.name, weight=c.weight, **named, slo=c.slo.model_copy(),
+        classes.append(WorkloadClass(name=c.name, weight=c.weight, slo=c.slo.model_copy(),
                                      requests=sum(k.requests for k in mine),
                                      insufficient_levels=[r.level for r, k in zip(rows, mine, strict=True)
                                                           if k.insufficient and k.requests],
                                      capacity=own))
+        if c.model is not None:
+            classes[-1].model = c.model  # set only then: a sometimes-key of summary.json
     total = sum(k.requests for k in classes)
     for k in classes:
         k.share = k.requests / total if total else None
