@@ -63,6 +63,8 @@ class Settings:
     source: str = SCENARIO_FILE
     # The scenario copy's load section as written (a trace replay's windows are read from it).
     load: dict[str, Any] = field(default_factory=dict)
+    # The scenario copy's request section as written (an embeddings run's batch_size: analysis/items.py).
+    request: dict[str, Any] = field(default_factory=dict)
     # The scenario's workload classes (empty: none); each judged by its own SLO.
     workloads: tuple[ClassSettings, ...] = ()
 
@@ -161,5 +163,5 @@ def read_settings(path: Path, overrides: dict[str, Any] | None = None) -> Settin
         max_loop_lag_p99_ms=float(_load_number(merged, "max_loop_lag_p99_ms", DEFAULT_MAX_LOOP_LAG_P99_MS)),
         max_schedule_lag_p99_ms=float(_load_number(merged, "max_schedule_lag_p99_ms", DEFAULT_MAX_SCHEDULE_LAG_P99_MS)),
         max_client_cpu_pct=float(_load_number(merged, "max_client_cpu_pct", DEFAULT_MAX_CLIENT_CPU_PCT)),
-        target=dict(target), source=source, workloads=_classes(doc, models["slo"], source),
+        target=dict(target), request=_section(doc, "request"), source=source, workloads=_classes(doc, models["slo"], source),
     )

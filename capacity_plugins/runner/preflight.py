@@ -121,7 +121,7 @@ def preflight(s: Scenario, url: str, secrets: Secrets | None = None) -> str:
         raise RunError(f"preflight: target {base} does not answer: {getattr(e, 'reason', e)}") from None
     model = s.target.model
     if model is None:
-        if dialect.name != "tgi" and not models:
+        if dialect.name != "tgi" and dialect.models_path is not None and not models:
             raise RunError(f"preflight: {base} lists no model; set target.model in the scenario")
         model = models[0] if models else ""
     elif models is not None and dialect.name != "tgi":
