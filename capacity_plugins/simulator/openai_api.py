@@ -23,6 +23,7 @@ from typing import Any
 import orjson
 
 from capacity_plugins.simulator.config import SimConfig
+from capacity_plugins.simulator.images import openai_image_units
 from capacity_plugins.simulator.lora import adapter_names
 from capacity_plugins.simulator.protocol import BadRequest, Dialect, JobView, Params
 from capacity_plugins.simulator.tokens import (
@@ -69,6 +70,7 @@ class OpenAIDialect(Dialect):
                     raise BadRequest(f"messages[{i}]: must be an object with a string 'role'")
                 units += [f"<|{msg['role']}|>"] + [""] * (CHAT_TOKENS_PER_MESSAGE - 1)
                 units += prompt_units(_content_text(msg.get("content"), i))
+                units += openai_image_units(msg.get("content"), cfg, i)  # image_url parts (simulator/images.py)
             units += ["<|assistant|>"] + [""] * (CHAT_TOKENS_REPLY - 1)
             limit = body.get("max_completion_tokens", body.get("max_tokens"))
             limit_name = "max_completion_tokens" if "max_completion_tokens" in body else "max_tokens"
