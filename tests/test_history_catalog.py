@@ -18,10 +18,11 @@ import sqlite3
 import jsonschema
 import pytest
 import yaml
+from helpers.json_diff import not_kept
 from helpers.paths import ROOT
 from helpers.ports import free_port
-from helpers.processes import capacity, env_with
 
+from capacity_plugins.cli import main
 from capacity_plugins.contracts.comparison import CompareRow
 from capacity_plugins.contracts.history import RunEntry, StepEntry
 from capacity_plugins.errors import UserError
@@ -109,27 +110,30 @@ def test_bad_catalogs_are_one_line(tmp_path):
     assert parse_labels(["build=42", "sha=a=b"]) == {"build": "42", "sha": "a=b"}
 
 
-def _one_line(r) -> str:
-    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
-    assert len(lines) == 1 and "Traceback" not in r.stderr, r.stderr
+def _refused(capsys, *argv: str) -> str:
+    """`capacity ARGV` (its main, in this process: each is refused before anything starts): exit 2,
+    one line on stderr, no traceback; the line."""
+    code = main(list(argv))
+    err = capsys.readouterr().err
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert code == 2 and len(lines) == 1 and "Traceback" not in err, (code, err)
     return lines[0]
 
 
-def test_commands_refuse_bad_input_in_one_line(tmp_path):
-    r = capacity("history", "list", env=env_with(CAPACITY_HISTORY=""))
-    assert r.returncode == 2 and "no catalog: give --history" in _one_line(r)
+def test_commands_refuse_bad_input_in_one_line(tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("CAPACITY_HISTORY", raising=False)
+    assert "no catalog: give --history" in _refused(capsys, "history", "list")
     url = f"postgresql://capacity:s3cret-pass@127.0.0.1:{free_port()}/history"
-    r = capacity("history", "list", "--history", url)
-    line = _one_line(r)
-    assert r.returncode == 2 and "cannot connect" in line and "s3cret-pass" not in r.stderr + r.stdout
-    r = capacity("gate", "--baseline", "release", str(tmp_path), "--history", str(tmp_path / "h.sqlite"))
-    assert r.returncode == 2 and "--baseline release: not a folder, and no such baseline" in _one_line(r)
-    r = capacity("gate", "--baseline", str(tmp_path), str(tmp_path), "--margin", "1.5")
-    assert r.returncode == 2 and "--margin: expected a share in [0, 1)" in _one_line(r)
-    r = capacity("history", "add", str(tmp_path / "missing"), "--history", str(tmp_path / "h.sqlite"))
-    assert r.returncode == 2 and "not a results folder" in _one_line(r)
-    r = capacity("run", str(ROOT / "scenarios/quickstart.yaml"), "--label", "no value", "--output", str(tmp_path))
-    assert r.returncode == 2 and "--label 'no value': expected KEY=VALUE" in _one_line(r)
+    line = _refused(capsys, "history", "list", "--history", url)
+    assert "cannot connect" in line and "s3cret-pass" not in line
+    h = str(tmp_path / "h.sqlite")
+    assert "--baseline release: not a folder, and no such baseline" in \
+        _refused(capsys, "gate", "--baseline", "release", str(tmp_path), "--history", h)
+    assert "--margin: expected a share in [0, 1)" in \
+        _refused(capsys, "gate", "--baseline", str(tmp_path), str(tmp_path), "--margin", "1.5")
+    assert "not a results folder" in _refused(capsys, "history", "add", str(tmp_path / "missing"), "--history", h)
+    assert "--label 'no value': expected KEY=VALUE" in \
+        _refused(capsys, "run", str(ROOT / "scenarios/quickstart.yaml"), "--label", "no value", "--output", str(tmp_path))
     assert not list(tmp_path.glob("quickstart-*"))  # refused before any folder
 
 
@@ -150,12 +154,11 @@ def test_history_dashboard_round_trips_through_grafanas_model():
     from grafana_foundation_sdk.cog.encoder import JSONEncoder
     from grafana_foundation_sdk.cog.plugins import register_default_plugins
     from grafana_foundation_sdk.models.dashboard import Dashboard
-    from test_deploy_compose import _not_kept
 
     register_default_plugins()
     original = json.loads((ROOT / "deploy/grafana/history-dashboard.json").read_text())
     model = Dashboard.from_json(original)
-    lost = _not_kept(original, json.loads(json.dumps(model, cls=JSONEncoder)))
+    lost = not_kept(original, json.loads(json.dumps(model, cls=JSONEncoder)))
     assert not lost, f"keys Grafana's dashboard model does not know or changes: {lost[:20]}"
     ids = [p["id"] for p in original["panels"]]
     assert len(ids) == len(set(ids))

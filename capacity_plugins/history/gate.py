@@ -63,7 +63,7 @@ def _check(row: CompareRow, name: str, margin: float, repeats: int, both_sets: b
     else:
         gap = abs(margin - loss)
         if both_sets and gap > 0:
-            check.repeats_needed = math.ceil(repeats * (noise / gap) ** 2)
+            check.repeats_needed = math.ceil(repeats * (noise / gap) ** 2 - 1e-9)  # 12.000000000000002 is 12
             more = f"about {check.repeats_needed} repeats per side would decide (the interval shrinks with √repeats)"
         elif gap > 0:
             check.repeats_needed = 3
