@@ -32,6 +32,8 @@ RUN_COLUMNS = ("kind", "parent_id", "results_dir", "recorded_unix", "started_uni
                "capacity_interval_kind", "knee", "knee_unit", "limiting_slo", "verdict", "decision_complete",
                "valid_steps", "repeats")
 STEP_COLUMNS = tuple(StepEntry.model_fields)
+# pg_advisory_xact_lock's key while a PostgreSQL catalog migrates (any fixed number: "capacity" history)
+MIGRATION_LOCK = 310031
 
 
 def where_from(option: str | None) -> str:
@@ -70,7 +72,9 @@ class Catalog:
             if not path.parent.is_dir():
                 raise UserError(f"{self.name}: no such folder {path.parent}")
             try:
-                db = sqlite3.connect(path, timeout=30)
+                # transactions are ours (BEGIN IMMEDIATE below), not the module's implicit ones,
+                # which would leave DDL outside them
+                db = sqlite3.connect(path, timeout=30, isolation_level=None)
                 db.execute("PRAGMA foreign_keys = ON")
                 db.execute("SELECT count(*) FROM sqlite_master").fetchone()
             except sqlite3.DatabaseError as e:
@@ -120,6 +124,7 @@ class Catalog:
         cur = self._db.cursor()
         out = []
         try:
+            self._begin(cur)
             for sql, params in statements:
                 self._execute(cur, sql, params)
                 row = cur.fetchone() if cur.description else None
@@ -132,22 +137,43 @@ class Catalog:
             cur.close()
         return out
 
+    def _begin(self, cur: Any) -> None:
+        """Open a write transaction. SQLite: take the write lock now (IMMEDIATE), so that two
+        processes opening a new catalog at once migrate it one after the other."""
+        if self.dialect == "sqlite":
+            self._execute(cur, "BEGIN IMMEDIATE")
+
     # -- schema -----------------------------------------------------------------------------------
 
     def _migrate(self) -> None:
-        self._transaction([(schema.MIGRATIONS_TABLE, ())])
-        applied = {int(r[0]) for r in self._query("SELECT version FROM schema_migrations")}
-        newer = [v for v in applied if v > schema.LATEST]
-        if newer:
-            raise UserError(f"{self.name}: schema version {max(newer)} is newer than this capacity-plugins "
-                            f"knows ({schema.LATEST}): upgrade capacity-plugins to use it")
-        for version, description, _ in schema.MIGRATIONS:
-            if version in applied:
-                continue
-            work: list[tuple[str, Sequence[Any]]] = [(s, ()) for s in schema.statements(self.dialect, version)]
-            work.append(("INSERT INTO schema_migrations (version, description, applied_unix) VALUES (?, ?, ?)",
-                         (version, description, time.time())))
-            self._transaction(work)
+        """Apply the migrations this catalog lacks, in one transaction that holds the catalog's
+        write lock (SQLite) or an advisory lock (PostgreSQL): concurrent openers wait, then find
+        the work done."""
+        cur = self._db.cursor()
+        try:
+            self._begin(cur)
+            if self.dialect == "postgresql":
+                self._execute(cur, "SELECT pg_advisory_xact_lock(?)", (MIGRATION_LOCK,))
+            self._execute(cur, schema.MIGRATIONS_TABLE)
+            self._execute(cur, "SELECT version FROM schema_migrations")
+            applied = {int(r[0]) for r in cur.fetchall()}
+            newer = [v for v in applied if v > schema.LATEST]
+            if newer:
+                raise UserError(f"{self.name}: schema version {max(newer)} is newer than this capacity-plugins "
+                                f"knows ({schema.LATEST}): upgrade capacity-plugins to use it")
+            for version, description, _ in schema.MIGRATIONS:
+                if version in applied:
+                    continue
+                for statement in schema.statements(self.dialect, version):
+                    self._execute(cur, statement)
+                self._execute(cur, "INSERT INTO schema_migrations (version, description, applied_unix) VALUES (?, ?, ?)",
+                              (version, description, time.time()))
+            self._db.commit()
+        except BaseException:
+            self._db.rollback()
+            raise
+        finally:
+            cur.close()
 
     def schema_version(self) -> int:
         return int(self._query("SELECT max(version) FROM schema_migrations")[0][0] or 0)

@@ -220,7 +220,11 @@ def _record_history(args: argparse.Namespace, folder: Path) -> None:
     """Record the analysed run in the catalog, when one is named. Never the run's failure: a catalog
     that cannot be written is one line here, the run's exit code stays (`capacity history add` retries)."""
     where = args.history or os.environ.get("CAPACITY_HISTORY", "").strip()
-    if not where or not (folder / "summary.json").exists():
+    if not where:
+        return
+    if not (folder / "summary.json").exists():
+        print(f"[capacity] history: not recorded (not analysed); later: capacity history add {folder}",
+              file=sys.stderr, flush=True)
         return
     try:
         from capacity_plugins.history.catalog import Catalog
