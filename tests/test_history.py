@@ -25,8 +25,9 @@ import pytest
 import yaml
 from helpers.paths import ROOT
 from helpers.postgres import Postgres
-from helpers.processes import CAPACITY, capacity, env_with
+from helpers.processes import CAPACITY, env_with
 
+from capacity_plugins.cli import main
 from capacity_plugins.simulator.config import SimConfig
 from capacity_plugins.simulator.launch import SimulatorProcess
 
@@ -103,10 +104,8 @@ def history(tmp_path_factory) -> Any:
             assert proc.returncode == 0, f"build {build}: {out[-3000:]}{err[-3000:]}"
         sets = {b: only_set(tmp / "results" / b) for b in REPEATS}
         for where, missing in ((sqlite, ("b", "c")), (pg.url, ("a", "c"))):
-            r = capacity("history", "add", *(str(sets[b]) for b in missing), "--history", where)
-            assert r.returncode == 0, r.stderr
-            r = capacity("history", "bless", str(sets["a"]), "--as", "release", "--history", where)
-            assert r.returncode == 0, r.stderr
+            assert main(["history", "add", *(str(sets[b]) for b in missing), "--history", where]) == 0
+            assert main(["history", "bless", str(sets["a"]), "--as", "release", "--history", where]) == 0
         yield {"tmp": tmp, "sets": sets, "runs": runs, "catalogs": {"sqlite": sqlite, "postgresql": pg.url},
                "pg": pg, "steps": steps}
     finally:
@@ -118,19 +117,28 @@ def history(tmp_path_factory) -> Any:
 CATALOGS = ("sqlite", "postgresql")
 
 
-def listed(where: str, *extra: str) -> list[dict[str, Any]]:
-    r = capacity("history", "list", "--format", "json", "--history", where, *extra)
-    assert r.returncode == 0, r.stderr
-    return json.loads(r.stdout)
+def cli(capsys, *argv: str) -> tuple[int, str, str]:
+    """`capacity ARGV` through its main in this process (cheaper than a process per command; the
+    commands' own processes are tested by the CI steps below): exit code, stdout, stderr."""
+    capsys.readouterr()
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def listed(capsys, where: str, *extra: str) -> list[dict[str, Any]]:
+    code, out, err = cli(capsys, "history", "list", "--format", "json", "--history", where, *extra)
+    assert code == 0, err
+    return json.loads(out)
 
 
 @pytest.mark.parametrize("kind", CATALOGS)
-def test_ten_runs_of_three_builds_are_recorded(history, kind):
+def test_ten_runs_of_three_builds_are_recorded(history, kind, capsys):
     where = history["catalogs"][kind]
-    sets = listed(where)
+    sets = listed(capsys, where)
     assert [(s["kind"], s["labels"]["build"], s["repeats"]) for s in sorted(sets, key=lambda s: s["labels"]["build"])] \
         == [("repeat_set", b, n) for b, n in REPEATS.items()]
-    everything = listed(where, "--all")
+    everything = listed(capsys, where, "--all")
     repeats = [r for r in everything if r["kind"] == "run"]
     assert len(repeats) == 10 and all(r["parent_id"] in {s["id"] for s in sets} for r in repeats)
     for r in everything:
@@ -138,7 +146,7 @@ def test_ten_runs_of_three_builds_are_recorded(history, kind):
         assert r["labels"]["pipeline"] == "ci" and r["scenario"] == "ci-gate"
         assert r["engine"] and r["engine_version"] == "0.11.0-sim", r
         assert r["valid_steps"] == 2 and r["verdict"], r
-    only_b = listed(where, "--label", "build=b", "--all")
+    only_b = listed(capsys, where, "--label", "build=b", "--all")
     assert {r["labels"]["build"] for r in only_b} == {"b"} and len(only_b) == 4
 
 
@@ -152,15 +160,15 @@ def test_a_catalog_that_cannot_be_written_never_fails_the_run(history):
 
 
 @pytest.mark.parametrize("kind", CATALOGS)
-def test_the_trend_shows_the_drop(history, kind, tmp_path):
+def test_the_trend_shows_the_drop(history, kind, tmp_path, capsys):
     where = history["catalogs"][kind]
-    r = capacity("history", "trend", "--by", "build", "--out", str(tmp_path), "--history", where)
-    assert r.returncode == 0, r.stderr
+    code, _, err = cli(capsys, "history", "trend", "--by", "build", "--out", str(tmp_path), "--history", where)
+    assert code == 0, err
     assert (tmp_path / "trend.png").read_bytes().startswith(b"\x89PNG")
     page = (tmp_path / "trend.html").read_text()
     assert page.count("data:image/png;base64,") == 1 and page.count("<tr>") == 1 + 3
     # what the plot draws: build c's capacity interval lies wholly below both others'
-    cap = {s["labels"]["build"]: s for s in listed(where)}
+    cap = {s["labels"]["build"]: s for s in listed(capsys, where)}
     assert cap["c"]["capacity_hi"] < min(cap["a"]["capacity_lo"], cap["b"]["capacity_lo"]), cap
     assert cap["c"]["capacity_rps"] < 0.8 * cap["a"]["capacity_rps"]
     for b in "ab":
@@ -169,15 +177,15 @@ def test_the_trend_shows_the_drop(history, kind, tmp_path):
 
 
 @pytest.mark.parametrize("kind", CATALOGS)
-def test_the_gate_fails_the_degraded_build_only(history, kind):
+def test_the_gate_fails_the_degraded_build_only(history, kind, capsys):
     where, sets = history["catalogs"][kind], history["sets"]
     for build in "ab":
-        r = capacity("gate", "--baseline", "release", str(sets[build]), "--history", where)
-        assert r.returncode == 0, r.stdout + r.stderr
-        assert r.stdout.startswith("gate: not worse — capacity ")
-    r = capacity("gate", "--baseline", "release", str(sets["c"]), "--history", where, "--format", "json")
-    assert r.returncode == 3, r.stdout + r.stderr
-    doc = json.loads(r.stdout)
+        code, out, err = cli(capsys, "gate", "--baseline", "release", str(sets[build]), "--history", where)
+        assert code == 0, out + err
+        assert out.startswith("gate: not worse — capacity ")
+    code, out, err = cli(capsys, "gate", "--baseline", "release", str(sets["c"]), "--history", where, "--format", "json")
+    assert code == 3, out + err
+    doc = json.loads(out)
     cap = next(c for c in doc["checks"] if c["metric"].startswith("capacity"))
     assert doc["decision"] == "worse" and cap["decision"] == "worse"
     lo, hi = cap["change_ci"]
@@ -195,12 +203,12 @@ def test_the_ci_examples_gate_commands(history, ci):
     assert "Traceback" not in r.stderr
 
 
-def test_single_runs_cannot_decide_and_say_what_would(history):
+def test_single_runs_cannot_decide_and_say_what_would(history, capsys):
     one = history["sets"]["b"] / "repeat-1"
-    r = capacity("gate", "--baseline", str(history["sets"]["a"] / "repeat-1"), str(one), "--margin", "0.05")
-    assert r.returncode == 2, r.stdout + r.stderr
-    assert r.stdout.startswith("gate: cannot decide — capacity ")
-    assert "repeat sets of at least 3 on each side" in r.stdout
+    code, out, err = cli(capsys, "gate", "--baseline", str(history["sets"]["a"] / "repeat-1"), str(one), "--margin", "0.05")
+    assert code == 2, out + err
+    assert out.startswith("gate: cannot decide — capacity ")
+    assert "repeat sets of at least 3 on each side" in out
 
 
 def _grafana_sql(sql: str, values: dict[str, str]) -> str:
