@@ -16,7 +16,8 @@ import json
 import os
 import sqlite3
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -119,29 +120,32 @@ class Catalog:
         finally:
             cur.close()
 
-    def _transaction(self, statements: Iterable[tuple[str, Sequence[Any]]]) -> list[Any]:
-        """Run statements in one transaction; the first value each returned (RETURNING id)."""
+    @contextmanager
+    def _writing(self) -> Iterator[Any]:
+        """A cursor inside one write transaction: committed at the end, rolled back on any error.
+        SQLite takes its write lock at the start (BEGIN IMMEDIATE), so two processes opening a new
+        catalog at once migrate it one after the other."""
         cur = self._db.cursor()
-        out = []
         try:
-            self._begin(cur)
-            for sql, params in statements:
-                self._execute(cur, sql, params)
-                row = cur.fetchone() if cur.description else None
-                out.append(row[0] if row else None)
+            if self.dialect == "sqlite":
+                self._execute(cur, "BEGIN IMMEDIATE")
+            yield cur
             self._db.commit()
         except BaseException:
             self._db.rollback()
             raise
         finally:
             cur.close()
-        return out
 
-    def _begin(self, cur: Any) -> None:
-        """Open a write transaction. SQLite: take the write lock now (IMMEDIATE), so that two
-        processes opening a new catalog at once migrate it one after the other."""
-        if self.dialect == "sqlite":
-            self._execute(cur, "BEGIN IMMEDIATE")
+    def _transaction(self, statements: Iterable[tuple[str, Sequence[Any]]]) -> list[Any]:
+        """Run statements in one transaction; the first value each returned (RETURNING id)."""
+        out = []
+        with self._writing() as cur:
+            for sql, params in statements:
+                self._execute(cur, sql, params)
+                row = cur.fetchone() if cur.description else None
+                out.append(row[0] if row else None)
+        return out
 
     # -- schema -----------------------------------------------------------------------------------
 
@@ -149,9 +153,7 @@ class Catalog:
         """Apply the migrations this catalog lacks, in one transaction that holds the catalog's
         write lock (SQLite) or an advisory lock (PostgreSQL): concurrent openers wait, then find
         the work done."""
-        cur = self._db.cursor()
-        try:
-            self._begin(cur)
+        with self._writing() as cur:
             if self.dialect == "postgresql":
                 self._execute(cur, "SELECT pg_advisory_xact_lock(?)", (MIGRATION_LOCK,))
             self._execute(cur, schema.MIGRATIONS_TABLE)
@@ -168,12 +170,6 @@ class Catalog:
                     self._execute(cur, statement)
                 self._execute(cur, "INSERT INTO schema_migrations (version, description, applied_unix) VALUES (?, ?, ?)",
                               (version, description, time.time()))
-            self._db.commit()
-        except BaseException:
-            self._db.rollback()
-            raise
-        finally:
-            cur.close()
 
     def schema_version(self) -> int:
         return int(self._query("SELECT max(version) FROM schema_migrations")[0][0] or 0)
