@@ -40,6 +40,10 @@ SERVER = {"decode_base_ms": 6.7, "decode_per_seq_ms": 0.5, "prefill_tokens_per_s
 SHORT = {"STEP_S": "3", "WARMUP_S": "1", "MIN_REQUESTS": "30", "MAX_TOKENS": "16", "TTFT_P95_MS": "600",
          "TPOT_P95_MS": "50"}
 REPEATS = {"a": 4, "b": 3, "c": 3}
+# The gate's margin here: three 2-s measured windows per level cannot resolve 10 % of a TTFT P95
+# of tens of ms (the t quantile of 3 repeats is 4.3); a quarter is still far from the 4-slot
+# build's loss (about 40 %). The pipelines read it from CAPACITY_MARGIN, as a team would set it.
+MARGIN = "0.25"
 DASHBOARD = ROOT / "deploy/grafana/history-dashboard.json"
 
 
@@ -180,24 +184,27 @@ def test_the_trend_shows_the_drop(history, kind, tmp_path, capsys):
 def test_the_gate_fails_the_degraded_build_only(history, kind, capsys):
     where, sets = history["catalogs"][kind], history["sets"]
     for build in "ab":
-        code, out, err = cli(capsys, "gate", "--baseline", "release", str(sets[build]), "--history", where)
+        code, out, err = cli(capsys, "gate", "--baseline", "release", str(sets[build]), "--history", where,
+                             "--margin", MARGIN)
         assert code == 0, out + err
         assert out.startswith("gate: not worse — capacity ")
-    code, out, err = cli(capsys, "gate", "--baseline", "release", str(sets["c"]), "--history", where, "--format", "json")
+    code, out, err = cli(capsys, "gate", "--baseline", "release", str(sets["c"]), "--history", where, "--format", "json",
+                         "--margin", MARGIN)
     assert code == 3, out + err
     doc = json.loads(out)
     cap = next(c for c in doc["checks"] if c["metric"].startswith("capacity"))
     assert doc["decision"] == "worse" and cap["decision"] == "worse"
     lo, hi = cap["change_ci"]
     assert lo <= cap["change"] <= hi < -doc["margin"], cap  # the whole interval is a loss beyond the margin
-    assert re.search(r"capacity −\d+ % \[−\d+, −\d+\]: worse beyond the 10% margin", doc["line"]), doc["line"]
+    assert re.search(r"capacity −\d+ % \[−\d+, −\d+\]: worse beyond the 25% margin", doc["line"]), doc["line"]
 
 
 @pytest.mark.parametrize("ci", ["github", "gitlab"])
 def test_the_ci_examples_gate_commands(history, ci):
     # each pipeline's gate step, as written, on the build it rehearsed (b: not worse; c: worse)
     build = {"github": "b", "gitlab": "c"}[ci]
-    env = shell_env(BUILD=build, CAPACITY_HISTORY=history["catalogs"]["postgresql" if ci == "github" else "sqlite"])
+    env = shell_env(BUILD=build, CAPACITY_MARGIN=MARGIN,
+                    CAPACITY_HISTORY=history["catalogs"]["postgresql" if ci == "github" else "sqlite"])
     r = sh(history["steps"][ci]["gate"], history["tmp"], env)
     assert r.returncode == {"b": 0, "c": 3}[build], r.stdout + r.stderr
     assert "Traceback" not in r.stderr
