@@ -22,7 +22,7 @@ demo: install
 
 # System packages the browser / Prometheus tests need: installed with apt-get when we are root and
 # they are missing (the script says which and why). The suite runs on parallel workers, then the
-# tests marked `measured` two at a time, then those marked `alone` one at a time, and prints one
+# tests marked `measured` three at a time, then those marked `alone` one at a time, and prints one
 # result and the 25 slowest tests (scripts/run_tests.py; TEST_WORKERS=N: the parallel workers;
 # tests/README.md).
 test: install

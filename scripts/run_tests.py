@@ -9,8 +9,9 @@
    simulator mostly sleeps through decode steps), and two of them leave each other's generator on
    time; beside the parallel phase they were judged client limited. Beside them only the tests
    marked `cpu` (pure computation: property tests, calibration studies, analyses of written
-   results), on two workers at the lowest CPU priority (nice 19): the kernel hands a waking
-   generator the core at once, and the computation takes the time the sweeps leave idle.
+   results), on two workers at the lowest CPU priority (nice 19), started with phase 1: the kernel
+   hands a waking generator the core at once, and the computation takes the time the parallel
+   tests and the sweeps leave idle.
 3. alone: the tests marked `alone` (they start CPU burners or several generator processes, or
    assert on this machine's spare CPU itself: a CPU share, event-loop lag), one at a time, with
    nothing else running.
@@ -46,8 +47,9 @@ ROOT = Path(__file__).resolve().parents[1]
 DURATIONS = ROOT / "tests" / "durations.json"
 FAST = "not slow and not browser and not prometheus"
 SLOWEST = 25
-# Measured sweeps at once (phase 2): two on a 2-core machine held; more would starve their generators.
-MEASURED_WORKERS = 2
+# Measured sweeps at once (phase 2): a sweep takes a fraction of a core, and three on a 2-core
+# machine keep their generators on time (measured in the steps' own validity checks).
+MEASURED_WORKERS = 3
 # pytest's "no tests were collected": a run with nothing to do (no `alone` test under -k ...).
 NO_TESTS = 5
 
@@ -185,7 +187,7 @@ def main() -> int:
     parallel = Run(f"parallel ({workers} workers)",
                    [*pytest, "-n", str(workers), "--dist", "loadfile", "--no-loadscope-reorder",
                     *marks("not alone and not measured and not cpu")], workdir / "parallel.xml", env=env)
-    background = Run("cpu (beside the measured tests, nice 19)",
+    background = Run("cpu (nice 19, beside the parallel and measured phases)",
                      ["nice", "-n", "19", *pytest, "-n", "2", "--dist", "loadfile",
                       *marks("cpu and not alone and not measured")],
                      workdir / "cpu.xml", env=env, log=workdir / "cpu.log")
@@ -202,13 +204,18 @@ def main() -> int:
             run.env = dict(env, COVERAGE_FILE=str(workdir / f".coverage.{run.junit.stem}"))
 
     started = time.monotonic()
-    # One phase after another (each phase's premise is what runs beside it); the cpu run beside the
-    # measured one, both done before the alone phase.
-    for phase in ((parallel,), (measured, background), (alone,)):
-        for run in phase:
-            run.start()
-        for run in phase:
-            run.wait()
+    # One phase after another (each phase's premise is what runs beside it). The cpu run starts with
+    # the parallel one: at nice 19 it takes only what the parallel tests leave idle (the CPU-bound
+    # parallel phase barely notices: nice 19 weighs 15 against nice 0's 1024), then the time the
+    # measured sweeps leave idle; it is done before the alone phase starts.
+    parallel.start()
+    background.start()
+    parallel.wait()
+    measured.start()
+    measured.wait()
+    background.wait()
+    alone.start()
+    alone.wait()
     took = time.monotonic() - started
 
     outcome = Outcome()

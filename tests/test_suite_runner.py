@@ -1,5 +1,5 @@
 """How the suite itself runs (scripts/run_tests.py): parallel xdist workers under Locust's gevent
-patching, whole modules longest first, then the `measured` tests two at a time, then the `alone`
+patching, whole modules longest first, then the `measured` tests three at a time, then the `alone`
 tests, and one result over all three."""
 
 from __future__ import annotations
@@ -82,8 +82,9 @@ def test_one_result_over_the_three_phases_and_a_failure_in_any_fails_the_run(tmp
     assert out.returncode == 1, text[-4000:]
     assert "FAILED" in text and "test_mixed.py::test_alone_fails" in text, text[-4000:]
     assert "FAILED: 4 passed, 1 failed, 1 skipped" in text, text[-4000:]
-    # three phases, in order: the measured tests two at a time with the cpu one beside them, then the alone one
-    order = [text.index(s) for s in ("==== parallel", "==== measured (2 at a time", "==== cpu (beside the measured",
-                                     "==== alone")]
+    # three phases, in order: the parallel one with the cpu run starting beside it, the measured tests
+    # three at a time, then the alone one
+    order = [text.index(s) for s in ("==== parallel", "==== cpu (nice 19, beside the parallel",
+                                     "==== measured (3 at a time", "==== alone")]
     assert order == sorted(order), text[-4000:]
     assert "slowest tests" in text, text[-4000:]
