@@ -1,9 +1,9 @@
 """The run catalog and the regression gate, end to end (issue 31's "done when").
 
 Ten runs across three labelled builds on the simulator — build a (the baseline, 4 repeats) and
-build b (3) on an 8-slot server, build c (3) on the same server with 4 batch slots — run at the
-same time (`alone`: three generators at once). Build b runs the GitHub Actions workflow's
-commands (deploy/ci/github-actions.yml) and records straight into a real PostgreSQL
+build b (3) on an 8-slot server, build c (3) on the same server with 4 batch slots — run one
+after the other (`alone`: ten sweeps whose capacity is measured, not the host's load). Build b
+runs the GitHub Actions workflow's commands (deploy/ci/github-actions.yml) and records straight into a real PostgreSQL
 (tests/helpers/postgres.py); build c runs the GitLab CI job's commands (deploy/ci/gitlab-ci.yml)
 with a catalog that cannot be written, so the run must still succeed and say so in one line; build
 a runs `capacity run` into the embedded SQLite catalog. `capacity history add` then brings each
@@ -90,20 +90,19 @@ def history(tmp_path_factory) -> Any:
             return {"stdout": (tmp / f"{build}.out").open("w"), "stderr": (tmp / f"{build}.err").open("w")}
 
         fast, slow = sims[0].url, sims[1].url
-        started = {
-            "a": subprocess.Popen([*CAPACITY, "run", "scenarios/ci-gate.yaml", "--target-url", fast, "--repeat",
-                                   str(REPEATS["a"]), "--label", "build=a", "--output", "results/a",
-                                   "--history", sqlite], cwd=tmp, env=shell_env(), **logs("a")),
-            "b": subprocess.Popen(["bash", "-c", steps["github"]["rehearse"]], cwd=tmp, text=True,
-                                  env=shell_env(STAGING_URL=fast, BUILD="b", CAPACITY_HISTORY=pg.url), **logs("b")),
-            "c": subprocess.Popen(["bash", "-c", steps["gitlab"]["rehearse"]], cwd=tmp, text=True,
-                                  env=shell_env(STAGING_URL=slow, BUILD="c",
-                                                CAPACITY_HISTORY=str(tmp / "no-such-folder" / "h.sqlite")),
-                                  **logs("c")),
+        commands = {
+            "a": ([*CAPACITY, "run", "scenarios/ci-gate.yaml", "--target-url", fast, "--repeat", str(REPEATS["a"]),
+                   "--label", "build=a", "--output", "results/a", "--history", sqlite], shell_env()),
+            "b": (["bash", "-c", steps["github"]["rehearse"]],
+                  shell_env(STAGING_URL=fast, BUILD="b", CAPACITY_HISTORY=pg.url)),
+            "c": (["bash", "-c", steps["gitlab"]["rehearse"]],
+                  shell_env(STAGING_URL=slow, BUILD="c", CAPACITY_HISTORY=str(tmp / "no-such-folder" / "h.sqlite"))),
         }
         runs = {}
-        for build, proc in started.items():
-            proc.wait(timeout=400)
+        for build, (argv, env) in commands.items():
+            # one build at a time: each sweep's generator needs its core on time (steps judged valid)
+            proc = subprocess.Popen(argv, cwd=tmp, env=env, **logs(build))
+            proc.wait(timeout=300)
             out, err = ((tmp / f"{build}.{x}").read_text() for x in ("out", "err"))
             runs[build] = {"rc": proc.returncode, "stdout": out, "stderr": err}
             assert proc.returncode == 0, f"build {build}: {out[-3000:]}{err[-3000:]}"
