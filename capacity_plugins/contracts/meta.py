@@ -222,6 +222,9 @@ class Meta(Section):
     vLLM's `cache_config_info`; NVML host, driver and GPUs, or why NVML was unavailable) and `gaps`."""
     workers_lost: list[Any] | None = None
     """Workers that stopped sending heartbeats or their final record batch (`LostWorker`)."""
+    labels: dict[str, str] | None = None
+    """The scenario's `labels:` under `capacity run --label KEY=VALUE` (build id, git sha, config): how
+    the run catalog (docs/history.md) groups runs."""
     # Read, never written by this version: older and synthetic folders.
     incomplete: bool | None = None
     """Older folders: true instead of `complete: false` (the analysis reads both)."""

@@ -836,12 +836,12 @@ class Outcome(Section):
 
 class SummaryMeta(Meta):
     """Provenance copied from meta.json — its keys `COPIED`, as they are, when it has them, and its
-    `target` without credentials — and where the analysis read it. A repeat set's has `results_dir` only."""
+    `target` without credentials — and where the analysis read it. A repeat set's has `results_dir` and its runs' `labels` only."""
 
     # meta.json's keys the summary copies (provenance and accounting)
     COPIED: ClassVar[tuple[str, ...]] = (
         "versions", "model", "server", "dialect", "gpu", "gpus", "gpu_names", "incomplete", "incomplete_reason",
-        "start_unix", "end_unix", "records", "workers", "workers_lost")
+        "start_unix", "end_unix", "records", "workers", "workers_lost", "labels")
     requests_total: int | None = None
     """Request records read (measured or not)."""
     results_dir: str | None = None
