@@ -24,11 +24,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
 from helpers.big_results import generate
 from helpers.binaries import IN_CI
-from helpers.processes import CAPACITY, env_with
 from helpers.paths import ROOT
+from helpers.processes import CAPACITY, env_with
 
 pytestmark = [pytest.mark.slow, pytest.mark.cpu]
 
