@@ -39,7 +39,9 @@ from capacity_plugins.contracts.records import columnar_schema  # noqa: E402 - a
 from tests.helpers.big_results import GAPS, generate  # noqa: E402 - the folders the tests use too
 
 GOAL_S = 5.0
-GOAL_RATIO = 0.0  # set below from the measured figures
+# The analysis's CPU seconds over pyarrow's for reading the same folder, 1 M records (docs/benchmarks.md):
+# the 5-s goal expressed in what this machine reads in that time; set from a busy 2-core VM's median, 74.
+GOAL_RATIO = 80.0
 
 
 def killed(product: Path, out: Path) -> None:
@@ -108,6 +110,7 @@ def _status_kb(pid: int, keys: tuple[str, ...]) -> dict[str, int] | None:
 
 class Run(NamedTuple):
     wall: float  # seconds, interpreter start to summary and reports written
+    cpu: float  # CPU seconds of the process, all its threads (what a busy host's neighbours do not change)
     anon_mb: float  # peak RssAnon, sampled: what a container's limit and the OOM killer count
     rss_mb: float  # peak RSS (VmHWM): anonymous + file-backed pages mapped (page cache of mapped files)
     pool_mb: float  # pyarrow's memory pool, its largest
@@ -143,43 +146,54 @@ if trace:
     sites = best[1].statistics('lineno')[:4] if best[1] is not None else []
     top = f'tracemalloc peak {{peak / 2**20:,.0f}} MB; at {{best[0] / 2**20:,.0f}} MB the largest: ' + '; '.join(
         f'{{s.traceback[0].filename.rsplit("/", 2)[-1]}}:{{s.traceback[0].lineno}} {{s.size / 2**20:,.0f}} MB' for s in sites)
-print('BENCH', wall, hwm, pa.default_memory_pool().max_memory(), rc, top, file=sys.stderr)
+print('BENCH', wall, time.process_time(), hwm, pa.default_memory_pool().max_memory(), rc, top, file=sys.stderr)
 """
 
 READ_ALONE = """
-import sys, time
+import statistics, sys, time
 import pyarrow as pa, pyarrow.ipc, pyarrow.json as pj
-t = time.perf_counter()
-rows, covered = 0, 0
-with pa.OSFile({arrow!r}) as src, pa.ipc.open_stream(src) as reader:
-    while True:
-        try:
-            batch, meta = reader.read_next_batch_with_custom_metadata()
-        except StopIteration:
-            break
-        rows += batch.num_rows
-        covered = int(meta[b'jsonl_bytes'])
-with open({jsonl!r}, 'rb') as fh:
-    fh.seek(covered)
-    tail = fh.read()
-if tail.strip():
-    rows += pj.read_json(pa.BufferReader(tail)).num_rows
-print('READ', time.perf_counter() - t, rows, file=sys.stderr)
+
+def read():
+    rows, covered = 0, 0
+    with pa.OSFile({arrow!r}) as src, pa.ipc.open_stream(src) as reader:
+        while True:
+            try:
+                batch, meta = reader.read_next_batch_with_custom_metadata()
+            except StopIteration:
+                break
+            rows += batch.num_rows
+            covered = int(meta[b'jsonl_bytes'])
+    with open({jsonl!r}, 'rb') as fh:
+        fh.seek(covered)
+        tail = fh.read()
+    if tail.strip():
+        rows += pj.read_json(pa.BufferReader(tail)).num_rows
+    return rows
+
+walls, cpus = [], []
+for _ in range({reads}):
+    t, c = time.perf_counter(), time.process_time()
+    read()
+    walls.append(time.perf_counter() - t)
+    cpus.append(time.process_time() - c)
+print('READ', statistics.median(walls), statistics.median(cpus), file=sys.stderr)
 """
+READS = 3  # reads per measurement of the unit, their median: one read of 1 M records takes ~0.2 s
 
 
-def read_alone(folder: Path) -> float:
+def read_alone(folder: Path) -> tuple[float, float]:
     """Seconds pyarrow alone needs, in a fresh interpreter (its import not counted), to read the
     folder's requests.arrow batch by batch and parse the JSONL's lines after the copy's last batch:
-    the unit the analysis's time is given in, so that the goal holds on a slower or faster machine."""
+    the unit the analysis's time is given in, so that the goal holds on a slower or faster machine.
+    (wall, CPU) seconds, each the median of READS reads."""
     _warm(folder)
-    code = READ_ALONE.format(arrow=str(folder / COLUMNAR_FILE), jsonl=str(folder / "requests.jsonl"))
+    code = READ_ALONE.format(arrow=str(folder / COLUMNAR_FILE), jsonl=str(folder / "requests.jsonl"), reads=READS)
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     line = next((ln for ln in r.stderr.splitlines() if ln.startswith("READ")), None)
     if line is None:
         print(r.stderr[-2000:])
-        return float("nan")
-    return float(line.split()[1])
+        return float("nan"), float("nan")
+    return float(line.split()[1]), float(line.split()[2])
 
 
 def run_once(folder: Path, cold: bool = False, trace: bool = False) -> Run:
@@ -214,9 +228,9 @@ def run_once(folder: Path, cold: bool = False, trace: bool = False) -> Run:
     line = next((ln for ln in err.splitlines() if ln.startswith("BENCH")), None)
     if line is None:
         print(err[-2000:])
-        return Run(float("nan"), float("nan"), float("nan"), float("nan"), proc.returncode, "")
-    _, wall, rss_kb, pool, rc, *top = line.split(maxsplit=5)
-    return Run(float(wall), peak_anon / 1024, int(rss_kb) / 1024, int(pool) / 2**20, int(rc), " ".join(top))
+        return Run(*[float("nan")] * 5, proc.returncode, "")
+    _, wall, cpu, rss_kb, pool, rc, *top = line.split(maxsplit=6)
+    return Run(float(wall), float(cpu), peak_anon / 1024, int(rss_kb) / 1024, int(pool) / 2**20, int(rc), " ".join(top))
 
 
 def interval_cost(n: int = 8_000_000, repeats: int = 3) -> tuple[float, float]:
@@ -237,26 +251,31 @@ def interval_cost(n: int = 8_000_000, repeats: int = 3) -> tuple[float, float]:
 
 
 def _fmt(r: Run) -> str:
-    return (f"analyse {r.wall:.1f} s, peak anonymous {r.anon_mb:,.0f} MB (goal 2048 MB, ratio {r.anon_mb / 2048:.2f}), "
+    return (f"analyse {r.wall:.1f} s ({r.cpu:.1f} s of CPU), peak anonymous {r.anon_mb:,.0f} MB (goal 2048 MB, ratio {r.anon_mb / 2048:.2f}), "
             f"peak RSS {r.rss_mb:,.0f} MB, pyarrow pool max {r.pool_mb:,.0f} MB, rc {r.rc}" + (f"; {r.top}" if r.top else ""))
 
 
 def time_ratio(folder: Path, runs: int) -> None:
-    """Goal 5's first half as a ratio that holds on any machine: the analysis's wall time over the
-    time pyarrow alone reads the same folder's requests.arrow (+ the JSONL tail), each pair measured
-    back to back, warm; the median of `runs` pairs and their range."""
-    ratios, walls, reads = [], [], []
+    """Goal 5's first half as a ratio that holds on any machine: the analysis's time over the time
+    pyarrow alone reads the same folder's requests.arrow (+ the JSONL tail), each pair measured back
+    to back, warm; the median of `runs` pairs and their range. Wall seconds are what an operator
+    waits; CPU seconds (the process's, all threads) are what a host busy with other work changes
+    least — both ratios are printed, the goal is on the CPU one."""
+    walls, cpus = [], []
     for _ in range(runs):
         r = run_once(folder)
-        rd = read_alone(folder)
-        walls.append(r.wall)
-        reads.append(rd)
-        ratios.append(r.wall / rd)
-        print(f"  warm: {_fmt(r)}; pyarrow alone reads it in {rd:.2f} s: ratio {r.wall / rd:.1f}", flush=True)
-    print(f"  time ratio (analysis ÷ pyarrow's read): median {statistics.median(ratios):.1f} "
-          f"[{min(ratios):.1f}–{max(ratios):.1f} in {runs} runs] (goal {GOAL_RATIO:g}); analysis median "
-          f"{statistics.median(walls):.1f} s [{min(walls):.1f}–{max(walls):.1f}], read median {statistics.median(reads):.2f} s "
-          f"[{min(reads):.2f}–{max(reads):.2f}]", flush=True)
+        rd_wall, rd_cpu = read_alone(folder)
+        walls.append((r.wall, rd_wall))
+        cpus.append((r.cpu, rd_cpu))
+        print(f"  warm: {_fmt(r)}; pyarrow alone reads it in {rd_wall:.2f} s ({rd_cpu:.2f} s of CPU): "
+              f"ratio {r.wall / rd_wall:.1f} wall, {r.cpu / rd_cpu:.1f} CPU", flush=True)
+    goal = f" (goal ≤ {GOAL_RATIO:g})"
+    for what, pairs in (("wall", walls), ("CPU", cpus)):
+        ratios = [a / b for a, b in pairs]
+        print(f"  time ratio (analysis ÷ pyarrow's read), {what}: median {statistics.median(ratios):.1f} "
+              f"[{min(ratios):.1f}–{max(ratios):.1f} in {runs} runs]{goal if what == 'CPU' else ''}; analysis median "
+              f"{statistics.median(a for a, _ in pairs):.2f} s, read median {statistics.median(b for _, b in pairs):.3f} s",
+              flush=True)
 
 
 def memory_curve(sizes: list[int], cold_runs: int, warm_runs: int, trace: bool) -> None:
