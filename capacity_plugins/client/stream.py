@@ -47,7 +47,7 @@ from geventhttpclient.response import HTTPConnectionClosed
 
 from capacity_plugins import host
 from capacity_plugins.contracts.records import Timings
-from capacity_plugins.dialects import OUTPUT, VISIBLE, MalformedEvent
+from capacity_plugins.dialects import OUTPUT, REASONING, VISIBLE, MalformedEvent
 from capacity_plugins.dialects.base import Parser
 from capacity_plugins.dialects.fastpath import BodyEvents
 from capacity_plugins.dialects.framing import NDJSONDecoder, SSEDecoder
@@ -235,8 +235,13 @@ class _HubShare:
 def _stamp(t: Timings, parser: Parser, what: int, now: int) -> None:
     if t.first_token_ns is None:
         t.first_token_ns = now
-    if what == VISIBLE and t.first_visible_ns is None:
-        t.first_visible_ns = now
+    if what == VISIBLE:
+        if t.first_visible_ns is None:
+            t.first_visible_ns = now
+        t.visible_events += 1
+        t.last_visible_ns = now
+    elif what == REASONING:
+        t.reasoning_events += 1
     t.token_ns.append(now)
     t.chunk_tokens.append(parser.chunk_tokens)
 

@@ -30,6 +30,7 @@ from pydantic import AliasChoices, Field
 from capacity_plugins.contracts.document import Interval, Number, Section, read_json
 from capacity_plugins.contracts.meta import CacheArm, LostWorker, Meta, Records, Search
 from capacity_plugins.contracts.planning import SLOConfig, VerdictConfig
+from capacity_plugins.contracts.reasoning import Reasoning
 from capacity_plugins.errors import UserError
 
 # 2: intervals (`*_ci*`), step validity, `run`, `outcome`, the `verdict` settings.
@@ -830,6 +831,8 @@ class Summary(Section):
     from outside the package adds a key of its own name at the top level, after the keys below.
     """
 
+    # Sections added after schema 2's first files were written: absent there, written when set.
+    SOMETIMES = frozenset({"reasoning"})
     schema_version: int = SCHEMA_VERSION
     """2 (1 had no intervals, validity fields, `run`, `outcome`, `verdict_settings`)."""
     name: str | None = None
@@ -860,6 +863,8 @@ class Summary(Section):
     """Null unless the steps carry arms (load kind `cache_probe`)."""
     trace: Trace | None = None
     """Null unless the load kind was `trace`."""
+    reasoning: Reasoning | None = None
+    """Written when some answer had reasoning tokens (contracts/reasoning.py)."""
     warnings: list[str] = Field(default_factory=list)
     """Things the reader must know: incomplete run, lost workers, lost records, refusing workers, a cut
     last line of requests.jsonl, a simulated target, insufficient steps, no telemetry, …"""

@@ -43,7 +43,7 @@ from itertools import repeat
 import orjson
 
 from capacity_plugins.contracts.records import Timings
-from capacity_plugins.dialects.base import OUTPUT, VISIBLE, MalformedEvent, Parser
+from capacity_plugins.dialects.base import OUTPUT, REASONING, VISIBLE, MalformedEvent, Parser
 from capacity_plugins.dialects.framing import NDJSONDecoder, SSEDecoder
 
 # Envelopes one response may learn: reasoning → content → a tool call is 3; a server whose chunks
@@ -146,8 +146,13 @@ class BodyEvents:
         t = self.t
         if t.first_token_ns is None:
             t.first_token_ns = now
-        if what == VISIBLE and t.first_visible_ns is None:
-            t.first_visible_ns = now
+        if what == VISIBLE:
+            if t.first_visible_ns is None:
+                t.first_visible_ns = now
+            t.visible_events += 1
+            t.last_visible_ns = now
+        elif what == REASONING:
+            t.reasoning_events += 1
         t.token_ns.append(now)
         t.chunk_tokens.append(self.parser.chunk_tokens)
 
@@ -257,8 +262,13 @@ class BodyEvents:
         n = len(texts)
         if t.first_token_ns is None:
             t.first_token_ns = now
-        if self.what == VISIBLE and t.first_visible_ns is None:
-            t.first_visible_ns = now
+        if self.what == VISIBLE:
+            if t.first_visible_ns is None:
+                t.first_visible_ns = now
+            t.visible_events += n
+            t.last_visible_ns = now
+        elif self.what == REASONING:
+            t.reasoning_events += n
         t.token_ns.extend(repeat(now, n))
         t.chunk_tokens.extend(repeat(None, n))
         parser = self.parser
