@@ -130,6 +130,9 @@ def test_sweep_time_to_first_output_token_is_the_configured_thinking_time(tmp_pa
         lo, hi = s["thinking_share_ci"]
         assert lo < s["thinking_share"] < hi
     assert reasoning["per_1m_visible_tokens_usd"] > summary["cost"]["per_1m_output_tokens_usd"]
+    # every sweep's report has its Pareto view: one point per step
+    assert [x["level"] for x in summary["pareto"]["points"]] == [2, 4]
+    assert 'id="pareto"' in (folder / "report.html").read_text()
     report = (folder / "summary.md").read_text()
     assert "## Thinking (reasoning answers)" in report and "time to first output token" in report
     # the same run judged by a limit under the thinking time fails every step: the key decides

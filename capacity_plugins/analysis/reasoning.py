@@ -109,7 +109,7 @@ def price_visible(found: Reasoning, cap: Capacity, run: RunData) -> None:
     node_usd_per_s = usd * run.capacity.gpus_per_node / 3600.0
     found.per_1m_visible_tokens_usd = node_usd_per_s / (per_node * ref.visible_output_tokens_mean) * 1e6
     found.cost_basis = (f"one node at its capacity under the SLO ({per_node:.3g} rps), "
-                        f"{ref.visible_output_tokens_mean:.3g} visible tokens per answer at level {ref.level:g}")
+                        f"{ref.visible_output_tokens_mean:.3g} visible tokens per answer at level {ref.level:.3g}")
 
 
 def _line(r: Reasoning) -> str:
@@ -117,7 +117,7 @@ def _line(r: Reasoning) -> str:
         return "answers had reasoning tokens, but no measured step had a successful one"
     s = max(r.steps, key=lambda x: x.level)
     share = "?" if s.thinking_share is None else f"{s.thinking_share:.0%}"
-    words = (f"{share} of each answer was thinking at level {s.level:g} "
+    words = (f"{share} of each answer was thinking at level {s.level:.3g} "
              f"({_n(s.reasoning_tokens_mean)} reasoning, {_n(s.visible_output_tokens_mean)} visible tokens per answer)")
     if s.first_visible_p95_ms is not None:
         words += (f"; the first visible output came at P95 {s.first_visible_p95_ms:.0f} ms, "

@@ -29,6 +29,7 @@ from pydantic import AliasChoices, Field
 
 from capacity_plugins.contracts.document import Interval, Number, Section, read_json
 from capacity_plugins.contracts.meta import CacheArm, LostWorker, Meta, Records, Search
+from capacity_plugins.contracts.pareto import Pareto
 from capacity_plugins.contracts.planning import SLOConfig, VerdictConfig
 from capacity_plugins.contracts.reasoning import Reasoning
 from capacity_plugins.errors import UserError
@@ -832,7 +833,7 @@ class Summary(Section):
     """
 
     # Sections added after schema 2's first files were written: absent there, written when set.
-    SOMETIMES = frozenset({"reasoning"})
+    SOMETIMES = frozenset({"reasoning", "pareto"})
     schema_version: int = SCHEMA_VERSION
     """2 (1 had no intervals, validity fields, `run`, `outcome`, `verdict_settings`)."""
     name: str | None = None
@@ -865,6 +866,9 @@ class Summary(Section):
     """Null unless the load kind was `trace`."""
     reasoning: Reasoning | None = None
     """Written when some answer had reasoning tokens (contracts/reasoning.py)."""
+    pareto: Pareto | None = None
+    """Each step's output tokens/s per GPU against per user, the frontier marked (contracts/pareto.py);
+    written when a step decoded output."""
     warnings: list[str] = Field(default_factory=list)
     """Things the reader must know: incomplete run, lost workers, lost records, refusing workers, a cut
     last line of requests.jsonl, a simulated target, insufficient steps, no telemetry, …"""

@@ -12,7 +12,7 @@ from capacity_plugins.outputs.numbers import fmt_iv, fmt_level, fmt_num
 from capacity_plugins.outputs.sections import ReportSection, report_section
 from capacity_plugins.outputs.tables import html_table, md_table
 
-HEADERS = ["level", "answers", "thinking share", "reasoning tokens", "visible tokens", "TTFT p50 ms",
+HEADERS = ["load level", "answers", "thinking share", "reasoning tokens", "visible tokens", "TTFT p50 ms",
            "thinking p50 ms", "first output p95 ms", "visible TPOT p95 ms", "visible tok/s"]
 
 
