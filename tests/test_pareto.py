@@ -5,8 +5,6 @@ entry's points on one plane with one frontier."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 from helpers.analysis_data import make_results
 
