@@ -87,6 +87,23 @@ def decoded(texts: list[bytes]) -> list[str]:
     return [t.decode() if b"\\" not in t else orjson.loads(b'"' + t + b'"') for t in texts]
 
 
+def stamp(t: Timings, parser: Parser, what: int, now: int) -> None:
+    """One output event (`what` ≥ OUTPUT) at `now`: first token / first visible, the channel counts,
+    its stamp and the tokens the server said it carried. The one definition for the fast reader
+    and the line-by-line one (client/stream.py)."""
+    if t.first_token_ns is None:
+        t.first_token_ns = now
+    if what == VISIBLE:
+        if t.first_visible_ns is None:
+            t.first_visible_ns = now
+        t.visible_events += 1
+        t.last_visible_ns = now
+    elif what == REASONING:
+        t.reasoning_events += 1
+    t.token_ns.append(now)
+    t.chunk_tokens.append(parser.chunk_tokens)
+
+
 class BodyEvents:
     """One streamed body: blocks of complete lines in, parser events and output stamps out.
 
@@ -143,18 +160,7 @@ class BodyEvents:
             self._stamp(what, now)
 
     def _stamp(self, what: int, now: int) -> None:
-        t = self.t
-        if t.first_token_ns is None:
-            t.first_token_ns = now
-        if what == VISIBLE:
-            if t.first_visible_ns is None:
-                t.first_visible_ns = now
-            t.visible_events += 1
-            t.last_visible_ns = now
-        elif what == REASONING:
-            t.reasoning_events += 1
-        t.token_ns.append(now)
-        t.chunk_tokens.append(self.parser.chunk_tokens)
+        stamp(self.t, self.parser, what, now)
 
     def _events(self, block: bytes, now: int, fast: bool) -> bool:
         parser = self.parser

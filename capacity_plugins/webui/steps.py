@@ -119,8 +119,9 @@ class LiveSteps:
             "tpot_ms": 0.0 if record.tpot_ms is None else record.tpot_ms,
         }
         lag = (record.sent_unix - record.scheduled_unix) * 1000.0 if record.scheduled_unix is not None else None
+        # (getattr: a record-like object without a reasoning model's fields judges as one without)
         views["first_visible_ms"], views["tpot_visible_ms"] = reasoning_views(
-            record.first_visible_ms, record.tpot_visible_ms, record.tpot_ms, lag)
+            getattr(record, "first_visible_ms", None), getattr(record, "tpot_visible_ms", None), record.tpot_ms, lag)
         for metric, key in LIMITS:
             limit = getattr(slo, key)
             if limit is None:
