@@ -649,8 +649,13 @@ class Stability(Section):
 
 
 class WorkloadClass(Section):
+    SOMETIMES = frozenset({"model"})  # only a class that names its own model
+
     name: str = ""
     weight: Number = 0.0
+    model: str | None = None
+    """The model the class's requests named (a LoRA adapter, another model behind the endpoint);
+    null: the run's model."""
     slo: SLOConfig = Field(default_factory=SLOConfig)
     """The class's SLO as judged: its own limits over the top-level `slo` and flag overrides."""
     requests: int = 0
@@ -662,6 +667,37 @@ class WorkloadClass(Section):
     throughput, the class's judgement and validity — so it is in the mix's requests/s."""
     share: float | None = None
     """Of all classes' measured requests."""
+
+
+class ItemsStep(Section):
+    """One step of an embeddings / rerank run in items."""
+
+    level: float = 0.0
+    items_per_s: float | None = None
+    """Successful requests/s × `batch_size` (the step's `rps`, so its method and interval)."""
+    items_per_s_ci: Interval | None = None
+    input_tokens_per_s: float | None = None
+    """The server's input-token counts (usage) of the successful measured requests / the window; null
+    when the server reports none (TEI's native routes)."""
+    e2e_p50_ms: float | None = None
+    e2e_p95_ms: float | None = None
+    valid: bool = False
+
+
+class Items(Section):
+    """An embeddings or rerank run (dialects of `contracts.dialects.ITEM_DIALECTS`) in items: each
+    request carries `batch_size` texts or documents, answered whole and judged on E2E latency."""
+
+    kind: str = ""
+    """`embeddings` or `rerank`."""
+    dialect: str = ""
+    batch_size: int = 1
+    steps: list[ItemsStep] = Field(default_factory=list)
+    per_node_items_per_s: float | None = None
+    """The capacity (`capacity.per_node_rps`, the rps the plan and verdict use) × `batch_size`."""
+    per_node_items_per_s_ci: Interval | None = None
+    line: str = ""
+    """The section in one sentence."""
 
 
 class Workloads(Section):
@@ -832,8 +868,10 @@ class Summary(Section):
     from outside the package adds a key of its own name at the top level, after the keys below.
     """
 
-    # Sections added after schema 2's first files were written: absent there, written when set.
-    SOMETIMES = frozenset({"reasoning", "pareto"})
+    # Written only when set: sections added after schema 2's first files were written (item_rates:
+    # an embeddings / rerank run; reasoning: answers with thinking; pareto: a sweep that decoded output).
+    SOMETIMES = frozenset({"item_rates", "reasoning", "pareto"})
+
     schema_version: int = SCHEMA_VERSION
     """2 (1 had no intervals, validity fields, `run`, `outcome`, `verdict_settings`)."""
     name: str | None = None
@@ -864,6 +902,8 @@ class Summary(Section):
     """Null unless the steps carry arms (load kind `cache_probe`)."""
     trace: Trace | None = None
     """Null unless the load kind was `trace`."""
+    item_rates: Items | None = None
+    """Absent unless the dialect is an embeddings or rerank one: the run in items/s (analysis/items.py)."""
     reasoning: Reasoning | None = None
     """Written when some answer had reasoning tokens (contracts/reasoning.py)."""
     pareto: Pareto | None = None

@@ -19,6 +19,7 @@ from capacity_plugins.contracts.redaction import (
     strip_userinfo,
     url_password,
 )
+from capacity_plugins.scenario.items import items_problem
 from capacity_plugins.scenario.loads import LoadConfig
 from capacity_plugins.scenario.sections import (
     EMBEDDED,
@@ -89,6 +90,14 @@ class Scenario(_Strict):
         return self
 
     @model_validator(mode="after")
+    def _items_requests(self) -> Scenario:
+        # embeddings / rerank: not streamed, judged on E2E (scenario/items.py)
+        found = items_problem(self.target.dialect, self.request, self.slo)
+        if found is not None:
+            raise ValueError(found)
+        return self
+
+    @model_validator(mode="after")
     def _load_fits(self) -> Scenario:
         # What the load kind needs of the other sections (a peak's rate, a search's sample size).
         self.load.check(self)
@@ -115,6 +124,7 @@ class Scenario(_Strict):
             usage=r.usage,
             tokenizer=self.tokenizer_path(),
             retries=r.retries,
+            batch_size=r.batch_size,
             api_key_env=t.api_key_env or "",
             headers=dict(t.headers),
             insecure=t.insecure,
