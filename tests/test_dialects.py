@@ -1,10 +1,21 @@
 
 import orjson
 import pytest
+from helpers.paths import TESTS
 
 from capacity_plugins.contracts.dialects import TritonFields
+from capacity_plugins.contracts.records import RequestRecord, Timings
 from capacity_plugins.corpus import Sample
-from capacity_plugins.dialects import NO_OUTPUT, OUTPUT, VISIBLE, MalformedEvent, RequestParams, get_dialect
+from capacity_plugins.dialects import (
+    NO_OUTPUT,
+    OUTPUT,
+    REASONING,
+    VISIBLE,
+    MalformedEvent,
+    RequestParams,
+    get_dialect,
+)
+from capacity_plugins.dialects.fastpath import BodyEvents
 from capacity_plugins.errors import UserError
 
 
@@ -63,8 +74,8 @@ def test_openai_chat_channels_role_reasoning_tools_content():
     p = get_dialect("openai-chat").parser(True)
     assert p.event(chat_chunk({"role": "assistant", "content": ""})) == NO_OUTPUT
     assert p.response_id == "r1"
-    assert p.event(chat_chunk({"reasoning_content": "thinking"})) == OUTPUT
-    assert p.event(chat_chunk({"reasoning": "more"})) == OUTPUT
+    assert p.event(chat_chunk({"reasoning_content": "thinking"})) == REASONING
+    assert p.event(chat_chunk({"reasoning": "more"})) == REASONING
     assert p.event(chat_chunk({"tool_calls": [{"index": 0, "function": {"arguments": "{"}}]})) == OUTPUT
     assert p.event(chat_chunk({"content": "Hi"})) == VISIBLE
     assert not p.done
@@ -118,7 +129,7 @@ def test_tgi_stream_tokens_special_and_details():
 def test_ollama_ndjson_thinking_content_done():
     p = get_dialect("ollama").parser(True)
     assert p.framing == "ndjson"
-    assert p.event(b'{"message":{"role":"assistant","content":"","thinking":"hmm"},"done":false}') == OUTPUT
+    assert p.event(b'{"message":{"role":"assistant","content":"","thinking":"hmm"},"done":false}') == REASONING
     assert p.event(b'{"message":{"role":"assistant","content":"Hi"},"done":false}') == VISIBLE
     assert p.event(b'{"message":{"role":"assistant","content":""},"done":true,"eval_count":2,"prompt_eval_count":9}') == NO_OUTPUT
     assert p.done and p.usage_output_tokens == 2 and p.prompt_tokens == 9
@@ -359,3 +370,41 @@ def test_an_sse_event_that_never_ends_is_bounded():
     with pytest.raises(MalformedEvent, match="without its ending blank line"):
         for _ in range(MAX_EVENT_BYTES // 1024 + 2):
             d.feed(line)
+
+
+# Streams in the forms the servers document for reasoning and tool calls (tests/data_streams/README.md):
+# (file, dialect, reasoning tokens, their source, visible tokens, output events by channel)
+STREAMS = [
+    ("vllm_reasoning_tool.sse", "openai-chat", 8, "channel", 9, {"reasoning": 8, "visible": 4, "other": 5}),
+    ("sglang_reasoning_tool.sse", "openai-chat", 7, "channel", 11, {"reasoning": 7, "visible": 3, "other": 1}),
+    ("ollama_thinking_tool.ndjson", "ollama", 5, "channel", 4, {"reasoning": 5, "visible": 2, "other": 1}),
+    ("openai_usage_reasoning.sse", "openai-chat", 192, "usage", 10, {"reasoning": 0, "visible": 2, "other": 0}),
+]
+
+
+@pytest.mark.parametrize(("name", "dialect", "reasoning", "source", "visible", "events"), STREAMS,
+                         ids=[s[0] for s in STREAMS])
+def test_documented_reasoning_and_tool_call_streams_count_by_channel(name, dialect, reasoning, source, visible, events):
+    body = (TESTS / "data_streams" / name).read_bytes()
+    parser = get_dialect(dialect).parser(True)
+    t = Timings(sent_unix=0.0, sent_ns=0)
+    events_in = BodyEvents(parser, t, 1 << 20)
+    # one event per read (each its own stamp, 1 ms apart), the way a server writes them
+    lines = body.split(b"\n\n" if parser.framing == "sse" else b"\n")
+    sep = b"\n\n" if parser.framing == "sse" else b"\n"
+    for i, piece in enumerate(p for p in lines if p):
+        assert not events_in.block(piece + sep, (i + 1) * 1_000_000)
+    events_in.finish(b"", len(lines) * 1_000_000)
+    t.end_ns = (len(lines) + 1) * 1_000_000
+    assert parser.done and parser.error is None
+    counted = {"reasoning": t.reasoning_events, "visible": t.visible_events,
+               "other": len(t.token_ns) - t.reasoning_events - t.visible_events}
+    assert counted == events
+    rec = RequestRecord.build(
+        t, request_id="r", response_id=parser.response_id, prompt_id=None, worker=0, step=None, warmup=False,
+        attempt=1, status=200, error_kind=None, error=None, usage_output_tokens=parser.usage_output_tokens,
+        continuous_output_tokens=None, prompt_tokens=parser.prompt_tokens, max_tokens=None, stream=True,
+        usage_reasoning_tokens=parser.usage_reasoning_tokens)
+    assert (rec.reasoning_tokens, rec.reasoning_tokens_source, rec.visible_output_tokens) == (reasoning, source, visible)
+    # the first visible content comes after the thinking (TTFT: the first token of any channel)
+    assert rec.first_visible_ms == rec.ttft_ms + events["reasoning"]

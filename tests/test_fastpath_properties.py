@@ -21,10 +21,9 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from capacity_plugins.client.stream import _stamp
 from capacity_plugins.contracts.records import Timings
 from capacity_plugins.dialects import OUTPUT, MalformedEvent, Parser, get_dialect
-from capacity_plugins.dialects.fastpath import BodyEvents, plain_texts
+from capacity_plugins.dialects.fastpath import BodyEvents, plain_texts, stamp
 from capacity_plugins.dialects.framing import NDJSONDecoder, SSEDecoder
 
 # pure computation, no process and no timing: at the lowest CPU priority beside the measured
@@ -46,8 +45,8 @@ def reference(name: str, blocks: list[bytes], rest: bytes, keep_text: bool) -> d
     t = Timings(sent_unix=0.0, sent_ns=0)
     decoder = SSEDecoder() if parser.framing == "sse" else NDJSONDecoder()
 
-    def stamp(what: int, now: int) -> None:
-        _stamp(t, parser, what, now)  # the reader's own stamping, not a copy of it
+    def stamp_one(what: int, now: int) -> None:
+        stamp(t, parser, what, now)  # the reader's own stamping, not a copy of it
 
     outcome = "done"
     try:
@@ -62,7 +61,7 @@ def reference(name: str, blocks: list[bytes], rest: bytes, keep_text: bool) -> d
                     continue
                 what = parser.event(data)
                 if what:
-                    stamp(what, now)
+                    stamp_one(what, now)
                 if parser.error is not None:
                     stop = True
                     break
@@ -79,7 +78,7 @@ def reference(name: str, blocks: list[bytes], rest: bytes, keep_text: bool) -> d
                 if data is not None and parser.error is None:
                     what = parser.event(data)
                     if what >= OUTPUT:
-                        stamp(what, now)
+                        stamp_one(what, now)
     except MalformedEvent:
         outcome = "malformed"
     return summary(parser, t, outcome)

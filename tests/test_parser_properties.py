@@ -28,6 +28,7 @@ from capacity_plugins.dialects import (
     DIALECTS,
     NO_OUTPUT,
     OUTPUT,
+    REASONING,
     VISIBLE,
     MalformedEvent,
     Parser,
@@ -170,7 +171,7 @@ def parse(name: str, stream: bool, body: bytes, keep_text: bool) -> tuple[Parser
 
 
 def check_state(p: Parser, what: int | None) -> None:
-    assert what is None or (type(what) is int and what in (NO_OUTPUT, OUTPUT, VISIBLE)), what
+    assert what is None or (type(what) is int and what in (NO_OUTPUT, OUTPUT, VISIBLE, REASONING)), what
     for counter in ("usage_output_tokens", "continuous_output_tokens", "prompt_tokens", "chunk_tokens"):
         value = getattr(p, counter)
         assert value is None or (type(value) is int and 0 <= value < 2**63), (counter, value)

@@ -9,6 +9,7 @@ DOCUMENTED_FIELDS = {
     "ttft_from_schedule_ms", "e2e_from_schedule_ms", "tpot_ms", "itl_ms", "itl_tokens",
     "prompt_tokens", "output_tokens", "output_tokens_source", "client_output_tokens", "max_tokens",
     "stream", "workload", "tokenizer_output_tokens", "finish_reason", "session_id", "turn",
+    "reasoning_tokens", "reasoning_tokens_source", "visible_output_tokens", "tpot_visible_ms",
 }
 MS = 1_000_000
 
@@ -51,6 +52,42 @@ def test_derived_metrics_from_raw_stamps():
     assert abs(rec.tpot_ms - 40 / 6) < 1e-3
     assert (rec.output_tokens, rec.output_tokens_source, rec.client_output_tokens) == (7, "usage", 4)
     assert rec.ok and rec.error_kind is None
+
+
+def reasoning_timings():
+    # 2 reasoning chunks at 100, 110 ms, then 3 visible at 120, 130, 150 ms
+    t = stream_timings()
+    t.first_visible_ns = 120 * MS
+    t.token_ns = [100 * MS, 110 * MS, 120 * MS, 130 * MS, 150 * MS]
+    t.chunk_tokens = [None] * 5
+    t.reasoning_events, t.visible_events, t.last_visible_ns = 2, 3, 150 * MS
+    return t
+
+
+def test_reasoning_counted_by_channel_without_a_server_count():
+    rec = build(reasoning_timings())
+    assert (rec.output_tokens, rec.output_tokens_source) == (5, "chunks")
+    assert (rec.reasoning_tokens, rec.reasoning_tokens_source, rec.visible_output_tokens) == (2, "channel", 3)
+    assert rec.first_visible_ms == 120.0 and rec.ttft_ms == 100.0
+    assert rec.tpot_visible_ms == 15.0  # (150 - 120) / (3 - 1), the thinking left out
+    assert rec.tpot_ms == 12.5  # (150 - 100) / (5 - 1): every token
+
+
+def test_reasoning_from_the_servers_usage_details_wins():
+    rec = build(reasoning_timings(), usage_output_tokens=40, usage_reasoning_tokens=30)
+    assert (rec.reasoning_tokens, rec.reasoning_tokens_source, rec.visible_output_tokens) == (30, "usage", 10)
+    assert abs(rec.tpot_visible_ms - 30 / 9) < 1e-3
+    # a server count of output with the thinking counted by channel: visible = output - reasoning
+    rec = build(reasoning_timings(), usage_output_tokens=40)
+    assert (rec.reasoning_tokens, rec.reasoning_tokens_source, rec.visible_output_tokens) == (2, "channel", 38)
+
+
+def test_no_reasoning_leaves_the_reasoning_fields_null():
+    rec = build(stream_timings(), usage_output_tokens=4)
+    assert (rec.reasoning_tokens, rec.reasoning_tokens_source, rec.visible_output_tokens, rec.tpot_visible_ms) == \
+        (None, None, None, None)
+    # a server that says 0 reasoning tokens said something: kept
+    assert build(stream_timings(), usage_output_tokens=4, usage_reasoning_tokens=0).visible_output_tokens == 4
 
 
 def test_token_source_priority():

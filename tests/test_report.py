@@ -40,7 +40,7 @@ def test_outputs_written_and_html_self_contained(analysed):
     page = (p / "report.html").read_text()
     assert 'data-decision="scale"' in page and "SCALE" in page
     imgs = re.findall(r'src="data:image/png;base64,([A-Za-z0-9+/=]+)"', page)
-    assert len(imgs) == 3  # throughput/latency, distributions, GPU/queue timeline
+    assert len(imgs) == 4  # throughput/latency, distributions, GPU/queue timeline, the Pareto view
     assert all(base64.b64decode(i)[:8] == b"\x89PNG\r\n\x1a\n" for i in imgs)
     assert not re.search(r'src="(?!data:)', page)  # nothing fetched from elsewhere
     for png in ("throughput_latency.png", "latency_distributions.png", "timeline.png"):

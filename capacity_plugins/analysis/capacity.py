@@ -37,6 +37,7 @@ import math
 from typing import Literal
 
 from capacity_plugins.contracts.planning import CapacityConfig, SLOConfig
+from capacity_plugins.contracts.slo import LIMITS
 from capacity_plugins.contracts.summary import Capacity, StepSummary
 
 BRACKET_WARN = 0.20
@@ -145,7 +146,7 @@ def _capacity(valid: list[StepSummary], slo: SLOConfig, cap: CapacityConfig, swe
         out.method = "no_valid_steps"
         return out
 
-    no_limits = slo.ttft_p95_ms is None and slo.tpot_p95_ms is None and slo.e2e_p95_ms is None and slo.itl_p95_ms is None
+    no_limits = slo.itl_p95_ms is None and all(getattr(slo, k) is None for _m, k in LIMITS)
     if no_limits:
         # Without an SLO the only defensible figure is a utilisation cap on the best sustained
         # throughput; with an SLO this cap would be double headroom (docs/capacity.md).

@@ -22,7 +22,8 @@ from capacity_plugins.contracts.summary import InvalidStep, RunFacts, StepSummar
 from capacity_plugins.scenario.sections import EMBEDDED
 
 TRUTH_FILE = "simulator_truth.jsonl"
-LIMITS = (("ttft_p95_ms", "TTFT"), ("tpot_p95_ms", "TPOT"), ("e2e_p95_ms", "E2E"), ("itl_p95_ms", "ITL"))
+LIMITS = (("ttft_p95_ms", "TTFT"), ("tpot_p95_ms", "TPOT"), ("e2e_p95_ms", "E2E"), ("itl_p95_ms", "ITL"),
+          ("first_visible_p95_ms", "time to first output token"), ("tpot_visible_p95_ms", "visible TPOT"))
 
 
 def redact_url(url: str) -> str:

@@ -34,7 +34,7 @@ from capacity_plugins.analysis.step_telemetry import telemetry_for
 from capacity_plugins.analysis.ttft_breakdown import TTFTBreakdown
 from capacity_plugins.analysis.validity import step_validity
 from capacity_plugins.contracts.planning import SLOConfig, VerdictConfig
-from capacity_plugins.contracts.slo import share_judgement
+from capacity_plugins.contracts.slo import LIMITS, share_judgement
 from capacity_plugins.contracts.steps import OPEN_LOOP_KINDS
 from capacity_plugins.contracts.summary import Judged, Judgement, SloLimit, StepSummary
 
@@ -89,8 +89,14 @@ def slo_views(step: Step, col: Callable[[str], np.ndarray]) -> dict[str, np.ndar
         ttft = _filled(col("ttft_from_schedule_ms"), ttft)
         e2e = _filled(col("e2e_from_schedule_ms"), e2e)
     tpot = col("tpot_ms")
+    # A reasoning answer's first visible content and visible pace (contracts/slo.py reasoning_views)
+    visible = col("first_visible_ms")
+    if open_loop:
+        visible = visible + np.nan_to_num(col("ttft_from_schedule_ms") - col("ttft_ms"), nan=0.0)
+    pace = _filled(col("tpot_visible_ms"), tpot)
     tpot = np.where(np.isnan(tpot), 0.0, tpot)  # null when output_tokens <= 1: counted as 0 (vLLM's rule)
-    return {"ttft_ms": ttft, "tpot_ms": tpot, "e2e_ms": e2e}
+    return {"ttft_ms": ttft, "tpot_ms": tpot, "e2e_ms": e2e, "first_visible_ms": visible,
+            "tpot_visible_ms": np.where(np.isnan(pace), 0.0, pace)}
 
 
 def _positions_by_step(step: np.ndarray, keep: np.ndarray, indexes: list[int]) -> dict[int, np.ndarray]:
@@ -117,7 +123,7 @@ def step_rows(run: RunData, slo: SLOConfig) -> list[StepSummary]:
     cancelled_at = _positions_by_step(column("step"), measured & cancelled, indexes)
     ok_at = {i: p[column("ok")[p]] for i, p in at.items()}
     itl_pcts = _itl_pcts(run, ok_at, conf)
-    limits = {k: getattr(slo, f"{k[:-3]}_p95_ms") for k in ("ttft_ms", "tpot_ms", "e2e_ms")}
+    limits = {metric: getattr(slo, key) for metric, key in LIMITS}
     breakdown = TTFTBreakdown(req, run.telemetry)
     rows: list[StepSummary] = []
     for st in run.steps:

@@ -42,6 +42,7 @@ from capacity_plugins.analysis.capacity import level_words
 from capacity_plugins.analysis.ttft_breakdown import ttft_reasons
 from capacity_plugins.contracts.meta import Meta
 from capacity_plugins.contracts.planning import SLOConfig, VerdictConfig
+from capacity_plugins.contracts.slo import LIMITS
 from capacity_plugins.contracts.summary import (
     Capacity,
     ChecklistItem,
@@ -77,6 +78,8 @@ SETTING_MEANINGS = {
     "slo.tpot_p95_ms": "TPOT limit (ms)",
     "slo.e2e_p95_ms": "E2E limit (ms)",
     "slo.itl_p95_ms": "ITL limit (ms)",
+    "slo.first_visible_p95_ms": "time to first output token limit (ms)",
+    "slo.tpot_visible_p95_ms": "visible TPOT limit (ms)",
     "slo.attainment": "share of requests that must meet each latency limit",
     "slo.error_rate": "highest error rate a passing step may have",
     "load.max_client_cpu_pct": "load-generator CPU counted busy at this (%)",
@@ -485,7 +488,7 @@ def checklists(rows: list[StepSummary], cap: Capacity, cost: Cost, plan: Plan, r
         "needs_human" if stable else "fail",
         (f"error rate {low.error_rate:.2%} at the lowest level {low.level:g}; output quality needs a person"
          if low else "no valid step"))
-    limits = [k for k in ("ttft_p95_ms", "tpot_p95_ms", "e2e_p95_ms", "itl_p95_ms") if getattr(slo, k) is not None]
+    limits = [k for _m, k in (*LIMITS, ("itl_ms", "itl_p95_ms")) if getattr(slo, k) is not None]
     add("pre.2_metrics_defined", "Evaluation metrics are defined (good vs bad result)",
         "pass" if limits else "fail", f"SLO limits: {', '.join(limits) or 'none'}; attainment {slo.attainment:g}")
     incomplete = bool(run_meta.incomplete)

@@ -59,6 +59,8 @@ def _add_overrides(p: argparse.ArgumentParser) -> None:
     s.add_argument("--tpot-p95-ms", type=float)
     s.add_argument("--e2e-p95-ms", type=float)
     s.add_argument("--itl-p95-ms", type=float)
+    s.add_argument("--first-visible-p95-ms", type=float, help="time to first output token (after any reasoning)")
+    s.add_argument("--tpot-visible-p95-ms", type=float, help="TPOT over the visible tokens (after any reasoning)")
     s.add_argument("--attainment", type=float, help="share of requests that must meet each limit (default 0.95)")
     s.add_argument("--error-rate", type=float, help="highest error rate a passing step may have (default 0.01)")
     ld = p.add_argument_group("steps (override the scenario's load thresholds)")
@@ -72,7 +74,7 @@ def _add_overrides(p: argparse.ArgumentParser) -> None:
 
 OVERRIDE_KEYS = ("peak_qps", "peak_concurrency", "safety_factor", "redundancy", "current_nodes", "replicas_behind_url",
                  "gpus_per_node", "gpu_hour_usd", "ttft_p95_ms", "tpot_p95_ms", "e2e_p95_ms", "itl_p95_ms",
-                 "attainment", "error_rate", "min_requests", "max_loop_lag_p99_ms", *VerdictConfig.model_fields)
+                 "first_visible_p95_ms", "tpot_visible_p95_ms", "attainment", "error_rate", "min_requests", "max_loop_lag_p99_ms", *VerdictConfig.model_fields)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -47,9 +47,9 @@ from geventhttpclient.response import HTTPConnectionClosed
 
 from capacity_plugins import host
 from capacity_plugins.contracts.records import Timings
-from capacity_plugins.dialects import OUTPUT, VISIBLE, MalformedEvent
+from capacity_plugins.dialects import OUTPUT, MalformedEvent
 from capacity_plugins.dialects.base import Parser
-from capacity_plugins.dialects.fastpath import BodyEvents
+from capacity_plugins.dialects.fastpath import BodyEvents, stamp
 from capacity_plugins.dialects.framing import NDJSONDecoder, SSEDecoder
 
 DEFAULT_MAX_LINE_BYTES = 16 * 1024 * 1024
@@ -232,21 +232,12 @@ class _HubShare:
             self._turn = host.loop_turn(self._loop)
 
 
-def _stamp(t: Timings, parser: Parser, what: int, now: int) -> None:
-    if t.first_token_ns is None:
-        t.first_token_ns = now
-    if what == VISIBLE and t.first_visible_ns is None:
-        t.first_visible_ns = now
-    t.token_ns.append(now)
-    t.chunk_tokens.append(parser.chunk_tokens)
-
-
 def _event_at(data: bytes | None, parser: Parser, t: Timings, now: int) -> None:
     if data is None or parser.error is not None:
         return
     what = parser.event(data)
     if what >= OUTPUT:
-        _stamp(t, parser, what, now)
+        stamp(t, parser, what, now)
 
 
 def read_stream(resp: Any, parser: Parser, t: Timings, *, deadline_ns: int,

@@ -317,6 +317,7 @@ class LLMUser(FastHttpUser):
             tokenizer_output_tokens=tokenizer_tokens,
             prefer_chunks=llm.token_evidence.prefer_chunks,
             finish_reason=parser.finish_reason,
+            usage_reasoning_tokens=parser.usage_reasoning_tokens,
         )
         self._finish(record, lane.request_name if lane is not None else llm.request_name)
         if cancelled is not None:

@@ -7,7 +7,9 @@ the contracts because two stages read them and neither may import the other.
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
 
 class _Strict(BaseModel):
@@ -26,8 +28,23 @@ class SLOConfig(_Strict):
     tpot_p95_ms: float | None = Field(default=100.0, gt=0)
     e2e_p95_ms: float | None = Field(default=None, gt=0)
     itl_p95_ms: float | None = Field(default=None, gt=0)
+    # A reasoning model's (docs/metrics.md, "Reasoning"): time to first output token — the first
+    # visible content after the thinking — and TPOT over the visible tokens only.
+    first_visible_p95_ms: float | None = Field(default=None, gt=0)
+    tpot_visible_p95_ms: float | None = Field(default=None, gt=0)
     attainment: float = Field(default=0.95, gt=0, le=1)
     error_rate: float = Field(default=0.01, ge=0, le=1)
+
+    @model_serializer(mode="wrap")
+    def _drop_unset_reasoning_limits(self, handler: SerializerFunctionWrapHandler) -> Any:
+        # Written only when set: summaries and scenario copies written before these keys existed
+        # read and write back unchanged (tests/test_results_schema.py).
+        data = handler(self)
+        if isinstance(data, dict):
+            for key in ("first_visible_p95_ms", "tpot_visible_p95_ms"):
+                if key not in self.model_fields_set:
+                    data.pop(key, None)
+        return data
 
 
 class CapacityConfig(_Strict):

@@ -8,6 +8,8 @@ definition of TTFT / ITL / TPOT / E2E for every dialect:
 - first_visible = first non-empty *content* − sent
 - ITL = gaps between consecutive output events (chunk gaps; a k-token chunk is one gap)
 - TPOT = (last_token − first_token) / (output_tokens − 1), null when output_tokens ≤ 1
+- TPOT visible = (last visible − first visible) / (visible_output_tokens − 1): a reasoning
+  answer's pace once it shows (only when the answer had a reasoning channel)
 - E2E = end − sent (end = body fully read or the failure seen)
 
 requests.jsonl schema (one JSON object per request *attempt*, appended as it ends):
@@ -41,6 +43,9 @@ requests.jsonl schema (one JSON object per request *attempt*, appended as it end
 | stream | streaming request |
 | workload | the scenario's workload class this request was drawn for (`workloads:`), or a trace replay's `class` from the trace line; null otherwise. Folders written before it carry `class: "default"` instead, read as null |
 | session_id, turn | a multi-turn trace replay (`load.sessions`): the conversation and the turn in it (1 = first); null otherwise |
+| reasoning_tokens, reasoning_tokens_source | output tokens the model spent thinking: the server's `usage.completion_tokens_details.reasoning_tokens` (`usage`), else the reasoning-channel chunks counted (`channel`: `reasoning_content` / `reasoning` / `thinking`, one token per chunk); null when the answer had no reasoning channel and the server said nothing |
+| visible_output_tokens | output_tokens − reasoning_tokens (with a server count), else the visible chunks counted; null with reasoning_tokens |
+| tpot_visible_ms | TPOT over the visible tokens only; null with reasoning_tokens or when visible_output_tokens ≤ 1 |
 
 Differences from peers (docs/metrics.md): vLLM bench stamps TTFT at the first SSE message with
 `choices`, even a role-only one, and so reports a smaller TTFT; we skip role-only and empty
@@ -71,6 +76,7 @@ ERROR_KINDS = (
     "cancelled",
 )
 TOKEN_SOURCES = ("usage", "continuous_usage", "tokenizer", "chunks")
+REASONING_SOURCES = ("usage", "channel")
 
 
 @dataclass(slots=True)
@@ -89,6 +95,12 @@ class Timings:
     # client was late: a validity signal, not a record field).
     reads: int = 0
     backlog_reads: int = 0
+    # Output events by channel (dialects' REASONING / VISIBLE) and the last visible one's stamp:
+    # reasoning and visible tokens counted by channel when the server says no count, TPOT over
+    # the visible tokens.
+    reasoning_events: int = 0
+    visible_events: int = 0
+    last_visible_ns: int | None = None
 
 
 def _ms(ns: int) -> float:
@@ -141,6 +153,11 @@ class RequestRecord:
     # A multi-turn trace replay (load.sessions): the conversation and the turn (1 = its first).
     session_id: str | None = None
     turn: int | None = None
+    # A reasoning answer (module doc): thinking and visible tokens, TPOT over the visible ones.
+    reasoning_tokens: int | None = None
+    reasoning_tokens_source: str | None = None
+    visible_output_tokens: int | None = None
+    tpot_visible_ms: float | None = None
 
     @classmethod
     def build(
@@ -168,6 +185,7 @@ class RequestRecord:
         finish_reason: str | None = None,
         session_id: str | None = None,
         turn: int | None = None,
+        usage_reasoning_tokens: int | None = None,
     ) -> RequestRecord:
         sent = t.sent_ns
         end = t.end_ns if t.end_ns is not None else sent
@@ -196,6 +214,8 @@ class RequestRecord:
         tpot = None
         if output is not None and output > 1 and t.first_token_ns is not None and len(stamps) > 1:
             tpot = round((stamps[-1] - t.first_token_ns) / 1e6 / (output - 1), 4)
+
+        reasoning = _reasoning(t, usage_reasoning_tokens, output, source)
 
         ttft_sched = e2e_sched = None
         if t.scheduled_unix is not None:
@@ -235,6 +255,7 @@ class RequestRecord:
             finish_reason=finish_reason,
             session_id=session_id,
             turn=turn,
+            **reasoning,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -252,6 +273,31 @@ class RequestRecord:
         # Older folders carry `class: "default"` (a placeholder that never held a class): ignored.
         known = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in d.items() if k in known})
+
+
+def _reasoning(t: Timings, usage_reasoning: int | None, output: int | None,
+               output_source: str | None) -> dict[str, Any]:
+    """The reasoning fields of a record: empty (all null) for an answer without thinking.
+
+    The server's count wins; else the reasoning chunks counted (one token each, as the `chunks`
+    source counts). Visible = output − reasoning when the output is a server's count, else the
+    visible chunks: both counts then come from the same stream.
+    """
+    if usage_reasoning is not None:
+        reasoning, source = usage_reasoning, "usage"
+    elif t.reasoning_events:
+        reasoning, source = t.reasoning_events, "channel"
+    else:
+        return {}
+    if output is not None and output_source in ("usage", "continuous_usage"):
+        visible: int | None = max(0, output - reasoning)
+    else:
+        visible = t.visible_events if t.token_ns else (max(0, output - reasoning) if output is not None else None)
+    tpot = None
+    if visible is not None and visible > 1 and t.first_visible_ns is not None and t.last_visible_ns is not None:
+        tpot = round((t.last_visible_ns - t.first_visible_ns) / 1e6 / (visible - 1), 4)
+    return {"reasoning_tokens": reasoning, "reasoning_tokens_source": source,
+            "visible_output_tokens": visible, "tpot_visible_ms": tpot}
 
 
 _ATTRS: tuple[str, ...] = tuple(f.name for f in fields(RequestRecord))
@@ -276,6 +322,12 @@ ANALYSIS_COLUMNS: dict[str, str] = {
     "prompt_tokens": "f",
     "workload": "s",
     "turn": "i",
+    # a reasoning answer's (analysis/reasoning.py): time to first output token, thinking, pace
+    "first_visible_ms": "f",
+    "reasoning_tokens": "f",
+    "reasoning_tokens_source": "s",
+    "visible_output_tokens": "f",
+    "tpot_visible_ms": "f",
 }
 assert set(ANALYSIS_COLUMNS) <= set(RECORD_FIELDS), "ANALYSIS_COLUMNS names a field records do not have"
 

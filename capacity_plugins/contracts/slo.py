@@ -20,7 +20,20 @@ from capacity_plugins.contracts.planning import SLOConfig
 
 Judgement = Literal["pass", "fail", "uncertain"]
 # The latency limits of an SLO, as (record metric, SLOConfig field).
-LIMITS = (("ttft_ms", "ttft_p95_ms"), ("tpot_ms", "tpot_p95_ms"), ("e2e_ms", "e2e_p95_ms"))
+LIMITS = (("ttft_ms", "ttft_p95_ms"), ("tpot_ms", "tpot_p95_ms"), ("e2e_ms", "e2e_p95_ms"),
+          ("first_visible_ms", "first_visible_p95_ms"), ("tpot_visible_ms", "tpot_visible_p95_ms"))
+
+
+def reasoning_views(first_visible: float | None, tpot_visible: float | None, tpot: float | None,
+                    lag_ms: float | None) -> tuple[float | None, float]:
+    """(time to first output token, visible TPOT) as the SLO judges them: the first from the
+    scheduled time in open loop (`lag_ms`: sent − scheduled); an answer without content never
+    showed anything (None: over the limit); an answer without reasoning has every token
+    visible (its TPOT), and a null TPOT counts as 0 (vLLM's rule, as for TPOT)."""
+    if first_visible is not None and lag_ms is not None:
+        first_visible += lag_ms
+    pace = tpot_visible if tpot_visible is not None else tpot
+    return first_visible, 0.0 if pace is None else pace
 
 
 def share_judgement(k: int, n: int, target: float, confidence: float) -> Judgement:

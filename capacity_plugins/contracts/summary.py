@@ -29,7 +29,9 @@ from pydantic import AliasChoices, Field
 
 from capacity_plugins.contracts.document import Interval, Number, Section, read_json
 from capacity_plugins.contracts.meta import CacheArm, LostWorker, Meta, Records, Search
+from capacity_plugins.contracts.pareto import Pareto
 from capacity_plugins.contracts.planning import SLOConfig, VerdictConfig
+from capacity_plugins.contracts.reasoning import Reasoning
 from capacity_plugins.errors import UserError
 
 # 2: intervals (`*_ci*`), step validity, `run`, `outcome`, the `verdict` settings.
@@ -866,7 +868,9 @@ class Summary(Section):
     from outside the package adds a key of its own name at the top level, after the keys below.
     """
 
-    SOMETIMES = frozenset({"item_rates"})  # written only by an embeddings / rerank run
+    # Written only when set: sections added after schema 2's first files were written (item_rates:
+    # an embeddings / rerank run; reasoning: answers with thinking; pareto: a sweep that decoded output).
+    SOMETIMES = frozenset({"item_rates", "reasoning", "pareto"})
 
     schema_version: int = SCHEMA_VERSION
     """2 (1 had no intervals, validity fields, `run`, `outcome`, `verdict_settings`)."""
@@ -900,6 +904,11 @@ class Summary(Section):
     """Null unless the load kind was `trace`."""
     item_rates: Items | None = None
     """Absent unless the dialect is an embeddings or rerank one: the run in items/s (analysis/items.py)."""
+    reasoning: Reasoning | None = None
+    """Written when some answer had reasoning tokens (contracts/reasoning.py)."""
+    pareto: Pareto | None = None
+    """Each step's output tokens/s per GPU against per user, the frontier marked (contracts/pareto.py);
+    written when a step decoded output."""
     warnings: list[str] = Field(default_factory=list)
     """Things the reader must know: incomplete run, lost workers, lost records, refusing workers, a cut
     last line of requests.jsonl, a simulated target, insufficient steps, no telemetry, …"""

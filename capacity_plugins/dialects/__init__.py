@@ -6,6 +6,7 @@ from capacity_plugins.contracts.dialects import TritonFields
 from capacity_plugins.dialects.base import (
     NO_OUTPUT,
     OUTPUT,
+    REASONING,
     VISIBLE,
     Dialect,
     HttpCall,
@@ -54,6 +55,7 @@ __all__ = [
     "DIALECTS",
     "NO_OUTPUT",
     "OUTPUT",
+    "REASONING",
     "VISIBLE",
     "Dialect",
     "HttpCall",

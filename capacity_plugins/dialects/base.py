@@ -17,6 +17,9 @@ import orjson
 NO_OUTPUT = 0  # role-only / usage-only / keep-alive / final summary without tokens
 OUTPUT = 1  # generated output on a non-visible channel (reasoning, tool call, special token)
 VISIBLE = 2  # generated, non-empty visible content (implies OUTPUT)
+# generated output on the reasoning channel only (`reasoning_content` / `reasoning` / `thinking`):
+# implies OUTPUT, never VISIBLE; the record counts these events when the server says no count
+REASONING = 3
 
 
 class MalformedEvent(ValueError):
@@ -76,6 +79,7 @@ class Parser:
         "done",
         "finish_reason",
         "texts",
+        "usage_reasoning_tokens",
     )
 
     def __init__(self) -> None:
@@ -91,6 +95,9 @@ class Parser:
         # Generated text pieces (content, reasoning, tool-call arguments), kept only after
         # keep_text() (a --tokenizer run): without it the hot path appends nothing.
         self.texts: list[str] | None = None
+        # The server's count of reasoning tokens among the output (OpenAI's
+        # usage.completion_tokens_details.reasoning_tokens), when it says.
+        self.usage_reasoning_tokens: int | None = None
 
     def keep_text(self) -> None:
         """Keep the generated text from now on, for a local tokenizer to count after the request."""
@@ -101,7 +108,7 @@ class Parser:
         return "".join(self.texts) if self.texts is not None else None
 
     def event(self, data: bytes) -> int:
-        """One streamed payload → NO_OUTPUT / OUTPUT / VISIBLE. Raises MalformedEvent."""
+        """One streamed payload → NO_OUTPUT / OUTPUT / VISIBLE / REASONING. Raises MalformedEvent."""
         raise NotImplementedError
 
     def full(self, body: bytes) -> int:

@@ -43,7 +43,7 @@ from itertools import repeat
 import orjson
 
 from capacity_plugins.contracts.records import Timings
-from capacity_plugins.dialects.base import OUTPUT, VISIBLE, MalformedEvent, Parser
+from capacity_plugins.dialects.base import OUTPUT, REASONING, VISIBLE, MalformedEvent, Parser
 from capacity_plugins.dialects.framing import NDJSONDecoder, SSEDecoder
 
 # Envelopes one response may learn: reasoning → content → a tool call is 3; a server whose chunks
@@ -85,6 +85,23 @@ def plain_texts(texts: list[bytes]) -> bool:
 def decoded(texts: list[bytes]) -> list[str]:
     """Plain texts (see plain_texts) as the strings the full parse would keep."""
     return [t.decode() if b"\\" not in t else orjson.loads(b'"' + t + b'"') for t in texts]
+
+
+def stamp(t: Timings, parser: Parser, what: int, now: int) -> None:
+    """One output event (`what` ≥ OUTPUT) at `now`: first token / first visible, the channel counts,
+    its stamp and the tokens the server said it carried. The one definition for the fast reader
+    and the line-by-line one (client/stream.py)."""
+    if t.first_token_ns is None:
+        t.first_token_ns = now
+    if what == VISIBLE:
+        if t.first_visible_ns is None:
+            t.first_visible_ns = now
+        t.visible_events += 1
+        t.last_visible_ns = now
+    elif what == REASONING:
+        t.reasoning_events += 1
+    t.token_ns.append(now)
+    t.chunk_tokens.append(parser.chunk_tokens)
 
 
 class BodyEvents:
@@ -143,13 +160,7 @@ class BodyEvents:
             self._stamp(what, now)
 
     def _stamp(self, what: int, now: int) -> None:
-        t = self.t
-        if t.first_token_ns is None:
-            t.first_token_ns = now
-        if what == VISIBLE and t.first_visible_ns is None:
-            t.first_visible_ns = now
-        t.token_ns.append(now)
-        t.chunk_tokens.append(self.parser.chunk_tokens)
+        stamp(self.t, self.parser, what, now)
 
     def _events(self, block: bytes, now: int, fast: bool) -> bool:
         parser = self.parser
@@ -257,8 +268,13 @@ class BodyEvents:
         n = len(texts)
         if t.first_token_ns is None:
             t.first_token_ns = now
-        if self.what == VISIBLE and t.first_visible_ns is None:
-            t.first_visible_ns = now
+        if self.what == VISIBLE:
+            if t.first_visible_ns is None:
+                t.first_visible_ns = now
+            t.visible_events += n
+            t.last_visible_ns = now
+        elif self.what == REASONING:
+            t.reasoning_events += n
         t.token_ns.extend(repeat(now, n))
         t.chunk_tokens.extend(repeat(None, n))
         parser = self.parser

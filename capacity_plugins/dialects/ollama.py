@@ -14,6 +14,7 @@ import orjson
 from capacity_plugins.dialects.base import (
     NO_OUTPUT,
     OUTPUT,
+    REASONING,
     VISIBLE,
     HttpCall,
     MalformedEvent,
@@ -65,7 +66,9 @@ class _OllamaParser(Parser):
             keep_message_text(self.texts, part, text_key)
         if part.get(text_key):
             return VISIBLE
-        if part.get("thinking") or part.get("tool_calls"):
+        if part.get("thinking"):
+            return REASONING
+        if part.get("tool_calls"):
             return OUTPUT
         return NO_OUTPUT
 

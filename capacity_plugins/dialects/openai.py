@@ -15,6 +15,7 @@ import orjson
 from capacity_plugins.dialects.base import (
     NO_OUTPUT,
     OUTPUT,
+    REASONING,
     VISIBLE,
     HttpCall,
     MalformedEvent,
@@ -66,6 +67,9 @@ class _OpenAIParser(Parser):
             return
         if final:
             self.usage_output_tokens = completion
+            details = usage.get("completion_tokens_details")
+            if isinstance(details, dict):  # OpenAI's; vLLM sends null or nothing
+                self.usage_reasoning_tokens = count(details.get("reasoning_tokens"))
         else:
             prev = self.continuous_output_tokens or 0
             # A running count that goes back says nothing about this chunk's tokens.
@@ -217,7 +221,9 @@ class _OpenAIParser(Parser):
                 raise MalformedEvent(f"choices[0].{key} is not an object")
             if part.get("content"):
                 return VISIBLE
-            if part.get("reasoning_content") or part.get("reasoning") or part.get("tool_calls"):
+            if part.get("reasoning_content") or part.get("reasoning"):
+                return REASONING
+            if part.get("tool_calls"):
                 return OUTPUT
             return NO_OUTPUT
         return VISIBLE if choice.get("text") else NO_OUTPUT

@@ -13,6 +13,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from capacity_plugins.analysis.pareto import mark_frontier
+from capacity_plugins.contracts.pareto import ParetoPoint
 from capacity_plugins.matrix.entry import Outcome
 from capacity_plugins.matrix.spec import Matrix
 from capacity_plugins.matrix.table import fmt, rank, row_from_summary
@@ -46,8 +48,47 @@ def build(matrix: Matrix, slo: dict[str, Any], outcomes: list[Outcome], root: Pa
         "matrix_file": str(matrix.path), "scenario": str(matrix.scenario), "slo": slo,
         "started_unix": started, "duration_s": round(time.time() - started, 1),
         "best": best, "entries": rows, "failed": failed,
-        "complete": not failed,
+        "complete": not failed, "pareto": pareto_across(outcomes),
     }
+
+
+def pareto_across(outcomes: list[Outcome]) -> dict[str, Any]:
+    """Every entry's Pareto points on one plane (tokens/s per GPU: each entry over its own GPUs), the
+    frontier taken over all of them: which configuration gives the most per GPU at each interactivity."""
+    series: dict[str, list[ParetoPoint]] = {}
+    bound = None
+    for o in outcomes:
+        found = getattr(o.summary, "pareto", None) if o.summary is not None else None
+        if found is not None:
+            series[o.entry.name] = [p.model_copy() for p in found.points]
+            bound = bound if bound is not None else found.slo_per_user_tok_s
+    mark_frontier([p for points in series.values() for p in points])
+    return {"slo_per_user_tok_s": bound,
+            "entries": {name: [p.model_dump(mode="json") for p in points] for name, points in series.items()}}
+
+
+def _pareto_lines(doc: dict[str, Any]) -> list[str]:
+    front = sorted(((name, p) for name, points in (doc.get("pareto") or {}).get("entries", {}).items()
+                    for p in points if p["frontier"]), key=lambda x: x[1]["per_gpu_tok_s"])
+    if not front:
+        return []
+    return ["", "Pareto frontier across the entries (output tok/s per GPU, per user at TPOT P95; the plot is in "
+            "matrix.html): " + "; ".join(f"{name} at {p['level']:g}: {_n(p['per_gpu_tok_s'])} / {_n(p['per_user_tok_s'])}"
+                                         + ("" if p["slo_pass"] else " (misses the SLO)") for name, p in front)]
+
+
+def _pareto_html(doc: dict[str, Any]) -> str:
+    pareto = doc.get("pareto") or {}
+    series = {name: [ParetoPoint.model_validate(p) for p in points] for name, points in pareto.get("entries", {}).items()}
+    if not any(series.values()):
+        return ""
+    import base64
+
+    from capacity_plugins.outputs.pareto_text import pareto_png  # matplotlib: only when there is a plot
+
+    data = pareto_png(series, pareto.get("slo_per_user_tok_s"), "each entry over its own GPUs")
+    return ('<h2>Pareto: interactivity against throughput, every entry</h2><figure><img alt="output tokens/s per '
+            f'user against per GPU, every entry" src="data:image/png;base64,{base64.b64encode(data).decode()}"/></figure>')
 
 
 # -- text ---------------------------------------------------------------------------------------------------
@@ -100,6 +141,7 @@ def markdown(doc: dict[str, Any]) -> str:
     lines += ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for r in _ordered(doc["entries"]):
         lines.append("| " + " | ".join(c.replace("|", "\\|") for c in _cells(r, best["basis"])) + " |")
+    lines += _pareto_lines(doc)
     if doc["failed"]:
         lines += ["", f"Failed: {', '.join(doc['failed'])} (the exit code is 1)."]
     return "\n".join(lines) + "\n"
@@ -176,6 +218,7 @@ SLO load (the highest level that passed); ranked by {html.escape(best['basis'])}
 <tbody>{''.join(body)}</tbody></table>
 {failed}
 {_bars(doc['entries'], best['basis'])}
+{_pareto_html(doc)}
 </body></html>
 """
 

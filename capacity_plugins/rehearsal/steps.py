@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from capacity_plugins.contracts.percentiles import quantile
+from capacity_plugins.contracts.slo import reasoning_views
 from capacity_plugins.contracts.steps import StepKind, StepRow
 
 
@@ -217,7 +218,11 @@ class StepAccounting:
         ttft = get("ttft_from_schedule_ms") if scheduled else get("ttft_ms")
         e2e = get("e2e_from_schedule_ms") if scheduled else get("e2e_ms")
         tpot = get("tpot_ms")
-        for key, value in (("ttft_ms", ttft), ("e2e_ms", e2e), ("tpot_ms", 0.0 if tpot is None else tpot)):
+        sent = get("sent_unix")
+        lag = (sent - get("scheduled_unix")) * 1000.0 if scheduled and sent is not None else None
+        visible, pace = reasoning_views(get("first_visible_ms"), get("tpot_visible_ms"), tpot, lag)
+        for key, value in (("ttft_ms", ttft), ("e2e_ms", e2e), ("tpot_ms", 0.0 if tpot is None else tpot),
+                           ("first_visible_ms", visible), ("tpot_visible_ms", pace)):
             views.setdefault(key, []).append(value)
 
     def slo_sample(self, index: int) -> tuple[dict[str, list[float | None]], int, int]:

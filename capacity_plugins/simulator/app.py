@@ -317,7 +317,10 @@ class SimulatorApp:
             self._log_rejected(dialect, rid, req, 429, "http_429", params.prompt_tokens)
             return
         target = self.engine.output_length(params.max_tokens, params.min_tokens, params.ignore_eos)
-        job.reasoning = min(cfg.reasoning_tokens, target) if dialect.reasoning_channel else 0
+        reasoning = cfg.reasoning_tokens
+        if cfg.reasoning_tokens_max > reasoning:  # drawn only then: a fixed count keeps the seed's other draws
+            reasoning = rng.randint(reasoning, cfg.reasoning_tokens_max)
+        job.reasoning = min(reasoning, target) if dialect.reasoning_channel else 0
         # Fault positions are token indices in 1..target-1, so every fault lands mid-stream.
         if target >= 2:
             if cfg.disconnect_prob and rng.random() < cfg.disconnect_prob:
@@ -369,6 +372,8 @@ class SimulatorApp:
             "generated_tokens": seq.generated, "finish_reason": seq.finish_reason, "stream": job.params.stream,
             "status": job.status, "error_kind": job.error_kind,
             "decode_s": decode_s, "e2e_s": e2e_s, "cached_tokens": seq.cached_tokens, "service_factor": seq.factor,
+            # generated tokens on the reasoning channel (the first ones; at most the generated count)
+            "reasoning_tokens": min(job.reasoning, seq.generated),
         })
 
 

@@ -37,6 +37,12 @@ class SimConfig:
     force_max_tokens: bool = False  # every request runs to its max, as if ignore_eos were set
     tokens_per_write: int = 1  # tokens coalesced into one stream write (a chunk of k tokens)
     reasoning_tokens: int = 0  # the first N output tokens are reasoning deltas
+    # 0: every request reasons exactly reasoning_tokens; above it, each request draws its count
+    # uniformly from reasoning_tokens..reasoning_tokens_max (a reasoning model's spread)
+    reasoning_tokens_max: int = 0
+    reasoning_field: str = "reasoning_content"  # OpenAI form's delta key: vLLM / SGLang's, or "reasoning"
+    # OpenAI usage says completion_tokens_details.reasoning_tokens (OpenAI's API does; vLLM does not)
+    reasoning_usage: bool = False
     service_jitter_cv: float = 0.0  # per-request lognormal factor (mean 1) on prefill and decode time
     batch_delay_ms: float = 0.0  # hold waiting requests this long for enough to fill the free slots
     no_usage: bool = False  # OpenAI streams never carry usage, even when asked (llama.cpp-like)
@@ -98,7 +104,7 @@ class SimConfig:
                       "image_tile_px", "image_tokens_per_tile", "image_max_tiles"):
             if getattr(self, field) < 1:
                 raise bad(field, "must be a positive integer")
-        for field in ("reasoning_tokens", "queue_limit_429", "seed", "lora_adapters"):
+        for field in ("reasoning_tokens", "reasoning_tokens_max", "queue_limit_429", "seed", "lora_adapters"):
             if getattr(self, field) < 0:
                 raise bad(field, "must be a non-negative integer")
         if self.prefill_tokens_per_s <= 0:
@@ -113,6 +119,10 @@ class SimConfig:
         if self.kv_cache_tokens < self.max_model_len:
             raise bad("kv_cache_tokens", f"must be at least max_model_len ({self.max_model_len}), "
                       "or a full-length request could never run")
+        if self.reasoning_tokens_max and self.reasoning_tokens_max < self.reasoning_tokens:
+            raise bad("reasoning_tokens_max", f"must be 0 (fixed) or at least reasoning_tokens ({self.reasoning_tokens})")
+        if self.reasoning_field not in REASONING_FIELDS:
+            raise bad("reasoning_field", f"must be one of {', '.join(REASONING_FIELDS)} (got {self.reasoning_field!r})")
         if not self.model.strip():
             raise bad("model", "must be a non-empty string")
         names: dict[str, str] = {}
@@ -166,6 +176,9 @@ class SimConfig:
         return dataclasses.replace(self, **changes)
 
 
+# The OpenAI form's reasoning delta keys: vLLM's and SGLang's `reasoning_content`, the newer `reasoning`.
+REASONING_FIELDS = ("reasoning_content", "reasoning")
+
 # Keys of a generate request / response that are Triton's, not the model's.
 _TRITON_RESERVED = frozenset({"id", "parameters", "model_name", "model_version", "error", "stream"})
 _FIELD_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -192,6 +205,9 @@ _HELP = {
     "force_max_tokens": "every request runs to its max, as if ignore_eos were set",
     "tokens_per_write": "tokens coalesced into one stream write",
     "reasoning_tokens": "the first N output tokens are reasoning deltas",
+    "reasoning_tokens_max": "0: every request reasons --reasoning-tokens; above it, a uniform draw from that to this",
+    "reasoning_field": "OpenAI streams' reasoning key: reasoning_content (vLLM, SGLang) or reasoning",
+    "reasoning_usage": "OpenAI usage carries completion_tokens_details.reasoning_tokens (OpenAI's API does)",
     "triton_input_field": "Triton generate: the key holding the prompt",
     "triton_max_tokens_field": "Triton generate: the key (top level or in parameters) holding the output limit",
     "triton_output_field": "Triton generate: the key holding the generated text in each response",

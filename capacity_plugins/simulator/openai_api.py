@@ -2,8 +2,10 @@
 
 Framing follows vLLM's serving_chat / serving_completion:
 - chat stream: a role-only chunk (`{"role":"assistant","content":""}`) written with the first
-  token, then one chunk per token (`delta.content`, or `delta.reasoning_content` for the first
-  `reasoning_tokens`); the last token's chunk carries `finish_reason` ("length" / "stop") and
+  token, then one chunk per token (`delta.content`, or `delta.reasoning_content` — `reasoning`
+  with `reasoning_field` — for the first `reasoning_tokens`, or a count drawn up to
+  `reasoning_tokens_max`; `reasoning_usage` adds OpenAI's
+  `usage.completion_tokens_details.reasoning_tokens`); the last token's chunk carries `finish_reason` ("length" / "stop") and
   `stop_reason: null`; with `stream_options.include_usage` a final chunk with `"choices": []` and
   `usage`; then `data: [DONE]`. `stream_options.continuous_usage_stats` adds `usage` (tokens so
   far) to every chunk. Every chunk, and the non-streamed body, carries the same `id`. With
@@ -145,7 +147,11 @@ class OpenAIDialect(Dialect):
 
     def _usage(self, job: JobView, completion: int) -> str:
         p = job.params.prompt_tokens
-        return f'"usage":{{"prompt_tokens":{p},"total_tokens":{p + completion},"completion_tokens":{completion}}}'
+        details = ""
+        if self.config.reasoning_usage:  # OpenAI's form: how many of the completion tokens were thinking
+            details = f',"completion_tokens_details":{{"reasoning_tokens":{min(job.reasoning, completion)}}}'
+        return (f'"usage":{{"prompt_tokens":{p},"total_tokens":{p + completion},"completion_tokens":{completion}'
+                f'{details}}}')
 
     def stream_head(self, job: JobView) -> list[bytes]:
         if job.params.kind != "chat":
@@ -158,7 +164,7 @@ class OpenAIDialect(Dialect):
         text = texts(first, upto)
         finish = f'"finish_reason":"{job.seq.finish_reason}","stop_reason":null' if last else '"finish_reason":null'
         if job.params.kind == "chat":
-            key = "reasoning_content" if reasoning else "content"
+            key = self.config.reasoning_field if reasoning else "content"
             choice = f'{{"index":0,"delta":{{"{key}":{_json(text)}}},"logprobs":null,{finish}}}'
         else:
             stop = "" if last else ',"stop_reason":null'
@@ -185,11 +191,14 @@ class OpenAIDialect(Dialect):
         reasoning = "".join(output_text(i) for i in range(min(job.reasoning, seq.generated))) or None
         content = "".join(output_text(i) for i in range(job.reasoning, seq.generated))
         p, c = job.params.prompt_tokens, seq.generated
-        usage = {"prompt_tokens": p, "total_tokens": p + c, "completion_tokens": c, "prompt_tokens_details": None}
+        usage: dict[str, Any] = {"prompt_tokens": p, "total_tokens": p + c, "completion_tokens": c,
+                                 "prompt_tokens_details": None}
+        if self.config.reasoning_usage:
+            usage["completion_tokens_details"] = {"reasoning_tokens": min(job.reasoning, c)}
         if job.params.kind == "chat":
             choice: dict[str, Any] = {
                 "index": 0,
-                "message": {"role": "assistant", "reasoning_content": reasoning, "content": content,
+                "message": {"role": "assistant", self.config.reasoning_field: reasoning, "content": content,
                             "tool_calls": []},
                 "logprobs": None, "finish_reason": seq.finish_reason, "stop_reason": None,
             }

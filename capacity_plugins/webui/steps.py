@@ -30,7 +30,7 @@ from typing import Any
 
 from capacity_plugins.contracts.percentiles import share_interval
 from capacity_plugins.contracts.planning import SLOConfig
-from capacity_plugins.contracts.slo import LIMITS, judge_counts, share_judgement
+from capacity_plugins.contracts.slo import LIMITS, judge_counts, reasoning_views, share_judgement
 from capacity_plugins.sinks.sketch import LogHistogram
 
 # A concurrency level "rose" when its throughput beat the best so far by this share beyond noise
@@ -40,7 +40,8 @@ GAIN_MIN = 0.10
 RATE_RATIO_MIN = 0.95
 Z95 = 1.96
 # SLO limits judged, with the words the tab uses.
-LIMIT_NAMES = {"ttft_p95_ms": "TTFT", "tpot_p95_ms": "TPOT", "e2e_p95_ms": "E2E", "itl_p95_ms": "ITL"}
+LIMIT_NAMES = {"ttft_p95_ms": "TTFT", "tpot_p95_ms": "TPOT", "e2e_p95_ms": "E2E", "itl_p95_ms": "ITL",
+               "first_visible_p95_ms": "TTFOT", "tpot_visible_p95_ms": "visible TPOT"}
 
 
 @dataclass
@@ -117,6 +118,10 @@ class LiveSteps:
             "e2e_ms": record.e2e_from_schedule_ms if scheduled else e2e,
             "tpot_ms": 0.0 if record.tpot_ms is None else record.tpot_ms,
         }
+        lag = (record.sent_unix - record.scheduled_unix) * 1000.0 if record.scheduled_unix is not None else None
+        # (getattr: a record-like object without a reasoning model's fields judges as one without)
+        views["first_visible_ms"], views["tpot_visible_ms"] = reasoning_views(
+            getattr(record, "first_visible_ms", None), getattr(record, "tpot_visible_ms", None), record.tpot_ms, lag)
         for metric, key in LIMITS:
             limit = getattr(slo, key)
             if limit is None:
