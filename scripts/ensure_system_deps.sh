@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Debian packages some tests need: headless Chromium (web UI tab) and a real Prometheus server
-# (live exporter). Installed when missing and we are root. Tests that need them skip locally with
+# Debian packages some tests need: headless Chromium (web UI tab), a real Prometheus server
+# (live exporter) and libfaketime (a swarm worker whose clock runs seconds ahead, tests/test_swarm_netns.py). Installed when missing and we are root. Tests that need them skip locally with
 # the reason when they are absent, and FAIL when CI=true (no skipped test hiding in CI).
 set -uo pipefail
 need=()
@@ -8,8 +8,9 @@ why=()
 command -v chromium >/dev/null 2>&1 || { need+=(chromium); why+=("chromium: headless browser for the web UI tab tests"); }
 command -v chromedriver >/dev/null 2>&1 || { need+=(chromium-driver); why+=("chromium-driver: drives that browser"); }
 command -v prometheus >/dev/null 2>&1 || { need+=(prometheus); why+=("prometheus: a real server scraping the live exporter and the Grafana panels' queries"); }
+command -v faketime >/dev/null 2>&1 || { need+=(faketime); why+=("faketime: a worker whose wall clock is shifted by seconds (clock offset tests)"); }
 if [ ${#need[@]} -eq 0 ]; then
-  echo "ensure_system_deps: chromium, chromium-driver and prometheus are present" >&2
+  echo "ensure_system_deps: chromium, chromium-driver, prometheus and faketime are present" >&2
   exit 0
 fi
 for line in "${why[@]}"; do echo "ensure_system_deps: needed — $line" >&2; done

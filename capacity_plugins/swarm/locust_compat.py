@@ -24,6 +24,13 @@ missing"), in 3 of 5 runs. The master tolerates HEARTBEAT_LIVENESS_S instead. Tr
 on Locust's flag: a worker whose watch reports stop for SILENT_AFTER_S (rehearsal/authority.py)
 invalidates the step all the same, and one that never comes back is still lost.
 
+The fourth, on a worker (swarm/deadman.py): Locust's worker socket is ZeroMQ's, whose default
+linger is forever. A worker that gives up on a master gone for good still has heartbeats and
+record batches queued for it, and its exit would wait for them to be delivered — for ever. Before
+it exits, its socket's linger is set to 0 (`drop_unsent_on_exit`): what was queued for a master
+that is gone is dropped (the records among it are on disk, written by the switch first). Its stop
+uses Locust's own `stop_users` and the public `heartbeat_received` event.
+
 `tests/test_locust_compat.py` checks that Locust still has the shape these rely on; when Locust
 gains a hook or an option here, replace the workaround with a listener or the option.
 """
@@ -122,3 +129,13 @@ def stop_csv_writers(**_: Any) -> None:
         writer = _csv_writers.pop()
         if writer is not gevent.getcurrent():
             writer.kill(block=True, timeout=5)
+
+
+def drop_unsent_on_exit(runner: Any) -> None:
+    """A worker's ZeroMQ socket drops what is still queued for its master when it closes (linger 0)."""
+    try:
+        import zmq
+
+        runner.client.socket.setsockopt(zmq.LINGER, 0)
+    except Exception:  # not a worker of this Locust's shape: nothing queued to drop
+        log.debug("could not set the worker socket's linger", exc_info=True)
