@@ -53,6 +53,7 @@ from capacity_plugins.swarm.deadman import DEFAULT_REJOIN_S, DEFAULT_SILENCE_S, 
 from capacity_plugins.swarm.deadman import add_arguments as deadman_arguments
 from capacity_plugins.swarm.handshake import MasterHandshake, WorkerHandshake
 from capacity_plugins.swarm.locust_compat import (
+    parse_locust_defaults_once,
     stop_csv_writers,
     tolerate_slow_heartbeats,
     track_csv_writer,
@@ -220,6 +221,7 @@ def register(environment: Environment) -> None:
     if sink is not None:
         sink.open()
         if shipping is not None:
+            parse_locust_defaults_once()  # not a parser per option of each spawn message (swarm/locust_compat.py)
             shipping.start()
             # no word from the master for a bounded time: this worker's load stops (swarm/deadman.py)
             DeadMansSwitch(environment, client, shipping, lambda: source.worker_index,

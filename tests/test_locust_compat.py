@@ -47,3 +47,21 @@ def test_a_worker_still_hears_its_master_through_heartbeat_received_and_has_a_zm
     from locust.rpc import zmqrpc
 
     assert "self.socket = context.socket" in inspect.getsource(zmqrpc.BaseSocket.__init__)
+
+
+def test_a_worker_still_parses_locusts_defaults_per_option_of_a_spawn_message_and_once_here():
+    # swarm/locust_compat.py, the fifth: the dict comprehension calls default_args_dict() per key
+    from locust import argument_parser
+
+    assert "argument_parser.default_args_dict()" in inspect.getsource(runners.WorkerRunner.handle_message)
+    original = argument_parser.default_args_dict
+    try:
+        locust_compat.parse_locust_defaults_once()
+        locust_compat.parse_locust_defaults_once()  # idempotent: one wrapper
+        once = argument_parser.default_args_dict
+        assert once.__wrapped__ is original
+        first = once()
+        first["num_users"] = "changed by a caller"
+        assert once() == original() and once()["num_users"] is None  # the same defaults, a copy each time
+    finally:
+        argument_parser.default_args_dict = original
