@@ -106,6 +106,16 @@ def test_the_clock_offset_is_the_least_delayed_round_trip_and_its_uncertainty_ha
     assert [f["worker"] for f in c.meta([0, 1, 2])["flagged"]] == [1, 2]
 
 
+def test_the_log_names_an_offset_beyond_its_uncertainty_not_a_round_trip_held_up_by_a_cut(caplog):
+    c = MasterClock(SimpleNamespace(clients=SimpleNamespace(all=[])))
+    with caplog.at_level("WARNING", logger="capacity_plugins.swarm.clock"):
+        c.add(0, t0=100.0, t1=100.010, t2=100.011, t3=100.021)  # in step with the master
+        c.add(0, t0=102.0, t1=115.8, t2=115.8, t3=115.81)  # a ping sent before a 13-s cut: +6.9 s ± 6.9 s
+        c.add(1, t0=100.0, t1=105.010, t2=105.011, t3=100.021)  # 5 s ahead, ± 10 ms
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 1 and "worker 1's clock is +5.000 s off" in lines[0], lines
+
+
 def test_a_worker_puts_its_times_on_the_masters_clock():
     import time
 

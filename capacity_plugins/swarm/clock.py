@@ -91,10 +91,14 @@ class MasterClock:
         offset = ((t1 - t0) + (t2 - t3)) / 2.0
         self.samples.setdefault(worker, deque(maxlen=KEEP)).append((delay, offset))
         self.counts[worker] = self.counts.get(worker, 0) + 1
-        if abs(offset) > LOG_OFFSET_OVER_S and worker not in self._logged:
+        # the estimate, not this round trip: a ping held up by a cut came back "+6.9 s ± 6.9 s" for a
+        # worker whose clock was right; only an offset beyond its own uncertainty is worth the line
+        est = self.estimate(worker)
+        if (est is not None and abs(est["offset_s"]) - est["uncertainty_s"] > LOG_OFFSET_OVER_S
+                and worker not in self._logged):
             self._logged.add(worker)
             log.warning("capacity: worker %d's clock is %+.3f s off the master's (±%.3f s): its times are corrected "
-                        "to the master's", worker, offset, delay / 2.0)
+                        "to the master's", worker, est["offset_s"], est["uncertainty_s"])
 
     def estimate(self, worker: int) -> dict[str, Any] | None:
         got = self.samples.get(worker)
