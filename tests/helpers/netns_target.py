@@ -18,8 +18,10 @@ import json
 import sys
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from helpers.fake_llm import Handler as FakeLLMHandler
+from helpers.fake_llm import _Server
 
 TOKENS = 8
 GAP_S = 0.05
@@ -33,19 +35,8 @@ def _entry(ip: str) -> dict[str, Any]:
     return _seen.setdefault(ip, {"started": 0, "answered": 0, "ids": [], "last_start_unix": None})
 
 
-class Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-
-    def log_message(self, *a: object) -> None:
-        pass
-
-    def _json(self, status: int, doc: object) -> None:
-        body = json.dumps(doc).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+class Handler(FakeLLMHandler):
+    """fake_llm's framing (`_json`, `_chunk`), its own answers: one model, counted per address."""
 
     def do_GET(self) -> None:
         if self.path == "/v1/models":
@@ -55,10 +46,6 @@ class Handler(BaseHTTPRequestHandler):
                 self._json(200, _seen)
         else:
             self._json(404, {"error": "not found"})
-
-    def _chunk(self, data: bytes) -> None:
-        self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
-        self.wfile.flush()
 
     def do_POST(self) -> None:
         n = int(self.headers.get("Content-Length", "0"))
@@ -100,13 +87,6 @@ class Handler(BaseHTTPRequestHandler):
             e = _entry(ip)
             e["answered"] += 1
             e["ids"].append(rid)
-
-
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-
-    def handle_error(self, request: object, client_address: object) -> None:
-        pass  # a client cut off mid-answer: its request is simply not answered
 
 
 def serve(host: str, tokens: int = TOKENS, gap_s: float = GAP_S) -> None:
