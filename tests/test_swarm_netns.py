@@ -57,7 +57,9 @@ def net() -> Iterator[Network]:
 @pytest.fixture(scope="module")
 def target(net: Network) -> Iterator[ServerProcess]:
     """The target on the host side of the bridge: it counts what it answered per client address."""
-    with ServerProcess("helpers.netns_target", net.gateway) as server:
+    # up to 40 tokens 50 ms apart: the cut swarm asks for 8 (0.4 s answers), the gone swarms for 40
+    # (2 s: requests are in flight when their switch trips, whenever that is)
+    with ServerProcess("helpers.netns_target", net.gateway, "40") as server:
         yield server
 
 
@@ -68,9 +70,9 @@ def answered(server: ServerProcess) -> dict[str, dict]:
         return json.loads(r.read())
 
 
-def _scenario(folder: Path, name: str, url: str, **load: object) -> Path:
+def _scenario(folder: Path, name: str, url: str, max_tokens: int = 8, **load: object) -> Path:
     return write_scenario(folder, name, target={"url": url, "model": "ns-model"},
-                          request={"max_tokens": 8, "timeout_s": 60},
+                          request={"max_tokens": max_tokens, "timeout_s": 60},
                           load={"levels": [2], "step_s": 4, "warmup_s": 1, "min_requests": 5, **load})
 
 
@@ -165,7 +167,7 @@ def swarms(net: Network, target: ServerProcess, tmp_path_factory: pytest.TempPat
     # (gevent's timers, the switch) are left alone.
     workers = [_worker(folder, w0, master_host, sc, CAPACITY_MASTER_SILENCE_S="60"),
                _worker(folder, w1, master_host, sc, [faketime, "-f", "+5s"], FAKETIME_DONT_FAKE_MONOTONIC="1")]
-    gone_sc = _scenario(folder, "gone", target.url, step_s=30)
+    gone_sc = _scenario(folder, "gone", target.url, max_tokens=40, step_s=30)
     gone_hosts: dict[str, tuple[Host, Host]] = {}
     gone_procs: dict[str, tuple[LoggedProcess, LoggedProcess]] = {}
     gone: dict[str, dict] = {}
