@@ -35,6 +35,7 @@ from helpers.deploy_local import (
     only,
     prometheus_query_range,
 )
+from helpers.json_diff import not_kept
 from helpers.paths import ROOT
 from helpers.ports import free_port
 from helpers.results import only_folder, records_by_worker
@@ -196,7 +197,7 @@ def test_dashboard_round_trips_through_grafanas_model():
     original = json.loads(DASHBOARD.read_text())
     model = Dashboard.from_json(original)
     again = json.loads(json.dumps(model, cls=JSONEncoder))
-    lost = _not_kept(original, again)
+    lost = not_kept(original, again)
     assert not lost, f"keys Grafana's dashboard model does not know or changes: {lost[:20]}"
     panels = model.panels or []
     queries = [t for p in panels for t in (getattr(p, "targets", None) or [])]
@@ -206,16 +207,3 @@ def test_dashboard_round_trips_through_grafanas_model():
     # every panel queries through the dashboard's datasource variable
     assert {json.dumps(p.get("datasource")) for p in original["panels"] if p["type"] != "row"} == \
         {json.dumps({"type": "prometheus", "uid": "${datasource}"})}
-
-
-def _not_kept(a: Any, b: Any, path: str = "") -> list[str]:
-    """Paths in `a` that `b` lacks or holds differently (b may add defaults)."""
-    if isinstance(a, dict):
-        if not isinstance(b, dict):
-            return [path]
-        return [p for k, v in a.items() for p in ([f"{path}.{k}"] if k not in b else _not_kept(v, b[k], f"{path}.{k}"))]
-    if isinstance(a, list):
-        if not isinstance(b, list) or len(a) != len(b):
-            return [path]
-        return [p for i, (x, y) in enumerate(zip(a, b, strict=True)) for p in _not_kept(x, y, f"{path}[{i}]")]
-    return [] if a == b else [f"{path}: {a!r} != {b!r}"]

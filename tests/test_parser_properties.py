@@ -134,8 +134,17 @@ TRITON = obj(model_name=texts, model_version=st.just("1"), text_output=texts | s
              finish_reason=st.sampled_from(["None", "length", "stop"]) | st.lists(texts, max_size=2),
              error=error_payload)
 
+# Embeddings and rerank (dialects/embeddings.py): one whole answer with an entry per item.
+_vector = st.lists(st.floats(-1, 1), max_size=3)
+EMBEDDINGS = obj(id=texts, object=st.just("list"), model=texts,
+                 data=st.lists(obj(index=st.integers(0, 8), object=st.just("embedding"), embedding=_vector), max_size=3),
+                 usage=obj(prompt_tokens=counts, total_tokens=counts) | st.none(), error=error_payload)
+_ranked = obj(index=st.integers(0, 8), relevance_score=st.floats(0, 1), score=st.floats(0, 1), document=texts)
+RERANK = obj(id=texts, model=texts, results=st.lists(_ranked, max_size=3), usage=obj(total_tokens=counts),
+             error=error_payload) | st.lists(_ranked, max_size=3)
 DOCS = {"openai-chat": OPENAI, "openai-completions": OPENAI, "tgi": TGI, "ollama": OLLAMA, "ollama-generate": OLLAMA,
-        "triton-generate": TRITON}
+        "triton-generate": TRITON, "openai-embeddings": EMBEDDINGS, "tei-embed": st.lists(_vector, max_size=3),
+        "rerank": RERANK, "tei-rerank": RERANK}
 NAMES = sorted(DIALECTS)
 
 

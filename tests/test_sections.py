@@ -26,16 +26,16 @@ from capacity_plugins.contracts.summary import Summary
 from capacity_plugins.outputs import sections as report_sections
 
 PACKAGE = ROOT / "capacity_plugins"
-BUILTIN = ["search", "workloads", "cache_probe", "trace"]
+BUILTIN = ["search", "workloads", "cache_probe", "trace", "item_rates"]
 
 
 def test_each_builtin_section_is_registered_on_both_sides_in_one_order_as_a_summary_field():
     assert [s.name for s in analysis_sections.registered()] == BUILTIN
     assert [s.name for s in report_sections.registered()] == BUILTIN
     assert set(BUILTIN) <= set(Summary.model_fields)
-    # every kind that adds a section names a registered one; workload classes are no kind
+    # every kind that adds a section names a registered one; workload classes and items are no kind
     named = {k.summary_section for k in kinds.models() if k.summary_section}
-    assert named == set(BUILTIN) - {"workloads"}
+    assert named == set(BUILTIN) - {"workloads", "item_rates"}
     assert analysis_sections.names() == tuple(BUILTIN)
 
 
@@ -206,7 +206,7 @@ def test_a_kind_registered_from_outside_adds_its_own_sections_to_the_analysis_an
     doc = got["json"]
     # summary.json: its key at the top level, after the built-in keys, which are as they always were
     assert doc["bursts"] == {"steps": 3, "peak_rps": pytest.approx(20.0)}
-    assert list(doc)[-1] == "bursts" and all(doc[k] is None for k in BUILTIN)
+    assert list(doc)[-1] == "bursts" and all(doc.get(k) is None for k in BUILTIN)  # item_rates: written only when set
     assert got["back"] == doc["bursts"]  # read back: the plain JSON object
     # its effects, where the built-in sections' go
     assert "bursts: 3 measured" in doc["capacity"]["notes"]

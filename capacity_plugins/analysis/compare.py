@@ -170,7 +170,7 @@ def compare(a: AnySummary, b: AnySummary, mdd: float | None = None) -> Compariso
         verdict, noise = judge(x, y, hib, mdd)
         rows.append(CompareRow(metric=m, before=x.value, after=y.value,
                                change=(y.value / x.value - 1) if x.value and y.value is not None else None,
-                               change_ci=_change_ci(x.value, y.value, noise) if verdict in ("better", "worse") else None,
+                               change_ci=change_interval(x.value, y.value, noise) if verdict in ("better", "worse") else None,
                                noise=noise, verdict=verdict))
     by = {r.metric: r for r in rows}
     # every row judged beyond its noise moved, whichever it is: worse first, then better, in table order
@@ -199,7 +199,7 @@ def compare(a: AnySummary, b: AnySummary, mdd: float | None = None) -> Compariso
         before=a.meta.results_dir, after=b.meta.results_dir)
 
 
-def _change_ci(before: float | None, after: float | None, noise: float | None) -> list[float] | None:
+def change_interval(before: float | None, after: float | None, noise: float | None) -> list[float] | None:
     """The relative change's interval: the difference ± the noise it had to beat, over the before value.
 
     Every compared figure is a rate, a duration, a price or a share, never negative: a fall of more
@@ -217,7 +217,7 @@ SHORT = {"capacity per node under SLO (rps)": "capacity", "max throughput (rps)"
 AT_LEVEL = {label for label, _, _, _ in LEVEL_ROWS}
 
 
-def _pct(x: float) -> str:
+def pct(x: float) -> str:
     """A relative change in percent to two significant digits: +23, −85, +4.5, +0.42 (a true minus)."""
     v = x * 100
     digits = 0 if abs(v) >= 9.95 else 1 if abs(v) >= 0.995 else 2
@@ -232,8 +232,8 @@ def _moved_text(r: CompareRow, level: float | None) -> str:
     if r.change is None:  # a before value of zero: no relative change
         return f"{name} {fmt_value(r.before)} → {fmt_value(r.after)} {r.verdict}"
     ci = r.change_ci
-    interval = f" [{_pct(ci[0])}, {_pct(ci[1])}]" if ci else ""
-    return f"{name} {_pct(r.change)} %{interval} {r.verdict}"
+    interval = f" [{pct(ci[0])}, {pct(ci[1])}]" if ci else ""
+    return f"{name} {pct(r.change)} %{interval} {r.verdict}"
 
 
 def _bottom_line(overall: str, moved: list[CompareRow], level: float | None, repeats: bool, mdd: float) -> str:

@@ -155,8 +155,16 @@ def summarise_set(path: Path, names: list[str], summaries: list[Summary],
                  for n, s in zip(names, summaries, strict=True)],
         levels=_levels(names, summaries, conf), capacity=capacity, knee=knee, plan=plan, verdict=verdict,
         warnings=warnings, outcome=Outcome(decision_complete=not reasons, reasons=reasons),
-        meta=SummaryMeta(results_dir=str(path)),
+        meta=_set_meta(path, first),
     )
+
+
+def _set_meta(path: Path, first: Summary) -> SummaryMeta:
+    """The set's meta: where it is, and the labels its runs were given (the same for every repeat)."""
+    meta = SummaryMeta(results_dir=str(path))
+    if first.meta.labels:
+        meta.labels = dict(first.meta.labels)
+    return meta
 
 
 def summarise_repeats(path: Path, overrides: dict | None = None, progress: Callable[[str], None] | None = None

@@ -46,7 +46,7 @@ if TYPE_CHECKING:
     from capacity_plugins.contracts.summary import Capacity, StepSummary, Verdict
 
 # The built-in sections, by the module that registers each, in the order their effects apply.
-BUILTIN = ("search", "workloads", "cache_probe", "trace_windows")
+BUILTIN = ("search", "workloads", "cache_probe", "trace_windows", "items")
 
 
 class AnalysisSection:

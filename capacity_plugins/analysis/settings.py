@@ -41,6 +41,7 @@ class ClassSettings:
     name: str
     weight: float
     slo: SLOConfig
+    model: str | None = None  # the model (adapter) the class's requests named; None: the run's
 
 
 @dataclass(frozen=True)
@@ -62,6 +63,8 @@ class Settings:
     source: str = SCENARIO_FILE
     # The scenario copy's load section as written (a trace replay's windows are read from it).
     load: dict[str, Any] = field(default_factory=dict)
+    # The scenario copy's request section as written (an embeddings run's batch_size: analysis/items.py).
+    request: dict[str, Any] = field(default_factory=dict)
     # The scenario's workload classes (empty: none); each judged by its own SLO.
     workloads: tuple[ClassSettings, ...] = ()
 
@@ -121,7 +124,7 @@ def _classes(doc: dict[str, Any], slo: SLOConfig, source: str) -> tuple[ClassSet
     found = problems(classes, request, slo)
     if found is not None:
         raise UserError(f"{source}: {found}")
-    return tuple(ClassSettings(w.name, w.weight, merged(slo, w.slo)) for w in classes)
+    return tuple(ClassSettings(w.name, w.weight, merged(slo, w.slo), w.model) for w in classes)
 
 
 def read_settings(path: Path, overrides: dict[str, Any] | None = None) -> Settings:
@@ -160,5 +163,5 @@ def read_settings(path: Path, overrides: dict[str, Any] | None = None) -> Settin
         max_loop_lag_p99_ms=float(_load_number(merged, "max_loop_lag_p99_ms", DEFAULT_MAX_LOOP_LAG_P99_MS)),
         max_schedule_lag_p99_ms=float(_load_number(merged, "max_schedule_lag_p99_ms", DEFAULT_MAX_SCHEDULE_LAG_P99_MS)),
         max_client_cpu_pct=float(_load_number(merged, "max_client_cpu_pct", DEFAULT_MAX_CLIENT_CPU_PCT)),
-        target=dict(target), source=source, workloads=_classes(doc, models["slo"], source),
+        target=dict(target), request=_section(doc, "request"), source=source, workloads=_classes(doc, models["slo"], source),
     )

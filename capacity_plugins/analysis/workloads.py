@@ -173,6 +173,8 @@ def workloads_section(rows: list[StepSummary], run: RunData, sweep_kind: str) ->
                                      insufficient_levels=[r.level for r, k in zip(rows, mine, strict=True)
                                                           if k.insufficient and k.requests],
                                      capacity=own))
+        if c.model is not None:
+            classes[-1].model = c.model  # set only then: a sometimes-key of summary.json
     total = sum(k.requests for k in classes)
     for k in classes:
         k.share = k.requests / total if total else None

@@ -18,6 +18,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("capacity_plugins.runner", "run a scenario (sweep, rate steps, peak) and analyse it"),
     "analyze": ("capacity_plugins.cli.analyze", "analyse a results folder: knee, capacity, plan, verdict"),
     "compare": ("capacity_plugins.cli.compare", "compare two analysed runs (before / after)"),
+    "history": ("capacity_plugins.cli.history", "the catalog of analysed runs: add, list, show, trend, bless"),
+    "gate": ("capacity_plugins.cli.gate", "exit 3 when a run is worse than a baseline beyond the noise and a margin"),
     "matrix": ("capacity_plugins.matrix", "run one scenario against several server configurations, one table"),
     "simulate": ("capacity_plugins.simulator.cli", "start the embedded inference simulator"),
     "corpus": ("capacity_plugins.corpus.cli", "corpus tools: stats, build"),

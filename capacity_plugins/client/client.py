@@ -79,6 +79,7 @@ class LLMClient:
             stream=options.stream,
             include_usage=options.usage,
             ignore_eos=options.ignore_eos,
+            batch_size=options.batch_size,
         )
         self.request_name = options.dialect
         if options.tokenizer != self.tokenizer_path:  # a worker reconfigures with the same path: keep it

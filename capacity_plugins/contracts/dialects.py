@@ -14,7 +14,11 @@ from urllib.parse import urlsplit, urlunsplit
 
 TRITON_GENERATE: Final = "triton-generate"
 DIALECTS: Final[tuple[str, ...]] = ("openai-chat", "openai-completions", "tgi", "ollama", "ollama-generate",
-                                    TRITON_GENERATE)
+                                    TRITON_GENERATE, "openai-embeddings", "tei-embed", "rerank", "tei-rerank")
+# The dialects whose requests carry `batch_size` items and return one answer per item, whole (no
+# stream, no output tokens): measured in items/s and judged on E2E latency (analysis/items.py).
+ITEM_DIALECTS: Final[dict[str, str]] = {"openai-embeddings": "embeddings", "tei-embed": "embeddings",
+                                        "rerank": "rerank", "tei-rerank": "rerank"}
 
 # The paths each dialect appends to the target URL, its request path first ("{model}": any one
 # segment). The dialects (dialects/*.py) send to exactly these; a test keeps the two in step.
@@ -26,6 +30,10 @@ API_PATHS: Final[dict[str, tuple[str, ...]]] = {
     "ollama-generate": ("/api/generate", "/api/tags"),
     TRITON_GENERATE: ("/v2/models/{model}/generate_stream", "/v2/models/{model}/generate", "/v2/models/{model}",
                       "/v2/health/ready"),
+    "openai-embeddings": ("/v1/embeddings", "/v1/models"),
+    "tei-embed": ("/embed",),
+    "rerank": ("/v1/rerank", "/v1/models"),
+    "tei-rerank": ("/rerank",),
 }
 
 

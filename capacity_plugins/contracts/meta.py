@@ -233,6 +233,9 @@ class Meta(Section):
     """Each worker's clock offset to the master's (`offsets`: per worker `offset_s`, `uncertainty_s`,
     `samples`), the bound (`max_uncertainty_s`), and `flagged` (workers whose offset is unknown or
     too uncertain); records and steps are on the master's clock (swarm/clock.py)."""
+    labels: dict[str, str] | None = None
+    """The scenario's `labels:` under `capacity run --label KEY=VALUE` (build id, git sha, config): how
+    the run catalog (docs/history.md) groups runs."""
     # Read, never written by this version: older and synthetic folders.
     incomplete: bool | None = None
     """Older folders: true instead of `complete: false` (the analysis reads both)."""

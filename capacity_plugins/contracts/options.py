@@ -61,6 +61,7 @@ class LLMOptions:
     usage: bool = True  # ask OpenAI servers for usage in the stream (stream_options.include_usage)
     tokenizer: str | None = None  # tokenizer.json path; counts output tokens when the server gives no usage
     retries: int = 0
+    batch_size: int = 1  # items per request of an embeddings / rerank dialect (contracts.dialects.ITEM_DIALECTS)
     api_key_env: str = ""
     headers: dict[str, str] = field(default_factory=dict)
     insecure: bool = False
@@ -76,6 +77,8 @@ class LLMOptions:
             raise UserError(f"--model: dialect {TRITON_GENERATE} needs the model name (it is part of every URL)")
         if self.sampling not in SAMPLING_MODES:
             raise UserError(f"--sampling: unknown mode {self.sampling!r} (known: {', '.join(SAMPLING_MODES)})")
+        if self.batch_size < 1:
+            raise UserError(f"--batch-size: must be at least 1, got {self.batch_size}")
         for name in ("max_tokens", "retries"):
             if getattr(self, name) < 0:
                 raise UserError(f"{flag(name)}: must be >= 0, got {getattr(self, name)}")
@@ -137,6 +140,7 @@ SCENARIO_KEYS: Final[dict[str, str | None]] = {
     "usage": "request.usage",
     "tokenizer": "request.tokenizer",
     "retries": "request.retries",
+    "batch_size": "request.batch_size",
     "api_key_env": "target.api_key_env",
     "headers": "target.headers",
     "insecure": "target.insecure",

@@ -647,8 +647,13 @@ class Stability(Section):
 
 
 class WorkloadClass(Section):
+    SOMETIMES = frozenset({"model"})  # only a class that names its own model
+
     name: str = ""
     weight: Number = 0.0
+    model: str | None = None
+    """The model the class's requests named (a LoRA adapter, another model behind the endpoint);
+    null: the run's model."""
     slo: SLOConfig = Field(default_factory=SLOConfig)
     """The class's SLO as judged: its own limits over the top-level `slo` and flag overrides."""
     requests: int = 0
@@ -660,6 +665,37 @@ class WorkloadClass(Section):
     throughput, the class's judgement and validity — so it is in the mix's requests/s."""
     share: float | None = None
     """Of all classes' measured requests."""
+
+
+class ItemsStep(Section):
+    """One step of an embeddings / rerank run in items."""
+
+    level: float = 0.0
+    items_per_s: float | None = None
+    """Successful requests/s × `batch_size` (the step's `rps`, so its method and interval)."""
+    items_per_s_ci: Interval | None = None
+    input_tokens_per_s: float | None = None
+    """The server's input-token counts (usage) of the successful measured requests / the window; null
+    when the server reports none (TEI's native routes)."""
+    e2e_p50_ms: float | None = None
+    e2e_p95_ms: float | None = None
+    valid: bool = False
+
+
+class Items(Section):
+    """An embeddings or rerank run (dialects of `contracts.dialects.ITEM_DIALECTS`) in items: each
+    request carries `batch_size` texts or documents, answered whole and judged on E2E latency."""
+
+    kind: str = ""
+    """`embeddings` or `rerank`."""
+    dialect: str = ""
+    batch_size: int = 1
+    steps: list[ItemsStep] = Field(default_factory=list)
+    per_node_items_per_s: float | None = None
+    """The capacity (`capacity.per_node_rps`, the rps the plan and verdict use) × `batch_size`."""
+    per_node_items_per_s_ci: Interval | None = None
+    line: str = ""
+    """The section in one sentence."""
 
 
 class Workloads(Section):
@@ -800,12 +836,12 @@ class Outcome(Section):
 
 class SummaryMeta(Meta):
     """Provenance copied from meta.json — its keys `COPIED`, as they are, when it has them, and its
-    `target` without credentials — and where the analysis read it. A repeat set's has `results_dir` only."""
+    `target` without credentials — and where the analysis read it. A repeat set's has `results_dir` and its runs' `labels` only."""
 
     # meta.json's keys the summary copies (provenance and accounting)
     COPIED: ClassVar[tuple[str, ...]] = (
         "versions", "model", "server", "dialect", "gpu", "gpus", "gpu_names", "incomplete", "incomplete_reason",
-        "start_unix", "end_unix", "records", "workers", "workers_lost")
+        "start_unix", "end_unix", "records", "workers", "workers_lost", "labels")
     requests_total: int | None = None
     """Request records read (measured or not)."""
     results_dir: str | None = None
@@ -829,6 +865,8 @@ class Summary(Section):
     otherwise: a load kind or a scenario feature adds one, analysis/sections.py); a section registered
     from outside the package adds a key of its own name at the top level, after the keys below.
     """
+
+    SOMETIMES = frozenset({"item_rates"})  # written only by an embeddings / rerank run
 
     schema_version: int = SCHEMA_VERSION
     """2 (1 had no intervals, validity fields, `run`, `outcome`, `verdict_settings`)."""
@@ -860,6 +898,8 @@ class Summary(Section):
     """Null unless the steps carry arms (load kind `cache_probe`)."""
     trace: Trace | None = None
     """Null unless the load kind was `trace`."""
+    item_rates: Items | None = None
+    """Absent unless the dialect is an embeddings or rerank one: the run in items/s (analysis/items.py)."""
     warnings: list[str] = Field(default_factory=list)
     """Things the reader must know: incomplete run, lost workers, lost records, refusing workers, a cut
     last line of requests.jsonl, a simulated target, insufficient steps, no telemetry, …"""

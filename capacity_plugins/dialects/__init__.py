@@ -13,6 +13,7 @@ from capacity_plugins.dialects.base import (
     Parser,
     RequestParams,
 )
+from capacity_plugins.dialects.embeddings import OpenAIEmbeddings, Rerank, TEIEmbed, TEIRerank
 from capacity_plugins.dialects.ollama import OllamaChat, OllamaGenerate
 from capacity_plugins.dialects.openai import OpenAIChat, OpenAICompletions
 from capacity_plugins.dialects.tgi import TGI
@@ -26,6 +27,10 @@ DIALECTS: dict[str, type[Dialect]] = {
     "ollama": OllamaChat,
     "ollama-generate": OllamaGenerate,
     "triton-generate": TritonGenerate,
+    "openai-embeddings": OpenAIEmbeddings,
+    "tei-embed": TEIEmbed,
+    "rerank": Rerank,
+    "tei-rerank": TEIRerank,
 }
 
 

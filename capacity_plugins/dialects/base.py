@@ -32,6 +32,7 @@ class RequestParams:
     stream: bool = True
     include_usage: bool = True
     ignore_eos: bool = False
+    batch_size: int = 1  # items per request of an embeddings / rerank dialect (dialects/embeddings.py)
 
 
 @dataclass(frozen=True, slots=True)

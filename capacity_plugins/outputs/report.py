@@ -68,7 +68,7 @@ def _legends_below(*axes: Any) -> None:
     axes = tuple(ax for ax in axes if ax.get_legend_handles_labels()[0])
     if not axes:
         return
-    axes[0].figure.canvas.draw()
+    axes[0].figure.draw_without_rendering()
     for ax in axes:
         box = ax.get_window_extent()
         below = min([box.y0, *(t.get_window_extent().y0 for t in [*ax.get_xticklabels(), ax.xaxis.label]

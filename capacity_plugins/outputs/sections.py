@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from capacity_plugins.contracts.summary import Summary
 
 # The built-in report sections, by the module that registers each, in the order summary.md shows them.
-BUILTIN = ("search_text", "workloads_text", "cache_probe_text", "trace_text")
+BUILTIN = ("search_text", "workloads_text", "cache_probe_text", "trace_text", "items_text")
 
 
 class ReportSection:

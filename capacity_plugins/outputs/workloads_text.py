@@ -50,7 +50,8 @@ def workload_lines(summary: Summary) -> list[str]:
     out = []
     for k in w.classes:
         share = f"{k.share:.0%} of measured requests" if k.share is not None else "no measured request"
-        out.append(f"{k.name} (weight {k.weight:g}, {share}): judged on {class_slo_text(k.slo)}; "
+        model = f"model {k.model}, " if k.model else ""
+        out.append(f"{k.name} ({model}weight {k.weight:g}, {share}): judged on {class_slo_text(k.slo)}; "
                    f"{_capacity_text(k.capacity)}")
     cap = summary.capacity
     if cap.per_node_rps is None:

@@ -42,7 +42,7 @@ class WorkloadSpec:
     name: str
     weight: float
     corpus: dict[str, Any] = field(default_factory=dict)  # path (absolute), min_distinct, sampling, seed
-    request: dict[str, Any] = field(default_factory=dict)  # scenario.workloads.CLASS_REQUEST_KEYS
+    request: dict[str, Any] = field(default_factory=dict)  # scenario.workloads.CLASS_REQUEST_KEYS, and `model`
     sha256: str | None = None  # the class's corpus as the master loaded it (None: not checked)
 
     def to_message(self) -> dict[str, Any]:
@@ -67,8 +67,10 @@ def specs_from_scenario(scenario: Scenario) -> list[WorkloadSpec]:
         path = scenario.class_corpus_path(w)
         if path is not None:
             corpus["path"] = path
-        out.append(WorkloadSpec(name=w.name, weight=w.weight, corpus=corpus,
-                                request=w.request.model_dump(exclude_unset=True)))
+        request = w.request.model_dump(exclude_unset=True)
+        if w.model is not None:
+            request["model"] = w.model  # a RequestParams field like the others: the lane sends it
+        out.append(WorkloadSpec(name=w.name, weight=w.weight, corpus=corpus, request=request))
     return out
 
 

@@ -43,6 +43,7 @@ from capacity_plugins.runner.command import LOCUSTFILE, locust_command
 from capacity_plugins.runner.inputs import check_corpus, scenario_secrets, writable_parent
 from capacity_plugins.runner.preflight import preflight
 from capacity_plugins.scenario import Scenario, load_scenario
+from capacity_plugins.scenario.model import parse_labels
 
 __all__ = ["LOCUSTFILE", "build_parser", "locust_command", "main", "preflight", "results_folder"]
 
@@ -74,6 +75,11 @@ def build_parser() -> argparse.ArgumentParser:
                         "(default: the scenario's `repeat`, 1)")
     p.add_argument("--no-analyze", action="store_true", help="skip the analysis at the end")
     p.add_argument("--skip-preflight", action="store_true", help="do not check the target before the run")
+    p.add_argument("--label", action="append", metavar="KEY=VALUE",
+                   help="a label of the run (build id, git sha, config), over the scenario's `labels:`; repeatable")
+    p.add_argument("--history", metavar="PATH|URL",
+                   help="record the analysed run in this catalog: a SQLite file or a postgresql:// URL "
+                        "(default: $CAPACITY_HISTORY; neither: not recorded; docs/history.md)")
     return p
 
 
@@ -102,6 +108,7 @@ def _parse(argv: list[str]) -> argparse.Namespace:
         raise UserError("--target-url has no meaning on a worker (the master's target is loaded)")
     if args.web and args.repeat not in (None, 1):
         raise UserError("--repeat has no meaning with --web (each test started in the UI is its own run)")
+    args.labels = parse_labels(args.label)
     for flag, value in (("--web-port", args.web_port), ("--master-bind-port", args.master_bind_port),
                         ("--master-port", args.master_port), ("--exporter-port", args.exporter_port)):
         _port(flag, value)
@@ -194,6 +201,42 @@ def _run_once(args: argparse.Namespace, scenario: Scenario, folder: Path, env: d
     elif rc != 0:
         _mark_incomplete(folder, f"locust exited with code {rc}")
     return _Outcome(folder, rc, stopped_by)
+
+
+def _write_labels(folder: Path, labels: dict[str, str]) -> None:
+    """meta.json carries the run's labels (the catalog groups runs by them); the child has exited."""
+    path = folder / META_FILE
+    if not labels or not path.exists():
+        return
+    try:
+        meta = Meta.load(path)
+    except UserError:  # unreadable: the analysis says so; the labels are not worth a second error
+        return
+    meta.labels = dict(labels)
+    meta.write(path)
+
+
+def _record_history(args: argparse.Namespace, folder: Path) -> None:
+    """Record the analysed run in the catalog, when one is named. Never the run's failure: a catalog
+    that cannot be written is one line here, the run's exit code stays (`capacity history add` retries)."""
+    where = args.history or os.environ.get("CAPACITY_HISTORY", "").strip()
+    if not where:
+        return
+    if not (folder / "summary.json").exists():
+        print(f"[capacity] history: not recorded (not analysed); later: capacity history add {folder}",
+              file=sys.stderr, flush=True)
+        return
+    try:
+        from capacity_plugins.history.catalog import Catalog
+        from capacity_plugins.history.record import record_folder
+
+        with Catalog(where) as catalog:
+            entries = record_folder(catalog, folder)
+            print(f"[capacity] history: recorded as run {entries[0].id} in {catalog.name}", flush=True)
+    except Exception as e:  # whatever the catalog did, the run is done and analysed
+        text = str(e).splitlines()[0] if str(e) else type(e).__name__
+        print(f"[capacity] history: not recorded ({text}); later: capacity history add {folder}",
+              file=sys.stderr, flush=True)
 
 
 def _incomplete_reason(outcome: _Outcome) -> str | None:
@@ -297,6 +340,7 @@ def main(argv: list[str]) -> int:
             print(f"[capacity] repeat {i}/{repeats}", flush=True)
             _write_repeat_set(folder, [folder / f"repeat-{k}" for k in range(1, i + 1)], scenario)
         outcome = _run_once(args, scenario, run_folder, env)
+        _write_labels(run_folder, {**scenario.labels, **args.labels})
         outcomes.append(outcome)
         if outcome.stopped_by is not None:
             break
@@ -308,6 +352,7 @@ def main(argv: list[str]) -> int:
     answered: list[str] = []
     if not args.no_analyze and any((o.folder / "steps.json").exists() for o in outcomes):
         code = _analyse(args, folder, answered)
+        _record_history(args, folder)
     stopped_by = outcomes[-1].stopped_by
     reasons = [r for r in (_incomplete_reason(o) for o in outcomes) if r]
     suffix = " (incomplete: interrupted)" if stopped_by is not None else (" (incomplete)" if reasons else "")

@@ -121,13 +121,20 @@ def preflight(s: Scenario, url: str, secrets: Secrets | None = None) -> str:
         raise RunError(f"preflight: target {base} does not answer: {getattr(e, 'reason', e)}") from None
     model = s.target.model
     if model is None:
-        if dialect.name != "tgi" and not models:
+        if dialect.name != "tgi" and dialect.models_path is not None and not models:
             raise RunError(f"preflight: {base} lists no model; set target.model in the scenario")
         model = models[0] if models else ""
     elif models is not None and dialect.name != "tgi":
         names = set(models) | {m.removesuffix(":latest") for m in models}
         if model not in names:
             raise RunError(f"preflight: model {model!r} is not served by {base} (it serves: {', '.join(models[:10])})")
+    if models is not None and dialect.name != "tgi":
+        # a workload class's own model (a LoRA adapter): listed beside the base model, as vLLM does
+        names = set(models) | {m.removesuffix(":latest") for m in models}
+        for i, w in enumerate(s.workloads or ()):
+            if w.model is not None and w.model not in names:
+                raise RunError(f"preflight: workloads[{i}].model {w.model!r} is not served by {base} "
+                               f"(it serves: {', '.join(models[:10])})")
     params = RequestParams(model=model, max_tokens=PREFLIGHT_MAX_TOKENS, stream=False, include_usage=False)
     call = dialect.build(_Sample(), params)
     try:

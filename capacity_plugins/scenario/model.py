@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from capacity_plugins import kinds
 from capacity_plugins.contracts.options import LLMOptions
@@ -19,6 +20,8 @@ from capacity_plugins.contracts.redaction import (
     strip_userinfo,
     url_password,
 )
+from capacity_plugins.errors import UserError
+from capacity_plugins.scenario.items import items_problem
 from capacity_plugins.scenario.loads import LoadConfig
 from capacity_plugins.scenario.sections import (
     EMBEDDED,
@@ -29,6 +32,27 @@ from capacity_plugins.scenario.sections import (
     _Strict,
 )
 from capacity_plugins.scenario.workloads import WorkloadClass, WorkloadConfig, problems, resolve
+
+# The key of a run label (the run catalog's `run_labels.key`, a `--label KEY=VALUE`).
+LABEL_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,62}$")
+
+
+def parse_labels(pairs: list[str] | None, flag: str = "--label") -> dict[str, str]:
+    """`KEY=VALUE` flags as a dict; UserError naming the bad one."""
+    out: dict[str, str] = {}
+    for pair in pairs or []:
+        key, eq, value = pair.partition("=")
+        if not eq or not LABEL_KEY.match(key):
+            raise UserError(f"{flag} {pair!r}: expected KEY=VALUE, KEY letters, digits, _ . - (at most 63)")
+        out[key] = value
+    return out
+
+
+def _label_value(x: Any) -> Any:
+    """A scalar label as text (`true`, `42`); anything else is left for the type check to refuse."""
+    if isinstance(x, bool):
+        return str(x).lower()
+    return str(x) if isinstance(x, int | float) else x
 
 
 class Scenario(_Strict):
@@ -50,10 +74,23 @@ class Scenario(_Strict):
     # Run the whole load this many times (capacity run --repeat overrides): the analysis reports
     # the run-to-run spread, and `capacity compare` judges differences against it.
     repeat: int = Field(default=1, ge=1)
+    # What the run catalog groups runs by (build id, git sha, config; docs/history.md): written into
+    # meta.json, `capacity run --label KEY=VALUE` over these. A number or a boolean is kept as its text.
+    labels: dict[str, str] = Field(default_factory=dict)
 
     # Not part of the file: where it came from, and which env vars were expanded (for redaction).
     source_path: Path | None = Field(default=None, exclude=True)
     expanded_env: tuple[str, ...] = Field(default=(), exclude=True)
+
+    @field_validator("labels", mode="before")
+    @classmethod
+    def _label_text(cls, v: Any) -> Any:
+        if isinstance(v, dict):
+            bad = [k for k in v if not LABEL_KEY.match(str(k))]
+            if bad:
+                raise ValueError(f"label {bad[0]!r}: letters, digits, _ . - (at most 63), starting with a letter or _")
+            return {str(k): _label_value(x) for k, x in v.items()}
+        return v
 
     @model_validator(mode="before")
     @classmethod
@@ -89,6 +126,14 @@ class Scenario(_Strict):
         return self
 
     @model_validator(mode="after")
+    def _items_requests(self) -> Scenario:
+        # embeddings / rerank: not streamed, judged on E2E (scenario/items.py)
+        found = items_problem(self.target.dialect, self.request, self.slo)
+        if found is not None:
+            raise ValueError(found)
+        return self
+
+    @model_validator(mode="after")
     def _load_fits(self) -> Scenario:
         # What the load kind needs of the other sections (a peak's rate, a search's sample size).
         self.load.check(self)
@@ -115,6 +160,7 @@ class Scenario(_Strict):
             usage=r.usage,
             tokenizer=self.tokenizer_path(),
             retries=r.retries,
+            batch_size=r.batch_size,
             api_key_env=t.api_key_env or "",
             headers=dict(t.headers),
             insecure=t.insecure,

@@ -170,6 +170,8 @@ class RequestConfig(_Strict):
     # (relative paths are resolved against the scenario file's folder).
     tokenizer: str | None = REHEARSAL.tokenizer
     retries: int = Field(default=REHEARSAL.retries, ge=0)
+    # Items (texts, documents) per request of an embeddings / rerank dialect; 1 for generation.
+    batch_size: int = Field(default=REHEARSAL.batch_size, ge=1)
 
 
 class TelemetryConfig(_Strict):

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from pydantic import BaseModel, Field, field_serializer
+from pydantic import BaseModel, Field, SerializerFunctionWrapHandler, field_serializer, model_serializer
 
 from capacity_plugins.contracts.planning import SLOConfig
 from capacity_plugins.scenario.sections import CorpusConfig, RequestConfig, _Strict
@@ -40,6 +40,10 @@ class WorkloadConfig(_Strict):
     # Relative share of the requests (weights need not sum to 1): a request is this class with
     # probability weight / sum of weights.
     weight: float = Field(default=1.0, gt=0)
+    # The model this class's requests name (a LoRA adapter, or another model behind the same
+    # endpoint); None: the run's (target.model). Each class then has its own latency and capacity,
+    # so a mix of adapters is judged per adapter and limited by the first to miss its SLO.
+    model: str | None = Field(default=None, min_length=1)
     corpus: CorpusConfig = Field(default_factory=CorpusConfig)
     request: RequestConfig = Field(default_factory=RequestConfig)
     slo: SLOConfig = Field(default_factory=SLOConfig)
@@ -48,6 +52,14 @@ class WorkloadConfig(_Strict):
     def _as_written(self, section: BaseModel) -> dict[str, Any]:
         # Only the keys the class set: the rest is the top-level section's (see the module doc).
         out: dict[str, Any] = section.model_dump(mode="json", exclude_unset=True)
+        return out
+
+    @model_serializer(mode="wrap")
+    def _without_default_model(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # A class that names no model is written as before `model` existed (the run's model).
+        out: dict[str, Any] = handler(self)
+        if out.get("model") is None:
+            out.pop("model", None)
         return out
 
 
@@ -65,11 +77,12 @@ class WorkloadClass:
     corpus: CorpusConfig
     request: RequestConfig
     slo: SLOConfig
+    model: str | None = None
 
 
 def resolve(w: WorkloadConfig, corpus: CorpusConfig, request: RequestConfig, slo: SLOConfig) -> WorkloadClass:
     return WorkloadClass(name=w.name, weight=w.weight, corpus=merged(corpus, w.corpus),
-                         request=merged(request, w.request), slo=merged(slo, w.slo))
+                         request=merged(request, w.request), slo=merged(slo, w.slo), model=w.model)
 
 
 def problems(workloads: list[WorkloadConfig], request: RequestConfig, top_slo: SLOConfig) -> str | None:

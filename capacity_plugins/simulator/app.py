@@ -21,7 +21,7 @@ from typing import Any
 
 import orjson
 
-from capacity_plugins.simulator import ollama_api, openai_api, tgi_api, triton_api
+from capacity_plugins.simulator import embeddings_api, ollama_api, openai_api, tgi_api, triton_api
 from capacity_plugins.simulator.config import SimConfig
 from capacity_plugins.simulator.engine import Engine, Sequence
 from capacity_plugins.simulator.http import Request, Responder
@@ -214,6 +214,7 @@ class SimulatorApp:
         tgi = tgi_api.TGIDialect(config)
         ollama = ollama_api.OllamaDialect(config)
         self.triton = triton_api.TritonDialect(config)
+        items = embeddings_api.ItemsDialect(config)
         self.posts: dict[str, tuple[Dialect, str]] = {
             "/v1/chat/completions": (openai, "chat"),
             "/v1/completions": (openai, "completion"),
@@ -221,6 +222,10 @@ class SimulatorApp:
             "/generate_stream": (tgi, "generate_stream"),
             "/api/chat": (ollama, "chat"),
             "/api/generate": (ollama, "generate"),
+            "/v1/embeddings": (items, "embeddings"),
+            "/embed": (items, "tei-embed"),
+            "/v1/rerank": (items, "rerank"),
+            "/rerank": (items, "rerank"),
         }
         self.gets: dict[str, Any] = {
             "/health": lambda: (200, b"", "application/json"),
@@ -326,6 +331,7 @@ class SimulatorApp:
         blocks = block_hashes(params.units, cfg.block_size) if cfg.prefix_cache else []
         seq = Sequence(rid, params.prompt_tokens, blocks, params.max_tokens, target, req.arrival,
                        job.on_token, job.on_finish)
+        seq.adapter = params.adapter
         job.seq = seq
         resp.set_on_lost(job.lost)
         if params.stream:

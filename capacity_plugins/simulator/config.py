@@ -41,6 +41,14 @@ class SimConfig:
     batch_delay_ms: float = 0.0  # hold waiting requests this long for enough to fill the free slots
     no_usage: bool = False  # OpenAI streams never carry usage, even when asked (llama.cpp-like)
     seed: int = 0
+    # -- LoRA adapters (simulator/lora.py): vLLM's --lora-modules, --max-loras ------------------
+    lora_adapters: int = 0  # adapters served beside the base model, named lora-1 … lora-N (0: none)
+    max_loras: int = 1  # adapters a batch may hold at once (GPU adapter slots, LRU)
+    lora_swap_ms: float = 0.0  # loading an adapter into a slot stalls the step this long
+    # -- image inputs (simulator/images.py): a W × H image is tiles × tokens per tile of prompt ---
+    image_tile_px: int = 448
+    image_tokens_per_tile: int = 256
+    image_max_tiles: int = 12  # the thumbnail tile comes on top
     # -- Triton generate extension (/v2/models/{model}/generate[_stream]) ----------------------
     triton_input_field: str = "text_input"  # the prompt's key (an input tensor of the model)
     triton_max_tokens_field: str = "max_tokens"  # output limit: an input tensor or a request parameter
@@ -86,15 +94,17 @@ class SimConfig:
             return _FieldError(field, why)
 
         for field in ("max_model_len", "max_num_seqs", "kv_cache_tokens", "block_size",
-                      "default_max_tokens", "tokens_per_write", "gpu_memory_mib"):
+                      "default_max_tokens", "tokens_per_write", "gpu_memory_mib", "max_loras",
+                      "image_tile_px", "image_tokens_per_tile", "image_max_tiles"):
             if getattr(self, field) < 1:
                 raise bad(field, "must be a positive integer")
-        for field in ("reasoning_tokens", "queue_limit_429", "seed"):
+        for field in ("reasoning_tokens", "queue_limit_429", "seed", "lora_adapters"):
             if getattr(self, field) < 0:
                 raise bad(field, "must be a non-negative integer")
         if self.prefill_tokens_per_s <= 0:
             raise bad("prefill_tokens_per_s", "must be a positive number")
-        for field in ("decode_base_ms", "decode_per_seq_ms", "stall_s", "service_jitter_cv", "batch_delay_ms"):
+        for field in ("decode_base_ms", "decode_per_seq_ms", "stall_s", "service_jitter_cv", "batch_delay_ms",
+                      "lora_swap_ms"):
             if not getattr(self, field) >= 0 or getattr(self, field) == float("inf"):
                 raise bad(field, "must be a finite non-negative number")
         for field in ("error_rate", "disconnect_prob", "stall_prob", "malformed_prob", "stream_error_prob"):
@@ -190,6 +200,12 @@ _HELP = {
     "batch_delay_ms": "hold waiting requests up to this long for enough to fill the free slots",
     "no_usage": "OpenAI streams never carry usage, even with stream_options.include_usage (llama.cpp-like)",
     "seed": "seed for output lengths and fault draws",
+    "lora_adapters": "LoRA adapters served beside the base model, named lora-1 … lora-N (vLLM's --lora-modules)",
+    "max_loras": "adapters one batch may hold at once (vLLM's --max-loras); requests of others wait",
+    "lora_swap_ms": "loading an adapter not in a GPU slot stalls the engine step this long",
+    "image_tile_px": "an image costs ceil(W / this) × ceil(H / this) tiles (+1 thumbnail when more than one)",
+    "image_tokens_per_tile": "prompt tokens per image tile",
+    "image_max_tiles": "at most this many tiles per image (the thumbnail on top)",
     "error_rate": "fraction of requests answered 500/503 at once",
     "queue_limit_429": "answer 429 when this many requests already wait (0 = off)",
     "disconnect_prob": "probability a stream's connection is cut mid-way",

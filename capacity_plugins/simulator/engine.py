@@ -40,6 +40,7 @@ from collections.abc import Callable, Iterator
 from time import perf_counter
 
 from capacity_plugins.simulator.config import SimConfig
+from capacity_plugins.simulator.lora import AdapterSlots, adapters_of
 from capacity_plugins.simulator.metrics import EngineMetrics
 
 
@@ -49,7 +50,7 @@ class Sequence:
     __slots__ = (
         "id", "prompt_tokens", "blocks", "max_tokens", "target_tokens", "generated", "arrival",
         "admitted_at", "first_token_at", "last_token_at", "state", "finish_reason", "on_token",
-        "on_finish", "prefill_tokens_next", "cached_tokens", "factor",
+        "on_finish", "prefill_tokens_next", "cached_tokens", "factor", "adapter",
     )
 
     def __init__(self, id: str, prompt_tokens: int, blocks: list[bytes], max_tokens: int, target_tokens: int,
@@ -72,6 +73,7 @@ class Sequence:
         self.prefill_tokens_next = 0
         self.cached_tokens = 0
         self.factor = 1.0  # service-time multiplier (service_jitter_cv), drawn once at submit
+        self.adapter: str | None = None  # the LoRA adapter it names (simulator/lora.py); None: the base model
 
     @property
     def kv_tokens(self) -> int:
@@ -103,6 +105,9 @@ class Engine:
         self._cache_blocks = max(1, config.kv_cache_tokens // config.block_size)
         self._jitter = jitter_factors(config.service_jitter_cv, config.seed) if config.service_jitter_cv else None
         self._batch_delay_s = config.batch_delay_ms / 1000.0
+        # LoRA adapters (simulator/lora.py): who may join a batch, and the step's adapter loads
+        self.adapters = AdapterSlots(config) if config.lora_adapters else None
+        self._swap_s = 0.0
 
     # -- called by dialect handlers -----------------------------------------------------------
     def output_length(self, max_tokens: int, min_tokens: int, ignore_eos: bool) -> int:
@@ -173,7 +178,7 @@ class Engine:
                 step_s = (cfg.decode_base_ms * total / n + cfg.decode_per_seq_ms * total) / 1000.0
             else:
                 step_s = (cfg.decode_base_ms + cfg.decode_per_seq_ms * n) / 1000.0
-            step_s += prefill_tokens / cfg.prefill_tokens_per_s
+            step_s += prefill_tokens / cfg.prefill_tokens_per_s + self._swap_s
             due = start + step_s
             self.metrics.mark_busy(start, n)
             delay = due - perf_counter()
@@ -192,9 +197,11 @@ class Engine:
     def _schedule(self, now: float) -> float:
         """Admit, preempt; returns the prefill work of the requests that joined (tokens × factor)."""
         cfg = self.config
-        joined = []
+        joined: list[Sequence] = []
         admit = self._may_admit(now)
-        while admit and self.waiting and len(self.running) < cfg.max_num_seqs:
+        if self.adapters is not None:
+            self._swap_s = self._admit_with_adapters(self.adapters, now, joined) if admit else 0.0
+        while admit and self.waiting and len(self.running) < cfg.max_num_seqs and self.adapters is None:
             seq = self.waiting[0]
             if self.kv_used + seq.kv_tokens + 1 > cfg.kv_cache_tokens:
                 break  # FIFO: the head waits for room, nobody overtakes it
@@ -217,6 +224,33 @@ class Engine:
         if self._jitter is not None:
             return sum(s.prefill_tokens_next * s.factor for s in joined)
         return sum(s.prefill_tokens_next for s in joined)
+
+    def _admit_with_adapters(self, slots: AdapterSlots, now: float, joined: list[Sequence]) -> float:
+        """Admission with LoRA adapters: FIFO, except that a request whose adapter cannot join the
+        batch (max_loras) stays queued while later ones pass it; returns the step's load stall."""
+        cfg = self.config
+        in_batch = adapters_of(self.running)
+        held: list[Sequence] = []
+        swap_s = 0.0
+        while self.waiting and len(self.running) < cfg.max_num_seqs:
+            seq = self.waiting[0]
+            if not slots.may_join(seq.adapter, in_batch):
+                held.append(self.waiting.popleft())
+                continue
+            if self.kv_used + seq.kv_tokens + 1 > cfg.kv_cache_tokens:
+                break  # the first request that may join waits for room, nobody overtakes it
+            self.waiting.popleft()
+            swap_s += slots.load(seq.adapter, in_batch)
+            if seq.adapter is not None:
+                in_batch.add(seq.adapter)
+            self._admit(seq, now)
+            joined.append(seq)
+        self.waiting.extendleft(reversed(held))  # the held ones keep their places at the head
+        m = self.metrics
+        m.lora_loads = slots.loads
+        m.lora_running = sorted(in_batch)
+        m.lora_waiting = sorted(adapters_of(self.waiting))
+        return swap_s
 
     def _admit(self, seq: Sequence, now: float) -> None:
         cfg = self.config

@@ -25,6 +25,8 @@ from capacity_plugins.simulator.gpu_model import GPU_UUID, gpu_power_w, gpu_used
 from capacity_plugins.simulator.triton_metrics import render_triton
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from capacity_plugins.simulator.config import SimConfig
     from capacity_plugins.simulator.engine import Sequence
 
@@ -107,6 +109,10 @@ class EngineMetrics:
                                            "Duration from request to first response in milliseconds",
                                            NV_FIRST_RESPONSE_BUCKETS_MS)
         self.context = 0  # requests that joined the batch (prefilled) in the current step
+        # LoRA adapters (simulator/lora.py): loads into a GPU slot, the adapters running and waiting
+        self.lora_loads = 0
+        self.lora_running: list[str] = []
+        self.lora_waiting: list[str] = []
         # GPU simulation state
         self._occ_ewma = 0.0
         self._occ_at = perf_counter()
@@ -195,6 +201,8 @@ class EngineMetrics:
                 [(f'{lab},finished_reason="{k}"', v) for k, v in sorted(self.success.items())])
         counter("simulator_step_lag_seconds", "Time the simulated GPU ran late because the host woke the "
                 "engine more than 1 ms after a step was due (0 on an idle machine).", [(lab, self.step_lag_s)])
+        if cfg.lora_adapters:
+            self._render_lora(out, lab, counter)
         for h in (self.ttft, self.itl, self.queue, self.prefill, self.decode, self.inference, self.e2e,
                   self.req_prompt, self.req_generation):
             h.render(lab, out)
@@ -207,6 +215,15 @@ class EngineMetrics:
         render_triton(self, util, out)
         out.append("")
         return "\n".join(out).encode()
+
+    def _render_lora(self, out: list[str], lab: str, counter: Callable[[str, str, list[tuple[str, float]]], None]) -> None:
+        # vLLM's info gauge: the adapters in the batch and in the queue, as label values
+        info = (f'max_lora="{self.config.max_loras}",running_lora_adapters="{",".join(sorted(self.lora_running))}",'
+                f'waiting_lora_adapters="{",".join(sorted(self.lora_waiting))}"')
+        out += ["# HELP vllm:lora_requests_info Running stats on lora requests.", "# TYPE vllm:lora_requests_info gauge",
+                f"vllm:lora_requests_info{{{info}}} 1.0"]
+        counter("simulator_lora_loads", "LoRA adapters loaded into a GPU slot (each stalled its step by "
+                "lora_swap_ms).", [(lab, self.lora_loads)])
 
     def _render_gpu(self, out: list[str], util: float) -> None:
         cfg = self.config

@@ -18,6 +18,7 @@ from typing import Any
 
 import orjson
 
+from capacity_plugins.simulator.images import ollama_image_units
 from capacity_plugins.simulator.protocol import BadRequest, Dialect, JobView, Params
 from capacity_plugins.simulator.tokens import (
     CHAT_TOKENS_PER_MESSAGE,
@@ -56,6 +57,7 @@ class OllamaDialect(Dialect):
                 if not isinstance(content, str):
                     raise BadRequest(f"messages[{i}].content: must be a string")
                 units += [f"<|{msg['role']}|>"] + [""] * (CHAT_TOKENS_PER_MESSAGE - 1) + prompt_units(content)
+                units += ollama_image_units(msg.get("images"), cfg, i)  # base64 images (simulator/images.py)
             units += ["<|assistant|>"] + [""] * (CHAT_TOKENS_REPLY - 1)
         else:
             prompt = body.get("prompt")

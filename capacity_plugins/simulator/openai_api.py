@@ -22,6 +22,9 @@ from typing import Any
 
 import orjson
 
+from capacity_plugins.simulator.config import SimConfig
+from capacity_plugins.simulator.images import openai_image_units
+from capacity_plugins.simulator.lora import adapter_names
 from capacity_plugins.simulator.protocol import BadRequest, Dialect, JobView, Params
 from capacity_plugins.simulator.tokens import (
     CHAT_TOKENS_PER_MESSAGE,
@@ -43,6 +46,10 @@ class OpenAIDialect(Dialect):
     name = "openai"
     content_type = "text/event-stream; charset=utf-8"
 
+    def __init__(self, config: SimConfig) -> None:
+        super().__init__(config)
+        self.adapters = frozenset(adapter_names(config))
+
     def new_id(self, kind: str) -> str:
         return ("chatcmpl-" if kind == "chat" else "cmpl-") + uuid.uuid4().hex
 
@@ -50,7 +57,8 @@ class OpenAIDialect(Dialect):
     def parse(self, kind: str, body: dict[str, Any]) -> Params:
         cfg = self.config
         model = body.get("model")
-        if model is not None and model != cfg.model:
+        adapter = model if model in self.adapters else None  # a LoRA adapter (simulator/lora.py)
+        if model is not None and model != cfg.model and adapter is None:
             raise BadRequest(f"The model `{model}` does not exist.", 404)
         if kind == "chat":
             messages = body.get("messages")
@@ -62,6 +70,7 @@ class OpenAIDialect(Dialect):
                     raise BadRequest(f"messages[{i}]: must be an object with a string 'role'")
                 units += [f"<|{msg['role']}|>"] + [""] * (CHAT_TOKENS_PER_MESSAGE - 1)
                 units += prompt_units(_content_text(msg.get("content"), i))
+                units += openai_image_units(msg.get("content"), cfg, i)  # image_url parts (simulator/images.py)
             units += ["<|assistant|>"] + [""] * (CHAT_TOKENS_REPLY - 1)
             limit = body.get("max_completion_tokens", body.get("max_tokens"))
             limit_name = "max_completion_tokens" if "max_completion_tokens" in body else "max_tokens"
@@ -119,9 +128,11 @@ class OpenAIDialect(Dialect):
             raise BadRequest(f"min_tokens ({min_tokens}) must be less than or equal to max_tokens ({limit})")
         limit = max(1, limit)
         usage = not cfg.no_usage  # no_usage: like llama.cpp, stream_options are accepted and ignored
-        return Params(kind, stream, units, prompt_tokens, limit, min_tokens, ignore_eos,
-                      include_usage=usage and bool(opts.get("include_usage")),
-                      continuous_usage=usage and bool(opts.get("continuous_usage_stats")))
+        params = Params(kind, stream, units, prompt_tokens, limit, min_tokens, ignore_eos,
+                        include_usage=usage and bool(opts.get("include_usage")),
+                        continuous_usage=usage and bool(opts.get("continuous_usage_stats")))
+        params.adapter = adapter
+        return params
 
     def error_body(self, status: int, message: str) -> bytes:
         return orjson.dumps({"object": "error", "message": message, "type": ERROR_TYPES.get(status, "Error"),
@@ -130,7 +141,7 @@ class OpenAIDialect(Dialect):
     # -- streaming ------------------------------------------------------------------------------
     def _prefix(self, job: JobView) -> str:
         obj = "chat.completion.chunk" if job.params.kind == "chat" else "text_completion"
-        return f'{{"id":"{job.id}","object":"{obj}","created":{job.created},"model":{_json(self.config.model)}'
+        return f'{{"id":"{job.id}","object":"{obj}","created":{job.created},"model":{_json(job.params.adapter or self.config.model)}'
 
     def _usage(self, job: JobView, completion: int) -> str:
         p = job.params.prompt_tokens
@@ -187,15 +198,17 @@ class OpenAIDialect(Dialect):
             choice = {"index": 0, "text": (reasoning or "") + content, "logprobs": None,
                       "finish_reason": seq.finish_reason, "stop_reason": None, "prompt_logprobs": None}
             obj = "text_completion"
-        return orjson.dumps({"id": job.id, "object": obj, "created": job.created, "model": self.config.model,
+        return orjson.dumps({"id": job.id, "object": obj, "created": job.created, "model": job.params.adapter or self.config.model,
                              "choices": [choice], "usage": usage})
 
     def models_body(self) -> bytes:
         cfg = self.config
-        return orjson.dumps({"object": "list", "data": [{
-            "id": cfg.model, "object": "model", "created": 0, "owned_by": "vllm", "root": cfg.model,
-            "parent": None, "max_model_len": cfg.max_model_len, "permission": [],
-        }]})
+        base = {"id": cfg.model, "object": "model", "created": 0, "owned_by": "vllm", "root": cfg.model,
+                "parent": None, "max_model_len": cfg.max_model_len, "permission": []}
+        # vLLM lists each LoRA adapter as a model whose parent is the base model
+        adapters = [{**base, "id": name, "root": f"/adapters/{name}", "parent": cfg.model}
+                    for name in adapter_names(cfg)]
+        return orjson.dumps({"object": "list", "data": [base, *adapters]})
 
 
 def _content_text(content: Any, i: int) -> str:

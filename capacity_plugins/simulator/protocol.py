@@ -31,7 +31,7 @@ class Params:
     """
 
     __slots__ = ("kind", "stream", "units", "prompt_tokens", "max_tokens", "min_tokens", "ignore_eos",
-                 "include_usage", "continuous_usage", "details", "one_event", "echo_id")
+                 "include_usage", "continuous_usage", "details", "one_event", "echo_id", "adapter", "items")
 
     def __init__(self, kind: str, stream: bool, units: list[str], prompt_tokens: int, max_tokens: int,
                  min_tokens: int = 0, ignore_eos: bool = False, include_usage: bool = False,
@@ -49,6 +49,8 @@ class Params:
         self.details = details
         self.one_event = one_event
         self.echo_id = echo_id
+        self.adapter: str | None = None  # the LoRA adapter the request names (simulator/lora.py)
+        self.items = 1  # inputs of an embeddings / rerank request (simulator/embeddings_api.py)
 
 
 class JobView(Protocol):

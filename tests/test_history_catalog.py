@@ -1,0 +1,187 @@
+"""The run catalog, the gate's rule and the files that come with them, without a run.
+
+- the gate's decision from `capacity compare`'s rows: not worse / worse / cannot decide and the
+  repeats that would decide, on rows built by hand (the end-to-end ones are tests/test_history.py);
+- the SQLite catalog: migrations applied once, a newer schema refused, a folder recorded again
+  replaced, labels filtered; bad catalogs and bad flags are one line and a non-zero exit;
+- scenario `labels:`; the Grafana dashboard through Grafana's model; the CI examples against the
+  published schemas (SchemaStore's, vendored by check-jsonschema) and docs/ci.md showing them as they are.
+"""
+
+from __future__ import annotations
+
+import importlib.resources
+import json
+import re
+import sqlite3
+
+import jsonschema
+import pytest
+import yaml
+from helpers.json_diff import not_kept
+from helpers.paths import ROOT
+from helpers.ports import free_port
+
+from capacity_plugins.cli import main
+from capacity_plugins.contracts.comparison import CompareRow
+from capacity_plugins.contracts.history import RunEntry, StepEntry
+from capacity_plugins.errors import UserError
+from capacity_plugins.history import schema
+from capacity_plugins.history.catalog import Catalog
+from capacity_plugins.history.gate import _check
+from capacity_plugins.scenario.model import parse_labels
+
+CI_FILES = {"github-actions.yml": "github-workflows", "gitlab-ci.yml": "gitlab-ci"}
+
+
+def _row(metric: str, before: float, after: float, noise: float) -> CompareRow:
+    return CompareRow(metric=metric, before=before, after=after, change=after / before - 1, noise=noise)
+
+
+CAP = "capacity per node under SLO (rps)"
+
+
+@pytest.mark.cpu
+def test_the_gate_rule_on_compares_intervals():
+    # capacity 100 → 97 ± 4: the worst loss the interval allows is 7 % < 10 %: not worse
+    ok = _check(_row(CAP, 100, 97, 4), "capacity", 0.10, 3, True, 8)
+    assert ok.decision == "not worse" and ok.loss_upper == pytest.approx(0.07)
+    assert ok.change_ci == pytest.approx([-0.07, 0.01])
+    # 100 → 60 ± 10: even the smallest loss (30 %) is beyond the margin: worse, said with the interval
+    bad = _check(_row(CAP, 100, 60, 10), "capacity", 0.10, 3, True, 8)
+    assert bad.decision == "worse" and bad.text == "capacity −40 % [−50, −30]: worse beyond the 10% margin"
+    # 100 → 95 ± 10 between repeat sets of 3: the interval [−15, +5] straddles −10 %;
+    # noise/gap = 0.10/0.05: 3 × 2² = 12 repeats per side would decide
+    unsure = _check(_row(CAP, 100, 95, 10), "capacity", 0.10, 3, True, 8)
+    assert unsure.decision == "cannot decide" and unsure.repeats_needed == 12
+    assert "about 12 repeats per side would decide" in unsure.text
+    # the same between single runs: their noise holds the 10 % allowance only repeat sets replace
+    single = _check(_row(CAP, 100, 95, 10), "capacity", 0.10, 1, False, 8)
+    assert single.decision == "cannot decide" and "repeat sets of at least 3 on each side" in single.text
+    # a latency is worse when it rises: 200 → 300 ms ± 20 at level 8
+    slow = _check(_row("E2E P99 ms", 200, 300, 20), "E2E P99", 0.10, 3, True, 8)
+    assert slow.decision == "worse" and slow.text.startswith("E2E P99 at level 8 +50 % [+40, +60]")
+    # nothing to judge: cannot decide, and why
+    gone = _check(CompareRow(metric="TTFT P95 ms", before=None, after=None), "TTFT P95", 0.10, 3, True, None)
+    assert gone.decision == "cannot decide" and "no level both measured validly below saturation" in gone.text
+
+
+def _entry(folder: str, build: str, cap: float) -> RunEntry:
+    return RunEntry(results_dir=folder, scenario="s", labels={"build": build}, capacity_rps=cap, capacity_lo=cap - 1,
+                    capacity_hi=cap + 1, started_unix=1.0, steps=[StepEntry(step=0, level=4, rps=cap, valid=True)])
+
+
+@pytest.mark.cpu
+def test_the_sqlite_catalog_migrates_once_records_and_filters(tmp_path):
+    where = str(tmp_path / "h.sqlite")
+    with Catalog(where) as c:
+        assert c.schema_version() == schema.LATEST
+        first = c.record(_entry("/r/1", "a", 10.0), "{}")
+        c.record(_entry("/r/2", "b", 7.0), "{}")
+        again = c.record(_entry("/r/1", "a", 11.0), "{}")  # recorded again: replaced, not doubled
+        c.bless("release", again)
+    with Catalog(where) as c:  # reopened: nothing migrates twice
+        assert [r.capacity_rps for r in c.runs()] == [7.0, 11.0] and again != first
+        assert [r.results_dir for r in c.runs(labels={"build": "a"})] == ["/r/1"]
+        found = c.find("release")
+        assert found is not None and found.id == again and found.steps[0].valid is True
+        assert c.baselines()[0][:2] == ("release", again)
+    db = sqlite3.connect(where)
+    assert db.execute("SELECT count(*) FROM schema_migrations").fetchone() == (len(schema.MIGRATIONS),)
+    db.execute("INSERT INTO schema_migrations VALUES (99, 'from the future', 0)")
+    db.commit()
+    db.close()
+    with pytest.raises(UserError, match=r"schema version 99 is newer than this capacity-plugins knows \(1\)"):
+        Catalog(where)
+
+
+@pytest.mark.cpu
+def test_bad_catalogs_are_one_line(tmp_path):
+    junk = tmp_path / "junk.sqlite"
+    junk.write_text("not a database, just text " * 100)
+    with pytest.raises(UserError, match="junk.sqlite: not a catalog"):
+        Catalog(str(junk))
+    with pytest.raises(UserError, match="a folder, not a catalog file"):
+        Catalog(str(tmp_path))
+    with pytest.raises(UserError, match="no such folder"):
+        Catalog(str(tmp_path / "nowhere" / "h.sqlite"))
+    with pytest.raises(UserError, match=r"--label 'build': expected KEY=VALUE"):
+        parse_labels(["build"])
+    assert parse_labels(["build=42", "sha=a=b"]) == {"build": "42", "sha": "a=b"}
+
+
+def _refused(capsys, *argv: str) -> str:
+    """`capacity ARGV` (its main, in this process: each is refused before anything starts): exit 2,
+    one line on stderr, no traceback; the line."""
+    code = main(list(argv))
+    err = capsys.readouterr().err
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert code == 2 and len(lines) == 1 and "Traceback" not in err, (code, err)
+    return lines[0]
+
+
+def test_commands_refuse_bad_input_in_one_line(tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("CAPACITY_HISTORY", raising=False)
+    assert "no catalog: give --history" in _refused(capsys, "history", "list")
+    url = f"postgresql://capacity:s3cret-pass@127.0.0.1:{free_port()}/history"
+    line = _refused(capsys, "history", "list", "--history", url)
+    assert "cannot connect" in line and "s3cret-pass" not in line
+    h = str(tmp_path / "h.sqlite")
+    assert "--baseline release: not a folder, and no such baseline" in \
+        _refused(capsys, "gate", "--baseline", "release", str(tmp_path), "--history", h)
+    assert "--margin: expected a share in [0, 1)" in \
+        _refused(capsys, "gate", "--baseline", str(tmp_path), str(tmp_path), "--margin", "1.5")
+    assert "not a results folder" in _refused(capsys, "history", "add", str(tmp_path / "missing"), "--history", h)
+    assert "--label 'no value': expected KEY=VALUE" in \
+        _refused(capsys, "run", str(ROOT / "scenarios/quickstart.yaml"), "--label", "no value", "--output", str(tmp_path))
+    assert not list(tmp_path.glob("quickstart-*"))  # refused before any folder
+
+
+@pytest.mark.cpu
+def test_scenario_labels_are_text(tmp_path):
+    from capacity_plugins.scenario import load_scenario
+
+    f = tmp_path / "s.yaml"
+    f.write_text("target: {url: embedded}\nlabels: {build: 42, canary: true, sha: abc}\n")
+    assert load_scenario(f).labels == {"build": "42", "canary": "true", "sha": "abc"}
+    f.write_text("target: {url: embedded}\nlabels: {'bad key': x}\n")
+    with pytest.raises(UserError, match="labels: label 'bad key'"):
+        load_scenario(f)
+
+
+@pytest.mark.cpu
+def test_history_dashboard_round_trips_through_grafanas_model():
+    from grafana_foundation_sdk.cog.encoder import JSONEncoder
+    from grafana_foundation_sdk.cog.plugins import register_default_plugins
+    from grafana_foundation_sdk.models.dashboard import Dashboard
+
+    register_default_plugins()
+    original = json.loads((ROOT / "deploy/grafana/history-dashboard.json").read_text())
+    model = Dashboard.from_json(original)
+    lost = not_kept(original, json.loads(json.dumps(model, cls=JSONEncoder)))
+    assert not lost, f"keys Grafana's dashboard model does not know or changes: {lost[:20]}"
+    ids = [p["id"] for p in original["panels"]]
+    assert len(ids) == len(set(ids))
+    # every panel and query reads the catalog through the dashboard's datasource variable, raw SQL
+    ds = {"type": "grafana-postgresql-datasource", "uid": "${catalog}"}
+    assert all(p["datasource"] == ds and all(t["datasource"] == ds and t["rawSql"] for t in p["targets"])
+               for p in original["panels"])
+    src = yaml.safe_load((ROOT / "deploy/grafana/history-datasource.yaml").read_text())["datasources"][0]
+    assert src["type"] == ds["type"]
+    kustomize = yaml.safe_load((ROOT / "deploy/grafana/kustomization.yaml").read_text())
+    assert ["history-dashboard.json"] in [g["files"] for g in kustomize["configMapGenerator"]]
+
+
+@pytest.mark.cpu
+@pytest.mark.parametrize("name", sorted(CI_FILES))
+def test_ci_examples_follow_their_published_schemas(name):
+    vendor = importlib.resources.files("check_jsonschema.builtin_schemas.vendor")
+    published = json.loads((vendor / f"{CI_FILES[name]}.json").read_text())
+    text = (ROOT / "deploy/ci" / name).read_text()
+    jsonschema.Draft7Validator(published).validate(yaml.safe_load(text))
+    # docs/ci.md shows the file as it is
+    doc = (ROOT / "docs/ci.md").read_text()
+    assert f"```yaml\n{text}```" in doc, f"docs/ci.md does not show deploy/ci/{name} as it is"
+    # every pipeline rehearses with the catalog, records the build's label and gates on the baseline
+    assert re.search(r"capacity run scenarios/ci-gate\.yaml .*--repeat 3 .*--label build=", text)
+    assert "capacity gate --baseline release" in text and "CAPACITY_HISTORY" in text
