@@ -25,7 +25,8 @@ The touches:
   `gevent.monkey.get_original` (public API; here because every native thread of the package
   starts here).
 
-The one other place is `swarm/locust_compat.py`: Locust's shutdown and heartbeat, worked around
+The one other place is `swarm/locust_compat.py`: Locust's shutdown, heartbeat and a worker's
+spawn-message parsing, worked around
 where the swarm owns that behaviour, with its own shape test (`tests/test_locust_compat.py`).
 
 Real OS threads: Locust monkey-patches `threading` on import, so `threading.Thread` becomes a

@@ -48,8 +48,12 @@ from capacity_plugins.rehearsal import workloads as workloads_mod
 from capacity_plugins.rehearsal.results import ResultsFolder, choose_folder
 from capacity_plugins.rehearsal.source import RequestSource
 from capacity_plugins.sinks.records import RecordsSink
+from capacity_plugins.swarm.clock import MasterClock, WorkerClock
+from capacity_plugins.swarm.deadman import DEFAULT_REJOIN_S, DEFAULT_SILENCE_S, DeadMansSwitch
+from capacity_plugins.swarm.deadman import add_arguments as deadman_arguments
 from capacity_plugins.swarm.handshake import MasterHandshake, WorkerHandshake
 from capacity_plugins.swarm.locust_compat import (
+    parse_locust_defaults_once,
     stop_csv_writers,
     tolerate_slow_heartbeats,
     track_csv_writer,
@@ -92,6 +96,7 @@ def _on_parser(parser: Any, **_: Any) -> None:
     parser.add_argument("--scenario", default="", include_in_web_ui=False,
                         help="Capacity rehearsal YAML (scenarios/*.yaml): load shape, arrivals, request settings, SLO")
     webui.add_arguments(parser)
+    deadman_arguments(parser)
     if path and not _load_scenario(path).target.embedded:
         parser.set_defaults(host=_load_scenario(path).target.url)
 
@@ -216,7 +221,12 @@ def register(environment: Environment) -> None:
     if sink is not None:
         sink.open()
         if shipping is not None:
+            parse_locust_defaults_once()  # not a parser per option of each spawn message (swarm/locust_compat.py)
             shipping.start()
+            # no word from the master for a bounded time: this worker's load stops (swarm/deadman.py)
+            DeadMansSwitch(environment, client, shipping, lambda: source.worker_index,
+                           silence_s=float(getattr(parsed, "master_silence_s", None) or DEFAULT_SILENCE_S),
+                           rejoin_s=float(getattr(parsed, "master_rejoin_s", None) or DEFAULT_REJOIN_S)).attach()
         if membership is not None:
             tolerate_slow_heartbeats()
             membership.start()
@@ -319,11 +329,14 @@ class _Run:
         role = self.role
         if role == "worker":
             ev.report_to_master.add_listener(self.on_report_to_master)
+            WorkerClock(self.runner, lambda: self.source.worker_index, shipping=self.shipping).attach()
             WorkerHandshake(self.env, self.client, self.source).attach()
         elif role == "master":
             ev.worker_report.add_listener(self.on_worker_report)
             open_loop = bool(self.scenario is not None and self.scenario.open_loop)
             self.handshake = MasterHandshake(self.env, self.client, self.source, open_loop)
+            self.handshake.clock = MasterClock(self.runner)
+            self.handshake.clock.attach()
             self.handshake.attach()
         if role != "worker":
             self.events.record.add_listener(lambda record, **_: self.token_audit.add(record))
@@ -390,6 +403,8 @@ class _Run:
             except Exception:
                 log.debug("last worker check failed", exc_info=True)
             self.membership.stop()
+        if self.handshake is not None and self.handshake.clock is not None:
+            self.handshake.clock.stop()
         if self.role == "worker":
             return
         if self.end_unix is None:
@@ -452,6 +467,10 @@ class _Run:
         self.events.writing_meta.fire(meta=meta)  # the rehearsal's completeness, search, telemetry, ...
         if self.membership is not None:
             self._account_lost_workers(meta, self._lost_workers(meta))
+            if self.membership.rejoined:
+                meta.workers_rejoined = self.membership.rejoined_list()
+        if handshake is not None and handshake.clock is not None:
+            meta.clock = handshake.clock.meta(seen)
         return meta
 
     def _lost_workers(self, meta: Meta) -> list[dict[str, Any]]:

@@ -102,6 +102,51 @@ def test_large_with_the_corpus_volume_renders_and_validates(tmp_path):
     assert target["CORPUS"].startswith("/corpus/")
 
 
+def _overlay_on_large(tmp_path: Path, replicas: int, with_transformer: bool) -> list[dict[str, Any]]:
+    """An overlay of one's own on overlays/large that sets its own worker count, as docs/deploy.md shows."""
+    doc: dict[str, Any] = {
+        "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
+        "resources": [os.path.relpath(K8S / "overlays/large", tmp_path)],
+        "replicas": [{"name": "capacity-worker", "count": replicas}]}
+    if with_transformer:
+        doc["transformers"] = [os.path.relpath(K8S / "worker-count", tmp_path)]
+    (tmp_path / "kustomization.yaml").write_text(yaml.safe_dump(doc))
+    return render(tmp_path)
+
+
+def test_an_overlay_on_large_with_its_own_replicas_keeps_the_masters_count(tmp_path):
+    docs = _overlay_on_large(tmp_path, 10, with_transformer=True)
+    master = container(get(docs, "Job", "capacity-master"))
+    assert get(docs, "Deployment", "capacity-worker")["spec"]["replicas"] == 10
+    assert k8s_expand(flag(master["args"], "--expect-workers"), _env_of(docs, master)) == "10"
+    # the negative control: without the one transformer line the master would wait for 50 that never come
+    (tmp_path / "kustomization.yaml").unlink()
+    docs = _overlay_on_large(tmp_path, 10, with_transformer=False)
+    assert _env_of(docs, container(get(docs, "Job", "capacity-master")))["CAPACITY_EXPECT_WORKERS"] == "50"
+
+
+def test_every_overlay_that_sets_replicas_copies_them_with_the_one_transformer():
+    for path in sorted(K8S.glob("**/kustomization.yaml")):
+        doc = yaml.safe_load(path.read_text())
+        if doc.get("replicas"):
+            assert any(Path(t).name == "worker-count" for t in doc.get("transformers") or ()), path
+            assert "replacements" not in doc, path  # one copy of the count, not one per overlay
+
+
+def test_the_workers_stop_within_the_documented_bound_and_the_master_tolerates_as_long():
+    from capacity_plugins.swarm import deadman, locust_compat
+
+    for where in WORKERS:
+        docs = render(K8S / where)
+        env = _env_of(docs, container(get(docs, "Deployment", "capacity-worker")))
+        silence = float(env["CAPACITY_MASTER_SILENCE_S"])
+        assert silence == deadman.DEFAULT_SILENCE_S <= 10
+        assert silence <= locust_compat.HEARTBEAT_LIVENESS_S  # the worker stops no later than the master gives up on it
+        assert float(env["CAPACITY_MASTER_REJOIN_S"]) == deadman.DEFAULT_REJOIN_S < 60  # before Locust's own 60 s
+    deploy = (ROOT / "docs/deploy.md").read_text()
+    assert "CAPACITY_MASTER_SILENCE_S" in deploy and "HEARTBEAT_LIVENESS" in deploy
+
+
 def test_strict_validation_is_not_a_rubber_stamp():
     doc = copy.deepcopy(get(render(K8S / "overlays/small"), "Deployment", "capacity-worker"))
     container(doc)["resource"] = container(doc).pop("resources")           # a misspelt field

@@ -35,3 +35,33 @@ def test_the_csv_writer_is_still_a_method_run_as_its_own_greenlet_and_closed_by_
     assert "close_files" in vars(StatsCSVFileWriter)
     locust_compat.track_csv_writer()
     assert getattr(StatsCSVFileWriter.stats_writer, "_capacity_tracked", False)
+
+
+def test_a_worker_still_hears_its_master_through_heartbeat_received_and_has_a_zmq_socket():
+    # swarm/deadman.py: the master's answers arm and reset the switch; its stop uses stop_users;
+    # its exit drops what is queued for a master gone for good (the socket's linger)
+    source = inspect.getsource(runners.WorkerRunner.handle_message)
+    assert "heartbeat_received.fire" in source
+    assert callable(getattr(runners.Runner, "stop_users", None))
+    assert "MASTER_HEARTBEAT_TIMEOUT" in inspect.getsource(runners.WorkerRunner.heartbeat_timeout_checker)
+    from locust.rpc import zmqrpc
+
+    assert "self.socket = context.socket" in inspect.getsource(zmqrpc.BaseSocket.__init__)
+
+
+def test_a_worker_still_parses_locusts_defaults_per_option_of_a_spawn_message_and_once_here():
+    # swarm/locust_compat.py, the fifth: the dict comprehension calls default_args_dict() per key
+    from locust import argument_parser
+
+    assert "argument_parser.default_args_dict()" in inspect.getsource(runners.WorkerRunner.handle_message)
+    original = argument_parser.default_args_dict
+    try:
+        locust_compat.parse_locust_defaults_once()
+        locust_compat.parse_locust_defaults_once()  # idempotent: one wrapper
+        once = argument_parser.default_args_dict
+        assert once.__wrapped__ is original
+        first = once()
+        first["num_users"] = "changed by a caller"
+        assert once() == original() and once()["num_users"] is None  # the same defaults, a copy each time
+    finally:
+        argument_parser.default_args_dict = original

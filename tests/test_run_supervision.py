@@ -94,7 +94,10 @@ def test_sigterm_to_the_supervisor_stops_the_run_cleanly(tmp_path):
 def test_a_worker_killed_mid_step_invalidates_the_step_and_the_run(tmp_path):
     sc = write_scenario(
         tmp_path, "lossy", target=SIM, request={"max_tokens": 16, "timeout_s": 30},
-        load={"kind": "concurrency_sweep", "levels": [2, 4, 4], "step_s": 8, "warmup_s": 1, "min_requests": 10},
+        # no re-run: it would wait up to 30 s for a worker that never comes back (the re-run of a
+        # step the swarm's change invalidated: tests/test_swarm_membership.py, test_swarm_netns.py)
+        load={"kind": "concurrency_sweep", "levels": [2, 4, 4], "step_s": 8, "warmup_s": 1, "min_requests": 10,
+              "max_reruns": 0},
     )
     p = popen([*CAPACITY, "run", str(sc), "--processes", "2", "--no-analyze"])
     try:
@@ -122,6 +125,7 @@ def test_a_worker_killed_mid_step_invalidates_the_step_and_the_run(tmp_path):
     steps = read_steps(folder)
     assert not steps[0]["membership_changed"]
     assert steps[1]["membership_changed"] and "worker" in steps[1]["membership_reason"]
+    assert "no re-run left (load.max_reruns 0)" in text and not any(s.get("rerun_of") is not None for s in steps)
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the parent-death signal is Linux's")

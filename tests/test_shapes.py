@@ -275,3 +275,38 @@ def test_plan_steps_from_scenarios(tmp_path):
     s = load_scenario(write(tmp_path, "target: {url: embedded}\nload: {kind: peak, users: 12, ramp_s: 4, hold_s: 6}\n"))
     (peak,) = plan_steps(s)
     assert (peak.users, peak.spawn_rate, peak.target_rps) == (12, 3.0, None)
+
+
+def test_a_step_the_swarm_change_invalidated_is_re_run_once_the_swarm_is_whole():
+    from dataclasses import replace
+
+    whole = {"ok": True}
+    asked: list[int] = []
+
+    def rerun(step):
+        asked.append(step.index)
+        return replace(shape.plans[step.index], rerun_of=step.index, rerun_reason="worker 0 lost") if step.index == 0 else None
+
+    shape, clock, events = make(sweep((1, 2)), lambda since: 0, rerun=rerun, ready=lambda: whole["ok"])
+    shape.tick()
+    clock.t = 1010.0
+    shape.tick()  # window over: drain
+    clock.t = 1011.0
+    assert shape.tick() == (0, 100.0) and shape.phase == "await" and asked == [0]
+    whole["ok"] = False  # a worker is still away (the authority's ready() waits for it once a re-run is due)
+    clock.t = 1030.0
+    assert shape.tick() == (0, 100.0)  # waits for the swarm, not for a timer
+    whole["ok"] = True
+    clock.t = 1031.0
+    assert shape.tick() == (1, 100.0)
+    again = shape.steps[1]
+    assert (again.index, again.level, again.rerun_of, again.rerun_reason) == (1, 1.0, 0, "worker 0 lost")
+    # then the planned step 2 (index 2 now), and no re-run of a valid one
+    clock.t = 1041.0
+    shape.tick()
+    clock.t = 1042.0
+    assert shape.tick() == (2, 100.0) and shape.steps[2].rerun_of is None
+    assert [p.level for p in shape.plans] == [1.0, 1.0, 2.0]
+    # a web-UI restart forgets the re-run
+    shape._reset_state()
+    assert [p.level for p in shape.plans] == [1.0, 2.0]

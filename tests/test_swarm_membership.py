@@ -1,6 +1,7 @@
 """A worker that joins mid-run: it gets the test's setup (everyone's shards are recut, so they stay
-disjoint), the step it joined in is invalid (a swarm that changed size measured it), the steps
-after it count, and the run is complete."""
+disjoint), the step it joined in is invalid (a swarm that changed size measured it) and is run
+again at the same level once the swarm is stable (load.max_reruns), the steps after it count, and
+the run is complete."""
 
 from __future__ import annotations
 
@@ -17,10 +18,11 @@ from helpers.scenarios import write_scenario
 pytestmark = pytest.mark.slow
 
 
-def test_a_late_worker_invalidates_only_the_step_it_joined(tmp_path):
+def test_a_late_worker_invalidates_only_the_step_it_joined_which_is_re_run(tmp_path):
+    # two levels: the step the late worker joined is run again (load.max_reruns) as a third step
     sc = write_scenario(tmp_path, "late", target={"url": "embedded", "simulator": {"max_num_seqs": 8}},
                         request={"max_tokens": 16, "timeout_s": 20},
-                        load={"levels": [2, 4, 4], "step_s": 8, "warmup_s": 1, "min_requests": 10})
+                        load={"levels": [2, 4], "step_s": 8, "warmup_s": 1, "min_requests": 10})
     port = free_port()  # `capacity run --master` cannot bind port 0 and say where it listens
     master = popen([*CAPACITY, "run", str(sc), "--master", "--expect-workers", "1", "--master-bind-port", str(port),
                     "--no-analyze"])
@@ -32,7 +34,7 @@ def test_a_late_worker_invalidates_only_the_step_it_joined(tmp_path):
         assert master.stdout is not None
         for line in master.stdout:
             out.append(line)
-            if line.startswith("[capacity] step 2/3"):
+            if line.startswith("[capacity] step 2/2"):
                 late = popen(worker, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                 break
         rest, _ = master.communicate(timeout=240)
@@ -50,9 +52,14 @@ def test_a_late_worker_invalidates_only_the_step_it_joined(tmp_path):
     assert not steps[0]["membership_changed"]
     assert steps[1]["membership_changed"] and "joined" in steps[1]["membership_reason"]
     assert not steps[2]["membership_changed"], steps[2]["membership_reason"]
+    # the re-run: the same level, with why, once the swarm was stable; listed in meta.json
+    assert len(steps) == 3 and steps[2]["rerun_of"] == 1 and steps[2]["level"] == steps[1]["level"]
+    assert steps[2]["rerun_reason"] == steps[1]["membership_reason"]
     recs = read_records(folder)
     assert {r["worker"] for r in recs if r["step"] == 2} == {0, 1}  # the late one worked in step 3
     prompts = [r["prompt_id"] for r in recs if r["step"] == 2]
     assert len(prompts) == len(set(prompts))  # recut shards: still disjoint
     meta = json.loads((folder / "meta.json").read_text())
     assert meta["complete"] is True and meta["workers_lost"] == []
+    assert meta["reruns"] == [{"step": 2, "rerun_of": 1, "level": steps[1]["level"],
+                               "reason": steps[1]["membership_reason"]}]

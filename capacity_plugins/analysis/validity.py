@@ -52,6 +52,19 @@ def meta_warnings(meta: Meta) -> list[str]:
         out.append(f"meta.json: {lost:g} request records were lost by the writer (percentiles may be biased)")
     if meta.refusals:
         out.append(f"{len(meta.refusals)} worker(s) refused to run: the swarm was smaller than asked")
+    for r in meta.reruns or []:
+        if isinstance(r, dict) and r.get("step") is not None and r.get("rerun_of") is not None:
+            out.append(f"step {int(r['step']) + 1} re-ran step {int(r['rerun_of']) + 1} at {r.get('level', '?'):g}: "
+                       f"{r.get('reason') or 'the swarm changed'}" if isinstance(r.get("level"), (int, float)) else
+                       f"step {int(r['step']) + 1} re-ran step {int(r['rerun_of']) + 1}: {r.get('reason') or 'the swarm changed'}")
+    for w in meta.workers_rejoined or []:
+        if isinstance(w, dict):
+            out.append(f"worker {w.get('worker')} was lost ({w.get('reason') or 'no heartbeat'}) and rejoined: "
+                       "the steps it missed are invalid")
+    clock = meta.clock or {}
+    for w in clock.get("flagged") or []:
+        out.append(f"worker {w.get('worker')}'s clock offset to the master's is {w.get('why')}: its records' times "
+                   "may be off" if isinstance(w, dict) else f"worker {w}'s clock offset is uncertain")
     return out
 
 

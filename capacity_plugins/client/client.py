@@ -51,6 +51,9 @@ class LLMClient:
         self.read_counts: dict[int, list[int]] = {}
         self.tokenizer: Tokenizer | None = None  # the --tokenizer, loaded once per process
         self.tokenizer_path: str | None = None
+        # Why users killed mid-request were stopped, when it is not the test's end (a worker
+        # whose master fell silent: swarm/deadman.py); their `cancelled` records say it.
+        self.cancel_reason: str | None = None
         self.configure(options)
 
     @classmethod

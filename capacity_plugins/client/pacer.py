@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import math
 import random
-import time
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -19,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from capacity_plugins.contracts.clock import master_time
 from capacity_plugins.contracts.percentiles import quantile
 
 
@@ -54,7 +54,7 @@ class Pacer:
     ttft_from_schedule_ms instead of vanishing (no coordinated omission).
     """
 
-    def __init__(self, clock: Callable[[], float] = time.time, idle_poll_s: float = 0.25,
+    def __init__(self, clock: Callable[[], float] = master_time, idle_poll_s: float = 0.25,
                  paused_until: Callable[[], float] = lambda: 0.0) -> None:
         import gevent.queue
 

@@ -39,6 +39,7 @@ from capacity_plugins.client.stream import (
     read_stream,
     yield_to_first_reads,
 )
+from capacity_plugins.contracts.clock import master_time
 from capacity_plugins.contracts.records import RequestRecord, Timings
 from capacity_plugins.corpus.trace import trace_sample
 from capacity_plugins.dialects import MalformedEvent
@@ -131,7 +132,7 @@ class LLMUser(FastHttpUser):
         if source.sampler is None:  # a worker before the master's setup arrived: take no arrival yet
             gevent.sleep(0.1)
             return
-        if not source.may_send(time.time()):  # the step's window closed: drain, start nothing new
+        if not source.may_send(master_time()):  # the step's window closed: drain, start nothing new
             gevent.sleep(0.05)
             return
         pause = llm.backoff.remaining()
@@ -155,7 +156,7 @@ class LLMUser(FastHttpUser):
             if request is not None:
                 self.call(trace_sample(request, source.trace_block_tokens), scheduled_unix)
             else:
-                sample, lane = source.next_request(time.time())  # a workload class's draw, or the run's
+                sample, lane = source.next_request(master_time())  # a workload class's draw, or the run's
                 self.call(sample, scheduled_unix, lane)
         finally:
             if pacer is not None and scheduled_unix is not None:
@@ -207,7 +208,7 @@ class LLMUser(FastHttpUser):
         if llm.tokenizer is not None or session_id is not None:
             parser.keep_text()  # a session's next turn sends this answer back
         headers = llm.request_headers(call.headers)
-        now_unix = time.time()
+        now_unix = master_time()
         step, warmup = self.source.step_at(now_unix)
         t = Timings(sent_unix=now_unix, sent_ns=perf_counter_ns(), scheduled_unix=scheduled_unix)
         status = 0
@@ -254,7 +255,7 @@ class LLMUser(FastHttpUser):
         except MalformedEvent as e:
             kind, error = "malformed", str(e)
         except GreenletExit as e:  # the test is stopping: record, then let the kill proceed
-            kind, error, cancelled = "cancelled", "test stopped while the request was in flight", e
+            kind, error, cancelled = "cancelled", llm.cancel_reason or "test stopped while the request was in flight", e
         except TimeoutError:
             kind, error = "timeout", f"socket read timed out after {llm.options.timeout_s:g} s"
         except ssl.SSLError as e:
@@ -343,7 +344,7 @@ class LLMUser(FastHttpUser):
             e2e_ms=record.e2e_ms,
             output_tokens=output,
             prompt_tokens=record.prompt_tokens,
-            now_unix=time.time(),
+            now_unix=master_time(),
         )
         self.environment.events.request.fire(
             request_type="POST",

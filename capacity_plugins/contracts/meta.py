@@ -221,7 +221,18 @@ class Meta(Section):
     """`provenance` (per target: kind, GPU models and count, served models, server settings such as
     vLLM's `cache_config_info`; NVML host, driver and GPUs, or why NVML was unavailable) and `gaps`."""
     workers_lost: list[Any] | None = None
-    """Workers that stopped sending heartbeats or their final record batch (`LostWorker`)."""
+    """Workers that stopped sending heartbeats or their final record batch (`LostWorker`) and never came back."""
+    workers_rejoined: list[Any] | None = None
+    """Workers the master lost during the run that came back under the same identity (`worker`,
+    `client_id`, `lost_unix`, `rejoined_unix`, `reason`): the steps they missed are invalid (and
+    re-run), the run is not incomplete for them."""
+    reruns: list[Any] | None = None
+    """Steps run again because a change of the swarm invalidated them: `step` (the re-run's index),
+    `rerun_of` (the invalid step's), `level`, `reason` (load.max_reruns)."""
+    clock: dict[str, Any] | None = None
+    """Each worker's clock offset to the master's (`offsets`: per worker `offset_s`, `uncertainty_s`,
+    `samples`), the bound (`max_uncertainty_s`), and `flagged` (workers whose offset is unknown or
+    too uncertain); records and steps are on the master's clock (swarm/clock.py)."""
     labels: dict[str, str] | None = None
     """The scenario's `labels:` under `capacity run --label KEY=VALUE` (build id, git sha, config): how
     the run catalog (docs/history.md) groups runs."""

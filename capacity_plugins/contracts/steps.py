@@ -59,6 +59,10 @@ class StepRow:
     # A cache probe's arm: `distinct` (the corpus's prompts, the one that counts) or the cache arm
     # (`shared_prefix`, `repeat`); None for every other load kind.
     arm: str | None = None
+    # A re-run: the index of the step a change of the swarm invalidated, and why (that step's
+    # membership_reason); None for a step run as planned.
+    rerun_of: int | None = None
+    rerun_reason: str | None = None
 
     @property
     def window_s(self) -> float | None:

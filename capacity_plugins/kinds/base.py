@@ -60,6 +60,9 @@ DEFAULT_MAX_LOOP_LAG_P99_MS = 25.0
 POOL_SPAWN_RATE = 200.0
 
 
+# Re-runs of a step invalidated by a change of the swarm (load.max_reruns).
+DEFAULT_MAX_RERUNS = 2
+
 @dataclass(frozen=True)
 class StepPlan:
     """One step as a load kind plans it; the rehearsal's shape walks a list of them."""
@@ -87,6 +90,10 @@ class StepPlan:
     arrival: Literal["poisson", "gamma", "constant"] = "poisson"
     cv: float = 1.0
     seed: int = 0
+    # A re-run of an earlier step that a change of the swarm invalidated (rehearsal/authority.py):
+    # that step's index, and why it was run again.
+    rerun_of: int | None = None
+    rerun_reason: str | None = None
 
     @property
     def open_loop(self) -> bool:
@@ -150,6 +157,9 @@ class LoadKind(BaseModel):
     min_requests: int = Field(default=DEFAULT_MIN_REQUESTS, ge=1)
     # Longest a step may run to reach min_requests; None = 5 × its planned length.
     max_step_s: float | None = Field(default=None, gt=0)
+    # A step a change of the swarm invalidated (a worker lost, silent, joined or rejoined) is run
+    # again at the same level once every worker is back, at most this many times (0: never).
+    max_reruns: int = Field(default=DEFAULT_MAX_RERUNS, ge=0, le=10)
 
     # -- the registry --------------------------------------------------------------------------------
     @classmethod

@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from typing import TYPE_CHECKING, Any
 
 import gevent
@@ -38,6 +38,7 @@ from capacity_plugins.rehearsal.steps import (
 )
 from capacity_plugins.rehearsal.watch import SelfWatch
 from capacity_plugins.swarm import messages
+from capacity_plugins.swarm.deadman import DEFAULT_REJOIN_S
 from capacity_plugins.telemetry.wiring import RunTelemetry
 
 if TYPE_CHECKING:
@@ -96,6 +97,10 @@ class StepAuthority:
         self.class_names = [c.name for c in scenario.workload_classes]
         self.accounting = self._new_accounting()
         self.watch_last: dict[int, tuple[float, int]] = {}  # worker → (unix, in flight) of its last Watch
+        # Silences between two Watch arrivals (the master's clock): a worker cut off for a while
+        # whose queued reports all arrive once the link is back still stopped reporting meanwhile.
+        self.watch_arrived: dict[int, float] = {}
+        self.watch_gaps: list[tuple[int, float, float]] = []  # (worker, from, to), longer than SILENT_AFTER_S
         # The master's own loop: it sends no requests, but a late master delays heartbeats and steps.
         self.master_watch = SelfWatch("master") if self.master else None
         self.step_workers: dict[int, list[int]] = {}  # step → workers connected when it started
@@ -106,6 +111,9 @@ class StepAuthority:
         self._progress: Any = None
         self._live_rows: dict[tuple[int, float], dict[str, Any]] = {}  # finished steps' rows, for the live view
         self._live_recent: dict[tuple[int, float], tuple[float, dict[str, Any]]] = {}  # (when, row) of the others
+        # A re-run waits for these workers (those of the step it repeats) to report again.
+        self._rerun_awaits: set[int] = set()
+        self.reruns: list[dict[str, Any]] = []  # meta.json `reruns`: each re-run and why
 
     def _new_accounting(self) -> StepAccounting:
         return StepAccounting(self.timeline, ClientLimits.from_load(self.scenario.load),
@@ -145,6 +153,45 @@ class StepAuthority:
         self.meta.update_from(Meta.model_validate(chooser.meta()))
         return extended(plan, self.scenario.load) if plan is not None else None
 
+    def _rerun(self, drained: Step) -> StepPlan | None:
+        """The same step again when a change of the swarm (a worker lost, silent, joined, rejoined)
+        made it invalid: a transient cut must not cost the decision. At most load.max_reruns per
+        planned step; the re-run starts once every worker of that step reports again (`_ready`)."""
+        if not self.master or drained.interrupted:
+            return None
+        # again at the drain's end: a worker lost or back after the window closed (a cut that
+        # began in the window) changed the step as much
+        self._check_membership(drained, time.time())
+        row = self.accounting.row(drained)
+        if not row.get("membership_changed"):
+            return None
+        reason = str(row.get("membership_reason") or "the swarm changed")
+        original = drained.rerun_of if drained.rerun_of is not None else drained.index
+        done = sum(1 for st in self.timeline.steps if st.rerun_of == original)
+        limit = self.scenario.load.max_reruns
+        if done >= limit:
+            print(f"[capacity] step {drained.index + 1}: invalid (swarm changed: {reason}); "
+                  f"no re-run left (load.max_reruns {limit})", flush=True)
+            return None
+        self._rerun_awaits = set(self.step_workers.get(drained.index, []))
+        print(f"[capacity] step {drained.index + 1}: invalid (swarm changed: {reason}); re-running it at "
+              f"{drained.level:g} once every worker is back (re-run {done + 1} of at most {limit})", flush=True)
+        return replace(self.plans[drained.index], rerun_of=original, rerun_reason=reason)
+
+    def _ready(self) -> bool:
+        """Every generator applied the setup and, before a re-run, every worker of the step it
+        repeats is connected and reported in the last SILENT_AFTER_S / 2 seconds."""
+        if not self.ready():
+            return False
+        if not self._rerun_awaits:
+            return True
+        if self.membership is not None:
+            self.membership.check()  # a rejoin is noticed before the re-run starts, not inside it
+        now = time.time()
+        connected = set(self._connected_workers())
+        fresh = {w for w in connected if now - self.watch_last.get(w, (0.0, 0))[0] < SILENT_AFTER_S / 2}
+        return self._rerun_awaits <= fresh
+
     def _invalid_reason(self, finished: Step) -> str | None:
         """Why the analysis will call this step invalid, judged from the same row steps.json gets."""
         self._collect_local()
@@ -167,7 +214,10 @@ class StepAuthority:
             in_flight=self._in_flight_since,
             measured=self._measured_for_window,
             next_plan=self._next_plan,
-            ready=self.ready,
+            rerun=self._rerun,
+            # a worker away longer than its own rejoin window has given up (swarm/deadman.py)
+            rerun_wait_s=DEFAULT_REJOIN_S,
+            ready=self._ready,
             users_running=lambda: int(self.runner.user_count),
             settle_s=2.0 if self.master else 0.0,
             on_step_start=self._on_step_start,
@@ -214,6 +264,10 @@ class StepAuthority:
 
     def _on_watch(self, w: messages.Watch) -> None:
         self.watch_last[w.worker] = (w.unix, w.in_flight)
+        arrived, before = time.time(), self.watch_arrived.get(w.worker)
+        if before is not None and arrived - before > SILENT_AFTER_S:
+            self.watch_gaps.append((w.worker, before, arrived))
+        self.watch_arrived[w.worker] = arrived
         name = f"worker-{w.worker}"
         for unix, cpu, _rss in w.cpu:
             self.accounting.add_cpu(name, unix, cpu)
@@ -239,10 +293,15 @@ class StepAuthority:
             self.accounting.note_membership(step.index, f"worker {lost['worker']} lost ({lost['reason']})")
         for joined in membership.joined_between(step.start_unix, now):
             self.accounting.note_membership(step.index, f"worker {joined} joined during the step")
+        for back in membership.rejoined_between(step.start_unix, now):
+            self.accounting.note_membership(step.index, f"worker {back} rejoined during the step")
         for w in began:
             last = self.watch_last.get(w, (step.start_unix, 0))[0]
             if now - last > SILENT_AFTER_S and now > step.warmup_end_unix:
                 self.accounting.note_membership(step.index, f"worker {w} stopped reporting for {now - last:.0f} s")
+        for w, gap_from, gap_to in self.watch_gaps:
+            if w in began and gap_from < min(now, step.end_unix) and gap_to > step.warmup_end_unix:  # the window
+                self.accounting.note_membership(step.index, f"worker {w} stopped reporting for {gap_to - gap_from:.0f} s")
 
     def _in_flight_since(self, since: float) -> int | None:
         if self.generator is not None:
@@ -301,9 +360,15 @@ class StepAuthority:
             step.offered = offered_in_window(plan.schedule(step.index), p.warmup_s, p.duration_s)
         self.timeline.upsert(step)
         self.step_workers[step.index] = self._connected_workers()
+        if step.rerun_of is not None:
+            self._rerun_awaits = set()
+            self.reruns.append({"step": step.index, "rerun_of": step.rerun_of, "level": step.level,
+                                "reason": step.rerun_reason})
+            self.meta.reruns = list(self.reruns)
         unit = "rps" if p.open_loop else "users"
         print(
             f"[capacity] step {step.index + 1}/{len(self.plans)}: {step.kind} {step.level:g} {unit} "
+            + (f"(re-run of step {step.rerun_of + 1}) " if step.rerun_of is not None else "")
             + (f"({step.arm} arm) " if step.arm else "")
             + f"for {p.duration_s:g} s (first {p.warmup_s:g} s warmup)",
             flush=True,
@@ -384,6 +449,8 @@ class StepAuthority:
         self.accounting = self._new_accounting()
         self._live_rows.clear()
         self._live_recent.clear()
+        self.reruns, self._rerun_awaits = [], set()
+        self.watch_gaps.clear()
         if used:
             self.results.switch()
         self.meta.complete = False

@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import logging
 import socket
-import time
 from typing import TYPE_CHECKING, Any
 
 import gevent
 
 from capacity_plugins.client.pacer import Pacer
+from capacity_plugins.contracts.clock import master_time
 from capacity_plugins.corpus.trace import session_shard
 from capacity_plugins.rehearsal.arrivals import ArrivalPlan, shard
 from capacity_plugins.rehearsal.source import RequestSource
@@ -100,7 +100,7 @@ class GeneratorSide:
         pacer = self.pacer
         if pacer is None or pacer.step != step.index:
             return
-        if step.drain_end_unix is not None or time.time() >= step.end_unix:
+        if step.drain_end_unix is not None or master_time() >= step.end_unix:
             pacer.stop()  # no request starts once the step's window has closed
         else:
             pacer.extend(step.end_unix)  # the window was extended for min_requests
@@ -157,7 +157,7 @@ class WorkerSide(GeneratorSide):
             gevent.sleep(WATCH_INTERVAL_S)
             try:
                 messages.send(self.runner, messages.Watch(
-                    worker=self.source.worker_index, host=HOST, unix=time.time(), in_flight=self.in_flight(),
+                    worker=self.source.worker_index, host=HOST, unix=master_time(), in_flight=self.in_flight(),
                     cpu=self.watch.new_cpu(), loop_lag=self.watch.new_lag(), steps=self.step_counters(),
                 ))
             except Exception:

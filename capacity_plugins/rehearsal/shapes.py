@@ -10,7 +10,8 @@ walks them on the master / local process:
     ─► run (duration_s; the first warmup_s excluded) ─► drain (no new requests; in-flight ones
     finish and are recorded; ends when every generator process reports nothing in flight, or after
     drain_timeout_s; then waits, up to prepare_timeout_s, for a worker that joined to be ready)
-    ─► next step … ─► settle (lets workers' last reports reach the master) ─► None
+    ─► (a step a change of the swarm invalidated: await — until every worker is back and ready,
+    or prepare_timeout_s — then the same step again, `rerun`) ─► next step … ─► settle (lets workers' last reports reach the master) ─► None
 
 Step boundaries are decided here and announced through callbacks (the rehearsal wiring broadcasts
 them to workers and feeds the pacer). The clock and the in-flight count are injected, so `tick()`
@@ -79,9 +80,11 @@ class RehearsalShape(LoadTestShape):
         in_flight: Callable[[float], int | None],
         measured: Callable[[int], int] | None = None,
         next_plan: Callable[[Step], StepPlan | None] | None = None,
+        rerun: Callable[[Step], StepPlan | None] | None = None,
         ready: Callable[[], bool] = lambda: True,
         users_running: Callable[[], int] | None = None,
         prepare_timeout_s: float = 60.0,
+        rerun_wait_s: float | None = None,
         settle_s: float = 0.0,
         open_loop_lead_s: float = 0.25,
         clock: Callable[[], float] = time.time,
@@ -106,11 +109,16 @@ class RehearsalShape(LoadTestShape):
         # next_plan(finished step): the step to run after the planned ones, chosen from what the
         # finished one measured (a capacity search); None ends the rehearsal.
         self.next_plan = next_plan
+        # rerun(drained step): the same step again, right after it (a change of the swarm made it
+        # invalid), or None. The next step then waits for ready() as after a join.
+        self.rerun = rerun
         # ready(): every generator can send (options applied, corpus loaded). A step that started
         # before would hand its first arrivals to processes that cannot send them.
         self.ready = ready
         self.users_running = users_running
         self.prepare_timeout_s = prepare_timeout_s
+        # How long a re-run waits for the swarm to be whole again (then it runs with who is there).
+        self.rerun_wait_s = prepare_timeout_s if rerun_wait_s is None else rerun_wait_s
         self.settle_s = settle_s
         # Open-loop steps start slightly in the future so workers hear of them before the first arrival.
         self.open_loop_lead_s = open_loop_lead_s
@@ -124,8 +132,9 @@ class RehearsalShape(LoadTestShape):
         self._reset_state()
 
     def _reset_state(self) -> None:
+        self.plans[:] = [p for p in self.plans if p.rerun_of is None]
         del self.plans[self._planned:]
-        self.phase = "idle"  # idle → prepare → run → drain → (run …) → settle → done
+        self.phase = "idle"  # idle → prepare → run → drain → (await → run …) → settle → done
         self.index = -1
         self.current: Step | None = None
         self.phase_since = 0.0
@@ -161,6 +170,8 @@ class RehearsalShape(LoadTestShape):
             target_rps=plan.target_rps,
             arm=plan.arm,
             arm_spec=plan.arm_spec,
+            rerun_of=plan.rerun_of,
+            rerun_reason=plan.rerun_reason,
         )
         self.index, self.current, self.phase, self.phase_since = i, step, "run", now
         self.steps.append(step)
@@ -265,6 +276,12 @@ class RehearsalShape(LoadTestShape):
             self.current.drain_end_unix = now
             if self.on_drain_end:
                 self.on_drain_end(self.current)
+            again = self.rerun(self.current) if self.rerun is not None else None
+            if again is not None:
+                # the re-run waits until the swarm is whole and ready again (phase "await")
+                self.plans.insert(self.index + 1, again)
+                self.phase, self.phase_since = "await", now
+                return self._drain_tuple(plan)
             if self.index + 1 == len(self.plans) and self.next_plan is not None:
                 chosen = self.next_plan(self.current)
                 if chosen is not None:
@@ -274,6 +291,17 @@ class RehearsalShape(LoadTestShape):
                 nxt = self.plans[self.index]
                 return self._tuple(nxt.users, nxt)
             self.phase, self.phase_since = "settle", now
+
+        if self.phase == "await":
+            plan = self.plans[self.index]
+            if not self.ready():
+                if now - self.phase_since < self.rerun_wait_s:
+                    return self._drain_tuple(plan)
+                logger.warning("the swarm was not whole again after %g s; re-running step %d anyway",
+                               now - self.phase_since, self.index + 1)
+            self._start_step(self.index + 1, now)
+            nxt = self.plans[self.index]
+            return self._tuple(nxt.users, nxt)
 
         if self.phase == "settle":
             if now - self.phase_since < self.settle_s:

@@ -19,10 +19,10 @@ master it holds what the workers must match: the corpus and the workload classes
 
 from __future__ import annotations
 
-import time
 from typing import TYPE_CHECKING, Any
 
 from capacity_plugins.client.sessions import SessionStore
+from capacity_plugins.contracts.clock import master_time
 from capacity_plugins.errors import UserError
 from capacity_plugins.rehearsal import workloads as workloads_mod
 from capacity_plugins.rehearsal.cache_arm import CacheArmSource
@@ -143,7 +143,7 @@ class RequestSource:
     def next_sample(self) -> Any:  # a corpus Sample, or None before this process has its shard
         if self.sampler is None:
             return None
-        sample = self.cache_arm(time.time())
+        sample = self.cache_arm(master_time())
         if sample is not None:
             return sample
         return self.sampler.next()

@@ -48,6 +48,9 @@ class Step:
     # generator builds its prompts (corpus.cache_arms.ArmSpec as a message); None otherwise.
     arm: str | None = None
     arm_spec: dict[str, Any] | None = None
+    # A re-run of step `rerun_of`, which a change of the swarm invalidated (`rerun_reason`).
+    rerun_of: int | None = None
+    rerun_reason: str | None = None
 
     @property
     def window_s(self) -> float:
@@ -384,6 +387,8 @@ class StepAccounting:
             membership_reason="; ".join(changes) or None,
             interrupted=step.interrupted,
             arm=step.arm,
+            rerun_of=step.rerun_of,
+            rerun_reason=step.rerun_reason,
         ).to_json()
 
     def document(self, extra: dict[str, Any] | None = None) -> dict[str, Any]:

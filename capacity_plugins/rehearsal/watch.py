@@ -20,6 +20,8 @@ from typing import Any
 
 import gevent
 
+from capacity_plugins.contracts.clock import master_time
+
 log = logging.getLogger(__name__)
 
 WATCH_INTERVAL_S = 1.0
@@ -51,7 +53,7 @@ class LoopLagTicker:
             due = perf() + self.tick_s
             gevent.sleep(self.tick_s)
             now = perf()
-            self.samples.append((time.time(), max(0.0, (now - due) * 1000.0)))
+            self.samples.append((master_time(), max(0.0, (now - due) * 1000.0)))
 
     def since(self, unix: float) -> list[tuple[float, float]]:
         return [s for s in self.samples if s[0] > unix]

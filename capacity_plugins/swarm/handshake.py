@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 
     from capacity_plugins.client.client import LLMClient
     from capacity_plugins.corpus import Corpus
+    from capacity_plugins.swarm.clock import MasterClock
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -103,13 +104,23 @@ class MasterHandshake:
         self.started = False  # a test has started: a worker that says Hello needs the setup
         # The rehearsal is open loop: workers create their pacer before any user starts.
         self.open_loop = open_loop
+        # The workers' clock offsets (swarm/clock.py): measured at Hello and Ready, and a worker is
+        # ready for a step only once its offset is known.
+        self.clock: MasterClock | None = None
 
     def attach(self) -> None:
         messages.on(self.runner, messages.Refuse, self._on_refuse)
-        messages.on(self.runner, messages.Ready, lambda m: self.ready_workers.add(m.worker))
+        messages.on(self.runner, messages.Ready, self._on_ready)
         messages.on(self.runner, messages.Hello, self._on_hello)
 
+    def _on_ready(self, m: messages.Ready) -> None:
+        self.ready_workers.add(m.worker)
+        if self.clock is not None:
+            self.clock.ping()
+
     def _on_hello(self, m: messages.Hello) -> None:
+        if self.clock is not None:
+            self.clock.ping()
         # A worker that joins mid-test has no options yet: everyone gets the setup again with the
         # new shard count (shards stay disjoint); the step it joined in is invalid anyway. Before
         # the first test there is nothing to send: test start sends everyone the setup.
@@ -120,7 +131,8 @@ class MasterHandshake:
     def all_ready(self) -> bool:
         """Every connected worker applied this test's setup."""
         connected = {self.runner.get_worker_index(c.id) for c in self.runner.clients.all if c.state != "missing"}
-        return bool(connected) and connected <= self.ready_workers
+        clock_known = self.clock is None or self.clock.known(connected)
+        return bool(connected) and connected <= self.ready_workers and clock_known
 
     def send_setup(self) -> None:
         """At test start: every connected worker gets the options, corpus hash and shard count."""

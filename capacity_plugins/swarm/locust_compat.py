@@ -24,6 +24,23 @@ missing"), in 3 of 5 runs. The master tolerates HEARTBEAT_LIVENESS_S instead. Tr
 on Locust's flag: a worker whose watch reports stop for SILENT_AFTER_S (rehearsal/authority.py)
 invalidates the step all the same, and one that never comes back is still lost.
 
+The fourth, on a worker (swarm/deadman.py): Locust's worker socket is ZeroMQ's, whose default
+linger is forever. A worker that gives up on a master gone for good still has heartbeats and
+record batches queued for it, and its exit would wait for them to be delivered — for ever. Before
+it exits, its socket's linger is set to 0 (`drop_unsent_on_exit`): what was queued for a master
+that is gone is dropped (the records among it are on disk, written by the switch first). Its stop
+uses Locust's own `stop_users` and the public `heartbeat_received` event.
+
+The fifth, on a worker: Locust's worker, for every spawn message (each step's users), keeps the
+master's options that are not Locust's own with `k not in argument_parser.default_args_dict()`
+inside a dict comprehension — a whole Locust argument parser built and parsed once per option the
+master sent (85 with this plugin's). Each takes ~13 ms on an idle core, so the worker's loop
+stopped ~1.1 s at every step change (no heartbeat, no watch report, its requests' timings
+stalled); on 2 busy cores it stopped 4.6–9.7 s, and under libfaketime (a worker with a shifted
+clock) long enough for the master to mark it missing. Locust's own options are the same for the
+whole process (no config file is read), so `parse_locust_defaults_once` computes them once and
+hands out copies.
+
 `tests/test_locust_compat.py` checks that Locust still has the shape these rely on; when Locust
 gains a hook or an option here, replace the workaround with a listener or the option.
 """
@@ -122,3 +139,33 @@ def stop_csv_writers(**_: Any) -> None:
         writer = _csv_writers.pop()
         if writer is not gevent.getcurrent():
             writer.kill(block=True, timeout=5)
+
+
+def parse_locust_defaults_once() -> None:
+    """Locust's own option defaults parsed once per process, not once per option of each spawn
+    message (the fifth, above); idempotent. A copy each call: a caller may change what it gets."""
+    from locust import argument_parser
+
+    original = argument_parser.default_args_dict
+    if getattr(original, "_capacity_once", False):
+        return
+    parsed: list[dict[str, Any]] = []
+
+    @functools.wraps(original)
+    def default_args_dict() -> dict[str, Any]:
+        if not parsed:
+            parsed.append(original())
+        return dict(parsed[0])
+
+    default_args_dict._capacity_once = True  # type: ignore[attr-defined]
+    argument_parser.default_args_dict = default_args_dict
+
+
+def drop_unsent_on_exit(runner: Any) -> None:
+    """A worker's ZeroMQ socket drops what is still queued for its master when it closes (linger 0)."""
+    try:
+        import zmq
+
+        runner.client.socket.setsockopt(zmq.LINGER, 0)
+    except Exception:  # not a worker of this Locust's shape: nothing queued to drop
+        log.debug("could not set the worker socket's linger", exc_info=True)

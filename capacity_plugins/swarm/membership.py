@@ -6,6 +6,12 @@ invalid, the run incomplete, and whoever reads the report must see it. Locust ma
 worker ever seen, so a lost one stays lost (in the live view, meta.json `workers_lost`, the steps
 it overlapped) for the rest of the run.
 
+A lost worker that comes back under the same identity (its Locust client id: a link cut for
+longer than the master's heartbeat tolerance, then restored; the worker stopped its load meanwhile,
+swarm/deadman.py) *rejoins*: the steps it missed stay invalid (and are re-run,
+rehearsal/authority.py), but the run is not incomplete for it (`rejoined_list`, meta.json
+`workers_rejoined`).
+
 Only a worker that goes while a test runs counts: after a test stops, workers leaving is how a
 swarm ends (`tracking` is switched off at test_stopping and on again at the next test_start).
 """
@@ -30,7 +36,8 @@ class SwarmMembership:
     def __init__(self, runner: Any, events: CapacityEvents | None = None) -> None:
         self.runner = runner
         self.events = events  # worker_lost is fired there
-        self.lost: dict[str, dict[str, Any]] = {}
+        self.lost: dict[str, dict[str, Any]] = {}  # every loss, rejoined or not (the steps it overlapped)
+        self.rejoined: dict[str, dict[str, Any]] = {}  # client id → its loss, with `rejoined_unix`
         self.seen: dict[str, int | None] = {}  # client id → worker index, every worker ever connected
         self.joined_unix: dict[str, float] = {}
         self.tracking = False  # a test is running: a worker that goes now is lost
@@ -72,8 +79,13 @@ class SwarmMembership:
                 if self.tracking:
                     log.warning("capacity: worker %s joined during the test; the step it joined in is invalid",
                                 self.seen[c.id])
-            if self.tracking and c.state == "missing" and c.id not in self.lost:
+            if self.tracking and c.state == "missing" and (c.id not in self.lost or c.id in self.rejoined):
+                self.rejoined.pop(c.id, None)
                 changed |= self._mark_lost(c.id, now, "no heartbeat (Locust marked it missing)")
+            elif c.state != "missing" and c.id in self.lost and c.id not in self.rejoined:
+                self.rejoined[c.id] = {**self.lost[c.id], "rejoined_unix": now}
+                log.warning("capacity: worker %s (%s) rejoined under the same identity after %.0f s",
+                            self.seen.get(c.id), c.id, now - self.lost[c.id]["lost_unix"])
         for client_id in self.seen:  # gone from Locust's list without our seeing it go missing
             if self.tracking and client_id not in present and client_id not in self.lost:
                 changed |= self._mark_lost(client_id, now, "left the swarm during the test")
@@ -111,8 +123,16 @@ class SwarmMembership:
     def joined_between(self, start_unix: float, end_unix: float) -> list[int | None]:
         return [self.seen.get(c) for c, u in self.joined_unix.items() if start_unix < u <= end_unix]
 
+    def rejoined_between(self, start_unix: float, end_unix: float) -> list[int | None]:
+        return [d["worker"] for d in self.rejoined.values() if start_unix <= d["rejoined_unix"] <= end_unix]
+
     def lost_list(self) -> list[dict[str, Any]]:
-        return sorted(self.lost.values(), key=lambda d: (d["worker"] is None, d["worker"] or 0, d["lost_unix"]))
+        """Workers lost for good (lost and not back)."""
+        gone = [d for c, d in self.lost.items() if c not in self.rejoined]
+        return sorted(gone, key=lambda d: (d["worker"] is None, d["worker"] or 0, d["lost_unix"]))
+
+    def rejoined_list(self) -> list[dict[str, Any]]:
+        return sorted(self.rejoined.values(), key=lambda d: (d["worker"] is None, d["worker"] or 0, d["lost_unix"]))
 
     def snapshot(self) -> dict[str, Any]:
         clients = list(self.runner.clients.all)
@@ -122,4 +142,5 @@ class SwarmMembership:
             for c in clients if c.state != "missing"
         ]
         connected.sort(key=lambda d: (d["worker"] is None, d["worker"] or 0))
-        return {"mode": "distributed", "count": len(connected), "connected": connected, "lost": self.lost_list()}
+        return {"mode": "distributed", "count": len(connected), "connected": connected, "lost": self.lost_list(),
+                "rejoined": self.rejoined_list()}

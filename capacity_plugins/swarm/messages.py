@@ -19,6 +19,9 @@ plans — and that role reads it back: the swarm imports none of them.
 | `StepsReset` | master → workers | a new test from the web UI: forget the old timeline |
 | `Watch` | worker → master | ≥ 1 Hz: CPU, loop lag, read backlog, requests in flight, pacer counters |
 | `RecordsBatch` | worker → master | ≥ 1 Hz and at stop: finished request records |
+| `ClockPing` | master → workers | at a worker's Hello / Ready, then every CLOCK_INTERVAL_S: the master's send time |
+| `ClockPong` | worker → master | at once: the ping's time, the worker's receive and send times (its own clock) |
+| `ClockOffsets` | master → workers | after each measurement: every worker's offset to the master's clock |
 """
 
 from __future__ import annotations
@@ -215,7 +218,59 @@ class RecordsBatch:
                    produced=int(d.get("produced") or 0), final=bool(d.get("final")))
 
 
-M = TypeVar("M", Setup, Hello, Ready, Refuse, StepStarted, StepUpdated, StepsFinished, StepsReset, Watch, RecordsBatch)
+@dataclass
+class ClockPing:
+    TYPE: ClassVar[str] = "capacity_clock_ping"
+    seq: int
+    t0: float  # the master's wall clock when it sent this
+
+    def to_data(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_data(cls, d: dict[str, Any]) -> ClockPing:
+        return cls(seq=int(d["seq"]), t0=float(d["t0"]))
+
+
+@dataclass
+class ClockPong:
+    TYPE: ClassVar[str] = "capacity_clock_pong"
+    worker: int
+    seq: int
+    t0: float  # the ping's
+    t1: float  # the worker's own wall clock (uncorrected) when the ping arrived
+    t2: float  # ... and when it sent this
+    # The worker's shipping mark (swarm/shipping.py): every record batch it sent before this pong
+    # has reached the master once the master acknowledges this mark (ClockOffsets.marks).
+    mark: int = 0
+
+    def to_data(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_data(cls, d: dict[str, Any]) -> ClockPong:
+        return cls(worker=int(d["worker"]), seq=int(d["seq"]), t0=float(d["t0"]), t1=float(d["t1"]), t2=float(d["t2"]),
+                   mark=int(d.get("mark") or 0))
+
+
+@dataclass
+class ClockOffsets:
+    TYPE: ClassVar[str] = "capacity_clock_offsets"
+    offsets: dict[int, float]  # worker index → its clock minus the master's, seconds
+    marks: dict[int, int] = field(default_factory=dict)  # worker index → the last shipping mark received
+
+    def to_data(self) -> dict[str, Any]:
+        # msgpack map keys: strings
+        return {"offsets": {str(w): o for w, o in self.offsets.items()}, "marks": {str(w): m for w, m in self.marks.items()}}
+
+    @classmethod
+    def from_data(cls, d: dict[str, Any]) -> ClockOffsets:
+        return cls(offsets={int(w): float(o) for w, o in (d.get("offsets") or {}).items()},
+                   marks={int(w): int(m) for w, m in (d.get("marks") or {}).items()})
+
+
+M = TypeVar("M", Setup, Hello, Ready, Refuse, StepStarted, StepUpdated, StepsFinished, StepsReset, Watch, RecordsBatch,
+            ClockPing, ClockPong, ClockOffsets)
 
 
 def send(runner: Any, message: Any, client_id: str | None = None) -> None:

@@ -2,7 +2,10 @@
 
 A worker ships its buffered records (`RecordsBatch`) at least every `SHIP_INTERVAL_S`, and once
 more with `final=True` when it stops (test_stop) and when it quits, so a clean stop loses nothing
-and a `kill -9` loses at most the last interval. The master hands each batch to its records sink
+and a `kill -9` loses at most the last interval. Until the master acknowledges them (the shipping
+mark a clock round trip carries, swarm/clock.py), a worker keeps a copy of the batches it sent:
+a worker whose master is gone for good writes them to disk (swarm/deadman.py), where ZeroMQ's
+queue toward a vanished host would have dropped them. The master hands each batch to its records sink
 and, before it quits, waits (bounded) until every worker that ran has sent its final batch.
 """
 
@@ -30,6 +33,8 @@ class WorkerShipping:
         self.sink = sink
         self.worker_index = worker_index
         self._loop: Any = None
+        self.mark = 0  # bumped at each clock pong; a batch carries the mark it was sent under
+        self.unconfirmed: list[tuple[int, list[bytes]]] = []
 
     def start(self) -> None:
         if self._loop is None:
@@ -54,9 +59,27 @@ class WorkerShipping:
         lines = self.sink.take_batch(final=final)
         if not lines and not final:
             return
+        if lines:
+            self.unconfirmed.append((self.mark, lines))
         messages.send(self.runner, messages.RecordsBatch(
             worker=self.worker_index(), lines=lines, produced=self.sink.produced, final=final,
         ))
+
+
+    def next_mark(self) -> int:
+        """A new mark, for a pong about to be sent: every batch sent so far is older."""
+        self.mark += 1
+        return self.mark
+
+    def confirm(self, mark: int) -> None:
+        """The master received everything sent before the pong that carried `mark`."""
+        self.unconfirmed = [(m, lines) for m, lines in self.unconfirmed if m >= mark]
+
+    def unacknowledged(self) -> list[bytes]:
+        """Every line sent that the master has not acknowledged, then the ones never sent."""
+        out = [line for _m, lines in self.unconfirmed for line in lines]
+        self.unconfirmed = []
+        return out + self.sink.take_batch(final=True)
 
 
 class MasterReceiving:
