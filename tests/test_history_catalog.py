@@ -1,7 +1,8 @@
 """The run catalog, the gate's rule and the files that come with them, without a run.
 
 - the gate's decision from `capacity compare`'s rows: not worse / worse / cannot decide and the
-  repeats that would decide, on rows built by hand (the end-to-end ones are tests/test_history.py);
+  repeats that would decide, on rows built by hand (on repeat sets: tests/test_history.py; the CI
+  examples' commands: tests/test_history_ci.py);
 - the SQLite catalog: migrations applied once, a newer schema refused, a folder recorded again
   replaced, labels filtered; bad catalogs and bad flags are one line and a non-zero exit;
 - scenario `labels:`; the Grafana dashboard through Grafana's model; the CI examples against the
@@ -182,6 +183,7 @@ def test_ci_examples_follow_their_published_schemas(name):
     # docs/ci.md shows the file as it is
     doc = (ROOT / "docs/ci.md").read_text()
     assert f"```yaml\n{text}```" in doc, f"docs/ci.md does not show deploy/ci/{name} as it is"
-    # every pipeline rehearses with the catalog, records the build's label and gates on the baseline
-    assert re.search(r"capacity run scenarios/ci-gate\.yaml .*--repeat 3 .*--label build=", text)
+    # every pipeline rehearses a repeat set (3 unless CAPACITY_REPEATS says otherwise) with the
+    # catalog, records the build's label and gates on the baseline
+    assert re.search(r'capacity run scenarios/ci-gate\.yaml .*--repeat "\$\{CAPACITY_REPEATS:-3\}" .*--label build=', text)
     assert "capacity gate --baseline release" in text and "CAPACITY_HISTORY" in text

@@ -117,16 +117,16 @@ def true_throughput(users: int, *, seconds: float = 400.0, max_tokens: int = 64,
 
 def virtual_sweep(path: Path, *, levels: list[int], rates: list[float], requests_per_step: int = 200,
                   warmup_s: float = 3.0, max_tokens: int = 64, seed: int = 0, slo: dict[str, Any] | None = None,
-                  capacity: dict[str, Any] | None = None, **config: Any) -> Path:
+                  capacity: dict[str, Any] | None = None, t0: float = T0, **config: Any) -> Path:
     """A closed-loop sweep's results folder; `rates` (rps per level, e.g. `true_throughput`) size
     each measured window for about `requests_per_step` requests, as the product's step extension
-    does."""
+    does. `t0`: the first step's start (unix seconds)."""
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
     cfg = SimConfig(seed=seed, **config)
     lines: list[bytes] = []
     steps = []
-    t0, rid = T0, 0
+    rid = 0
     for k, (users, rate) in enumerate(zip(levels, rates, strict=True)):
         window = requests_per_step / rate
         recs = _level(users, warmup_s, window, cfg, max_tokens, seed)
