@@ -98,6 +98,9 @@ def test_ttft_is_queue_plus_prefill(start_simulator, tmp_path):
         assert first - resp.sent >= row["queue_s"] + row["prefill_s"] - 0.002
 
 
+# measured: the bounds are on this process's own read of each write, which lags 20 ms and more
+# when the parallel phase keeps both cores busy (one failed so with 1138 other tests beside it)
+@pytest.mark.measured
 def test_truth_log_matches_what_a_loopback_client_sees(start_simulator, tmp_path):
     truth = tmp_path / "truth.jsonl"
     sim = start_simulator(truth_log=truth)

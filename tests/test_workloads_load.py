@@ -110,8 +110,9 @@ def test_specs_carry_only_what_a_class_set(tmp_path: Path):
 # -- a live capacity search judges the step as the mix -------------------------------------------------
 
 def _class_rec(workload, sent, ttft_ms, e2e_ms, ok=True):
-    return {"step": 0, "sent_unix": sent, "ok": ok, "ttft_ms": ttft_ms, "e2e_ms": e2e_ms, "tpot_ms": 10.0,
-            "workload": workload, "error_kind": None if ok else "http_5xx"}
+    # an answer without reasoning: its first token is its first visible one
+    return {"step": 0, "sent_unix": sent, "ok": ok, "ttft_ms": ttft_ms, "first_visible_ms": ttft_ms, "e2e_ms": e2e_ms,
+            "tpot_ms": 10.0, "workload": workload, "error_kind": None if ok else "http_5xx"}
 
 
 def test_the_search_keeps_each_class_sample_apart():
@@ -124,7 +125,8 @@ def test_the_search_keeps_each_class_sample_apart():
     acc.add_record(_class_rec("rag", 101.0, 9999.0, 9999.0))  # warm-up: not measured
     got = acc.class_samples(0)
     assert got["chat"][1:] == (2, 1) and got["chat"][0]["ttft_ms"] == [100.0]
-    assert got["rag"] == ({"ttft_ms": [2500.0], "e2e_ms": [4000.0], "tpot_ms": [10.0]}, 1, 0)
+    assert got["rag"] == ({"ttft_ms": [2500.0], "e2e_ms": [4000.0], "tpot_ms": [10.0], "first_visible_ms": [2500.0],
+                           "tpot_visible_ms": [10.0]}, 1, 0)
     assert acc.slo_sample(0)[1:] == (3, 1)  # the step as a whole, as before
 
 
