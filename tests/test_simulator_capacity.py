@@ -76,6 +76,9 @@ def test_throughput_grows_until_max_num_seqs_then_flattens_while_queue_grows(sta
     assert queues[8] > 0.05 and queues[8] > 4 * queues[4], queues
 
 
+# measured: the client stamps `sent` after its write returns; beside the parallel phase under
+# coverage that stamp came 2.5 ms late, past the 2-ms allowance
+@pytest.mark.measured
 def test_ttft_is_queue_plus_prefill(start_simulator, tmp_path):
     truth = tmp_path / "truth.jsonl"
     sim = start_simulator(truth_log=truth, max_num_seqs=1, prefill_tokens_per_s=2000.0, decode_base_ms=2.0,
