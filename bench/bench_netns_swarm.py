@@ -98,7 +98,7 @@ def main() -> int:
                     p.kill()
                     p.wait(10)
         log = (folder / "master.log").read_text()
-        run = next((folder / "results").iterdir(), None)
+        run = next((p for p in (folder / "results").iterdir() if p.is_dir()), None)
         if run is None or not (run / "meta.json").exists():
             print(f"netns swarm: no results; master rc {master.returncode}:\n{log[-2000:]}")
             return 0

@@ -50,7 +50,7 @@ def run(tmp: Path, name: str, load: dict) -> tuple[float, list[dict], dict]:
     r = subprocess.run([*CAPACITY, "run", str(path), "--output", str(tmp / name)], capture_output=True, text=True,
                        cwd=ROOT, env={**os.environ, "PYTHONUNBUFFERED": "1"}, timeout=1800)
     wall = time.monotonic() - t0
-    folders = sorted((tmp / name).iterdir())
+    folders = sorted(p for p in (tmp / name).iterdir() if p.is_dir())
     if r.returncode not in (0, 1) or not folders:
         print(r.stdout[-2000:] + r.stderr[-2000:])
         raise SystemExit(f"{name}: capacity run exited {r.returncode}")

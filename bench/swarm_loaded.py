@@ -71,7 +71,7 @@ def run_loaded_swarm(folder: Path, burners: int = 2, levels: tuple[int, ...] = (
     finally:
         for h in hogs:
             h.kill()
-    run = next((folder / "results").iterdir())
+    run = next(p for p in (folder / "results").iterdir() if p.is_dir())
     recs = [json.loads(x) for x in (run / "requests.jsonl").read_text().splitlines() if x.strip()]
     meta = json.loads((run / "meta.json").read_text())
     with (run / "locust_stats.csv").open() as f:

@@ -19,6 +19,7 @@ import sqlite3
 import jsonschema
 import pytest
 import yaml
+from helpers.analysis_data import make_results
 from helpers.json_diff import not_kept
 from helpers.paths import ROOT
 from helpers.ports import free_port
@@ -123,6 +124,7 @@ def _refused(capsys, *argv: str) -> str:
 
 def test_commands_refuse_bad_input_in_one_line(tmp_path, capsys, monkeypatch):
     monkeypatch.delenv("CAPACITY_HISTORY", raising=False)
+    monkeypatch.chdir(tmp_path)  # no ./results/history.sqlite to fall back on
     assert "no catalog: give --history" in _refused(capsys, "history", "list")
     url = f"postgresql://capacity:s3cret-pass@127.0.0.1:{free_port()}/history"
     line = _refused(capsys, "history", "list", "--history", url)
@@ -136,6 +138,40 @@ def test_commands_refuse_bad_input_in_one_line(tmp_path, capsys, monkeypatch):
     assert "--label 'no value': expected KEY=VALUE" in \
         _refused(capsys, "run", str(ROOT / "scenarios/quickstart.yaml"), "--label", "no value", "--output", str(tmp_path))
     assert not list(tmp_path.glob("quickstart-*"))  # refused before any folder
+
+
+def _listed(capsys, *where: str) -> list[str]:
+    capsys.readouterr()
+    assert main(["history", "list", "--format", "json", *where]) == 0
+    return [e["results_dir"] for e in json.loads(capsys.readouterr().out)]
+
+
+@pytest.mark.cpu
+def test_every_analysed_folder_is_recorded_beside_it_unless_off(tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("CAPACITY_HISTORY", raising=False)
+    results = tmp_path / "results"
+    runs = [make_results(results / f"run-{i}", levels=[1, 2, 4], rps=[1.0, 2.0, 3.9]) for i in range(3)]
+    assert main(["analyze", str(runs[0]), "--no-report"]) == 0
+    said = capsys.readouterr().err
+    assert f"capacity analyze: history: recorded as run 1 in {results / 'history.sqlite'}" in said, said
+    # analysed again: its entry replaced, not doubled; a what-if (--out) leaves the run's record alone
+    assert main(["analyze", str(runs[0]), "--no-report", "--quiet"]) == 0
+    assert "history" not in capsys.readouterr().err
+    assert main(["analyze", str(runs[1]), "--no-report", "--out", str(tmp_path / "what-if")]) == 0
+    monkeypatch.setenv("CAPACITY_HISTORY", "off")
+    assert main(["analyze", str(runs[2]), "--no-report"]) == 0
+    assert "history" not in capsys.readouterr().err
+    # the commands that read a catalog find ./results/history.sqlite when none is named
+    monkeypatch.delenv("CAPACITY_HISTORY")
+    monkeypatch.chdir(tmp_path)
+    assert _listed(capsys) == [str(runs[0].resolve())]
+    # one that cannot be written: one line, the analysis's exit code stays
+    monkeypatch.setenv("CAPACITY_HISTORY", str(tmp_path / "missing" / "h.sqlite"))
+    assert main(["analyze", str(runs[2]), "--no-report"]) == 0
+    [line] = [ln for ln in capsys.readouterr().err.splitlines() if "history" in ln]
+    assert "not recorded" in line and f"later: capacity history add {runs[2]}" in line, line
+    monkeypatch.setenv("CAPACITY_HISTORY", "off")
+    assert "history is 'off'" in _refused(capsys, "history", "list")
 
 
 @pytest.mark.cpu

@@ -68,9 +68,15 @@ def test_concurrency_sweep_every_step_and_records_tagged(tmp_path):
     assert all(ln.startswith("[capacity]   ") for ln in lines[at + 1:-1]), lines[at:]
     assert lines[-1] == f"[capacity] report: {folder / 'report.html'}"
     assert " → " in answer  # the decision, in capitals, ends the sentence
+    # recorded with nothing set up: the embedded catalog beside the folder (docs/history.md)
+    catalog = tmp_path / "results" / "history.sqlite"
+    assert f"[capacity] history: recorded as run 1 in {catalog}" in lines
+    listed = capacity("history", "list", "--format", "json", "--history", str(catalog))
+    [entry] = json.loads(listed.stdout)
+    assert entry["results_dir"] == str(folder.resolve()) and entry["scenario"] == "sweep", entry
 
 
-@pytest.mark.alone
+@pytest.mark.alone  # two generators that keep their schedule: not beside another sweep (tests/README.md)
 def test_rate_sweep_processes_2_offered_vs_achieved(tmp_path):
     sc = write_scenario(
         tmp_path,
@@ -244,7 +250,7 @@ def test_web_mode_each_ui_test_gets_its_own_analysed_folder(tmp_path):
         if p.poll() is None:
             p.kill()
     assert p.returncode == 0, "".join(lines)[-3000:]
-    folders = sorted((tmp_path / "results").iterdir())
+    folders = sorted(p for p in (tmp_path / "results").iterdir() if p.is_dir())
     assert len(folders) == 2, folders
     reports = {line.split(": ", 1)[1].split(" (", 1)[0] for line in (analysed, analysed2)}
     assert reports == {str(f / "report.html") for f in folders}

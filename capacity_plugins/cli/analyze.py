@@ -94,6 +94,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--progress", action="store_true", help="progress lines from the start (default: after 1 s)")
     p.add_argument("--fail-on-slo", action="store_true", help="exit 3 when the SLO does not hold (see module docs)")
     p.add_argument("--fail-on-verdict", choices=("scale", "observe", "dont_scale_yet"), help="exit 3 on this verdict")
+    p.add_argument("--history", metavar="PATH|URL",
+                   help="record the analysed folder in this catalog: a SQLite file, a postgresql:// URL or `off` "
+                        "(default: $CAPACITY_HISTORY, else history.sqlite beside RESULTS_DIR; not with --out, "
+                        "whose what-if leaves the run's own record as it was; docs/history.md)")
     return p
 
 
@@ -127,6 +131,8 @@ def main(argv: list[str] | None = None) -> int:
         _print_summary(args, summary)
     except BrokenPipeError:  # `capacity analyze … | head`: the reader left, the files are written
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    if args.out is None:
+        _record(args)
     failed = gate(summary, args.fail_on_slo, args.fail_on_verdict)
     for f in failed:
         print(f"capacity analyze: {f}", file=sys.stderr)
@@ -135,6 +141,21 @@ def main(argv: list[str] | None = None) -> int:
         print("capacity analyze: the decision could not be completed: " + "; ".join(summary.outcome.reasons),
               file=sys.stderr)
     return code
+
+
+def _record(args: argparse.Namespace) -> None:
+    """The analysed folder into the run catalog (history/catalog.py); a failure is one line, never the
+    analysis's exit code. Before the decision lines: a web session reads the last line as the reason."""
+    from capacity_plugins.history.catalog import recording_where
+    from capacity_plugins.history.record import record_analysed
+
+    folder = args.results_dir
+    where = recording_where(args.history, folder.resolve().parent)
+    if where is None:
+        return
+    recorded, line = record_analysed(folder, where)
+    if not (recorded and args.quiet):
+        print(f"capacity analyze: history: {line}", file=sys.stderr, flush=True)
 
 
 def check_out_dir(out: Path) -> None:

@@ -4,6 +4,8 @@ Where: `--history` or the `CAPACITY_HISTORY` environment variable — a path (th
 SQLite: in the standard library, one file beside the results, nothing to install or serve, safe
 for one writer at a time, which is what `capacity run` is) or a `postgresql://` URL (psycopg 3,
 the `postgresql` extra: several CI runners recording into one database that Grafana reads).
+Neither: every analysed run is recorded in `history.sqlite` beside its results folder (`off`
+records nothing), and the commands that read a catalog find ./results/history.sqlite.
 
 The same SQL serves both: `?` placeholders (psycopg's `%s` here), the types of history/schema.py.
 Every failure to open, migrate or write is a `UserError`: one line naming the catalog (its URL
@@ -27,6 +29,10 @@ from capacity_plugins.errors import UserError
 from capacity_plugins.history import schema
 
 ENV = "CAPACITY_HISTORY"
+# the embedded catalog's name beside the results folders; `off` as the catalog turns recording off
+DEFAULT_FILE = "history.sqlite"
+DEFAULT_CATALOG = Path("results") / DEFAULT_FILE
+OFF = "off"
 POSTGRES_INSTALL = "pip install 'capacity-plugins[postgresql]'"
 RUN_COLUMNS = ("kind", "parent_id", "results_dir", "recorded_unix", "started_unix", "scenario", "target", "model",
                "engine", "engine_version", "dialect", "load_kind", "capacity_rps", "capacity_lo", "capacity_hi",
@@ -37,12 +43,32 @@ STEP_COLUMNS = tuple(StepEntry.model_fields)
 MIGRATION_LOCK = 310031
 
 
+def _named(option: str | None) -> str:
+    return (option or os.environ.get(ENV, "")).strip()
+
+
 def where_from(option: str | None) -> str:
-    """The catalog named by `--history`, else by CAPACITY_HISTORY; UserError when neither is set."""
-    where = option or os.environ.get(ENV, "")
-    if not where.strip():
-        raise UserError(f"no catalog: give --history PATH|postgresql://... or set {ENV}")
-    return where.strip()
+    """The catalog to read: the one named by `--history`, else by CAPACITY_HISTORY, else the embedded
+    one `capacity run` keeps beside its default output (./results/history.sqlite) when it exists;
+    UserError when none is."""
+    where = _named(option)
+    if where.lower() == OFF:
+        raise UserError(f"no catalog: {ENV} / --history is {OFF!r}; give --history PATH|postgresql://...")
+    if where:
+        return where
+    if DEFAULT_CATALOG.is_file():
+        return str(DEFAULT_CATALOG)
+    raise UserError(f"no catalog: give --history PATH|postgresql://... or set {ENV} (there is no {DEFAULT_CATALOG})")
+
+
+def recording_where(option: str | None, results_root: Path) -> str | None:
+    """Where an analysed run is recorded: the catalog named by `--history`, else by CAPACITY_HISTORY,
+    else the embedded one beside the run's folder (RESULTS_ROOT/history.sqlite); None when the name is
+    `off` (recording is on by default: a run history nobody set up is still there when needed)."""
+    where = _named(option)
+    if where.lower() == OFF:
+        return None
+    return where or str(results_root / DEFAULT_FILE)
 
 
 def is_postgres(where: str) -> bool:

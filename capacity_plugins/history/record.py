@@ -20,7 +20,7 @@ from capacity_plugins.errors import UserError
 from capacity_plugins.history.catalog import Catalog
 from capacity_plugins.scenario.model import parse_labels
 
-__all__ = ["engine_of", "entry_of", "parse_labels", "record_folder"]
+__all__ = ["engine_of", "entry_of", "parse_labels", "record_analysed", "record_folder"]
 
 # the probe path a server answers its version on, by dialect family (rehearsal/meta.py probe_server)
 VERSION_KEYS = {"tgi": "info", "ollama": "api_version"}
@@ -105,3 +105,17 @@ def record_folder(catalog: Catalog, folder: Path, labels: dict[str, str] | None 
         child.parent_id = entry.id
         catalog.record(child, sub.dumps())
     return [entry, *children]
+
+
+def record_analysed(folder: Path, where: str) -> tuple[bool, str]:
+    """Record a folder `capacity run` or `capacity analyze` has just analysed: (recorded, the one line
+    to say). Never raises: whatever the catalog did, the run is done and analysed, and its exit code
+    stays its own (`capacity history add FOLDER` is the retry the line names)."""
+    later = f"later: capacity history add {folder}"
+    try:
+        with Catalog(where) as catalog:
+            entries = record_folder(catalog, folder)
+            return True, f"recorded as run {entries[0].id} in {catalog.name}"
+    except Exception as e:
+        text = str(e).splitlines()[0] if str(e) else type(e).__name__
+        return False, f"not recorded ({text}); {later}"

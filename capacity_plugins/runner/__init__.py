@@ -78,8 +78,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--label", action="append", metavar="KEY=VALUE",
                    help="a label of the run (build id, git sha, config), over the scenario's `labels:`; repeatable")
     p.add_argument("--history", metavar="PATH|URL",
-                   help="record the analysed run in this catalog: a SQLite file or a postgresql:// URL "
-                        "(default: $CAPACITY_HISTORY; neither: not recorded; docs/history.md)")
+                   help="record the analysed run in this catalog: a SQLite file, a postgresql:// URL or `off` "
+                        "(default: $CAPACITY_HISTORY, else history.sqlite beside the results folder; "
+                        "docs/history.md)")
     return p
 
 
@@ -217,26 +218,21 @@ def _write_labels(folder: Path, labels: dict[str, str]) -> None:
 
 
 def _record_history(args: argparse.Namespace, folder: Path) -> None:
-    """Record the analysed run in the catalog, when one is named. Never the run's failure: a catalog
-    that cannot be written is one line here, the run's exit code stays (`capacity history add` retries)."""
-    where = args.history or os.environ.get("CAPACITY_HISTORY", "").strip()
-    if not where:
+    """Record the analysed run in the catalog (history/catalog.py: the one named, else history.sqlite
+    beside the folder). Never the run's failure: one line, and the run keeps its exit code."""
+    from capacity_plugins.history.catalog import recording_where
+
+    where = recording_where(args.history, folder.parent)
+    if where is None:
         return
-    if not (folder / "summary.json").exists():
+    if not (folder / "summary.json").exists():  # not analysed here (a worker-only install) or it failed
         print(f"[capacity] history: not recorded (not analysed); later: capacity history add {folder}",
               file=sys.stderr, flush=True)
         return
-    try:
-        from capacity_plugins.history.catalog import Catalog
-        from capacity_plugins.history.record import record_folder
+    from capacity_plugins.history.record import record_analysed  # the analysis' imports: it ran here
 
-        with Catalog(where) as catalog:
-            entries = record_folder(catalog, folder)
-            print(f"[capacity] history: recorded as run {entries[0].id} in {catalog.name}", flush=True)
-    except Exception as e:  # whatever the catalog did, the run is done and analysed
-        text = str(e).splitlines()[0] if str(e) else type(e).__name__
-        print(f"[capacity] history: not recorded ({text}); later: capacity history add {folder}",
-              file=sys.stderr, flush=True)
+    recorded, line = record_analysed(folder, where)
+    print(f"[capacity] history: {line}", file=sys.stdout if recorded else sys.stderr, flush=True)
 
 
 def _incomplete_reason(outcome: _Outcome) -> str | None:
