@@ -39,7 +39,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from capacity_plugins.analysis.records import _batches  # noqa: E402 - after sys.path names this checkout
+from capacity_plugins.analysis.step_records import batches  # noqa: E402 - after sys.path names this checkout
 from capacity_plugins.contracts.folders import COLUMNAR_FILE  # noqa: E402 - after sys.path names this checkout
 from capacity_plugins.contracts.records import columnar_schema  # noqa: E402 - after sys.path names this checkout
 from tests.helpers.big_results import GAPS, generate  # noqa: E402 - the folders the tests use too
@@ -67,7 +67,7 @@ def killed(product: Path, out: Path) -> None:
             os.link(f, out / f.name)
     with pa.memory_map(str(product / COLUMNAR_FILE)) as source, \
             pyarrow.ipc.new_stream(str(out / COLUMNAR_FILE), columnar_schema()) as writer:
-        for batch, meta in list(_batches(pa, source))[:-1]:  # memory-mapped: no copy of the bodies
+        for batch, meta in list(batches(pa, source))[:-1]:  # memory-mapped: no copy of the bodies
             writer.write_batch(batch, custom_metadata=meta)
     done.touch()
 

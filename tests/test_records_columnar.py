@@ -11,7 +11,6 @@ import io
 import random
 
 import numpy as np
-import orjson
 import pandas as pd
 import pytest
 
@@ -21,7 +20,8 @@ from capacity_plugins.analysis.gaps import by_step
 from capacity_plugins.analysis.intervals import quantiles_ci
 from capacity_plugins.analysis.load import load_run
 from capacity_plugins.analysis.pipeline import summarise
-from capacity_plugins.analysis.records import _batches, read_columnar, read_requests
+from capacity_plugins.analysis.records import read_columnar, read_requests
+from capacity_plugins.analysis.step_records import batches as _batches
 from capacity_plugins.contracts.folders import COLUMNAR_FILE, RECORDS_FILE
 from capacity_plugins.contracts.records import (
     ERROR_KINDS,
@@ -34,7 +34,7 @@ from capacity_plugins.errors import UserError
 from capacity_plugins.sinks import columnar
 from capacity_plugins.sinks.columnar import ColumnarWriter
 from capacity_plugins.sinks.records import RecordsSink
-from tests.helpers.analysis_data import make_results
+from tests.helpers.analysis_data import make_results, with_typed_copy
 from tests.helpers.waiting import wait_until
 
 
@@ -101,7 +101,7 @@ def _assert_the_copy_reads_as_the_jsonl(tmp_path, torn=False):
     assert (tmp_path / COLUMNAR_FILE).exists()
     got = _read(tmp_path)
     assert got is not None and got.torn == torn
-    df, gaps = got.records, got.itl
+    df, gaps = got.records.frame(), got.itl
     ref_df, ref_vals, ref_lens, ref_torn = read_requests(tmp_path / RECORDS_FILE, with_itl=True)
     assert ref_torn == torn
     # the same columns, values and dtypes, less the request ids nothing downstream reads
@@ -186,11 +186,11 @@ def test_a_gap_in_the_copys_ranges_ends_the_part_it_is_read_for(tmp_path, parsed
     JSONL is read from the gap on."""
     folder = make_results(tmp_path / "run", levels=[1, 2], rps=[3, 5], e2e_p50_ms=[300, 400],
                           e2e_p99_ms=[500, 700], itl_gaps=12, error_rate=[0, 0.1])
-    _with_typed_copy(folder, skip={2})
+    with_typed_copy(folder, skip={2})
     (rows, _start, end), after_gap = _batch_ranges(folder / COLUMNAR_FILE)
     assert rows == 100 and after_gap[1] > end  # chunks 0-1, then the batch after the gap
     got = read_columnar(folder, STEPS)
-    assert got.jsonl_tail == len(got.records) - 100 and parsed == [(end, (folder / RECORDS_FILE).stat().st_size)]
+    assert got.records.count - 100 == got.jsonl_tail and parsed == [(end, (folder / RECORDS_FILE).stat().st_size)]
     _assert_the_copy_reads_as_the_jsonl(folder)
 
 
@@ -250,26 +250,10 @@ def test_no_free_text_reaches_the_typed_copy(tmp_path):
     assert b"the server's text" not in (tmp_path / COLUMNAR_FILE).read_bytes()
 
 
-def _with_typed_copy(folder, skip=frozenset()):
-    """requests.arrow for a synthetic folder's requests.jsonl, as the sink writes it (50 records a
-    drain), less the drains numbered in `skip` (a gap: the batch before it ends there)."""
-    writer = ColumnarWriter(folder / COLUMNAR_FILE)
-    start = 0
-    lines = (folder / RECORDS_FILE).read_bytes().splitlines(keepends=True)
-    for k, i in enumerate(range(0, len(lines), 50)):
-        chunk = lines[i:i + 50]
-        end = start + sum(len(ln) for ln in chunk)
-        if k not in skip:
-            writer.write([orjson.loads(ln) for ln in chunk], start, end)
-        start = end
-    writer.close()
-    return folder
-
-
 def test_the_summary_is_the_same_from_the_jsonl_the_raw_gaps_and_the_counted_gaps(tmp_path, monkeypatch):
     """End to end: every step's row — ITL percentiles, their intervals, the ITL SLO's share and
     judgement — is identical whichever way the records were read."""
-    folder = _with_typed_copy(make_results(
+    folder = with_typed_copy(make_results(
         tmp_path / "run", levels=[1, 2, 4], rps=[3, 5, 6], e2e_p50_ms=[300, 400, 900], e2e_p99_ms=[500, 700, 2000],
         itl_gaps=12, error_rate=[0, 0.1, 0.2], slo={"e2e_p95_ms": 1500.0, "itl_p95_ms": 12.0}))
     views = {}
@@ -278,7 +262,7 @@ def test_the_summary_is_the_same_from_the_jsonl_the_raw_gaps_and_the_counted_gap
     run = load_run(folder)
     assert all(g.counts is not None for g in run.itl.values())
     views["typed copy, counted gaps"] = summarise(run).steps
-    _with_typed_copy(folder, skip={3})  # batches up to a gap, then the JSONL's lines
+    with_typed_copy(folder, skip={3})  # batches up to a gap, then the JSONL's lines
     run = load_run(folder)
     assert all(g.counts is not None for g in run.itl.values())
     views["typed copy up to a gap, requests.jsonl after it"] = summarise(run).steps

@@ -68,7 +68,10 @@ def test_a_worker_ships_the_lines_a_local_run_writes_and_the_master_writes_them_
     from capacity_plugins.analysis.records import read_columnar
 
     copy = read_columnar(tmp_path / "m", [0])
-    assert copy is not None and copy.jsonl_tail == 0 and len(copy.records) == 100
+    assert copy is not None and copy.jsonl_tail == 0 and copy.records.count == 100
+    frame = copy.records.frame(["sent_unix", "ok", "ttft_ms"])
+    assert frame["sent_unix"].tolist() == [r.sent_unix for r in records]
+    assert frame["ok"].tolist() == [r.ok for r in records]
 
 
 def test_records_waiting_to_be_shipped_are_bytes_the_collector_never_walks(tmp_path):

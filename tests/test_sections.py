@@ -26,7 +26,7 @@ from capacity_plugins.contracts.summary import Summary
 from capacity_plugins.outputs import sections as report_sections
 
 PACKAGE = ROOT / "capacity_plugins"
-BUILTIN = ["search", "workloads", "cache_probe", "trace", "item_rates", "reasoning", "pareto"]
+BUILTIN = ["search", "workloads", "cache_probe", "trace", "item_rates", "reasoning", "images", "pareto", "agentic"]
 
 
 def test_each_builtin_section_is_registered_on_both_sides_in_one_order_as_a_summary_field():
@@ -35,8 +35,8 @@ def test_each_builtin_section_is_registered_on_both_sides_in_one_order_as_a_summ
     assert set(BUILTIN) <= set(Summary.model_fields)
     # every kind that adds a section names a registered one; workload classes and items are no kind
     named = {k.summary_section for k in kinds.models() if k.summary_section}
-    # a scenario feature, an API's kind, an answer's kind, every sweep's view
-    assert named == set(BUILTIN) - {"workloads", "item_rates", "reasoning", "pareto"}
+    # a scenario feature, an API's kind, an answer's kind, a request's inputs, every sweep's view
+    assert named == set(BUILTIN) - {"workloads", "item_rates", "reasoning", "images", "pareto"}
     assert analysis_sections.names() == tuple(BUILTIN)
 
 
@@ -56,7 +56,7 @@ def test_a_run_without_steps_is_measured_in_what_its_kind_says(tmp_path, name):
     assert sweep_kind(run) == expected
     assert {n: kinds.get(n).sweep for n in kinds.names()} == {
         "concurrency_sweep": "concurrency", "rate_sweep": "rate", "peak": "peak", "capacity_search": "concurrency",
-        "cache_probe": "concurrency", "trace": "trace"}
+        "cache_probe": "concurrency", "trace": "trace", "agentic": "concurrency"}
 
 
 # -- nothing names a section ------------------------------------------------------------------------------

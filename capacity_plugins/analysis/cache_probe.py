@@ -24,11 +24,13 @@ import math
 from collections.abc import Callable
 
 import numpy as np
+import pandas as pd
 
 from capacity_plugins.analysis.intervals import half_width
 from capacity_plugins.analysis.load import RunData, Step
 from capacity_plugins.analysis.noise import Value, judge
 from capacity_plugins.analysis.sections import AnalysisSection, section
+from capacity_plugins.analysis.step_records import gathered
 from capacity_plugins.analysis.step_telemetry import step_rows
 from capacity_plugins.analysis.validity import CACHE_ARM_REASON
 from capacity_plugins.contracts.document import Interval
@@ -58,6 +60,9 @@ ARM_WORDS = {"shared_prefix": "with shared prefixes", "repeat": "with repeated p
 @section("cache_probe")
 class CacheProbeSection(AnalysisSection):
     """A `cache_probe` run's comparison of its arms; the capacity says it counts the distinct arm only."""
+
+    def step_records(self, run: RunData) -> PromptTokens:
+        return PromptTokens()
 
     def build(self, run: RunData, rows: list[StepSummary], sweep: str) -> CacheProbe | None:
         return cache_probe(run, rows, run.meta)
@@ -136,12 +141,22 @@ def _delta(d: StepSummary, c: StepSummary, key: str, mdd: float) -> ProbeDelta:
                       judgement={"better": "cache_flatters", "worse": "cache_arm_worse"}.get(verdict, verdict))
 
 
+class PromptTokens:
+    """A step consumer (step_records.py): each step's mean prompt tokens the server counted in its
+    measured successful requests, on the analysis's walk over the steps."""
+
+    def __init__(self) -> None:
+        self.mean: dict[int, float | None] = {}
+
+    def __call__(self, index: int, records: pd.DataFrame) -> None:
+        sel = records[~records["warmup"] & records["ok"]]["prompt_tokens"].to_numpy(float)
+        sel = sel[np.isfinite(sel)]
+        self.mean[index] = float(sel.mean()) if sel.size else None
+
+
 def _prompt_tokens(run: RunData, index: int) -> float | None:
     """Mean prompt tokens the server counted in the step's measured successful requests."""
-    req = run.requests
-    sel = req[(req["step"] == index) & ~req["warmup"] & req["ok"]]["prompt_tokens"].to_numpy(float)
-    sel = sel[np.isfinite(sel)]
-    return float(sel.mean()) if sel.size else None
+    return gathered(run, "cache_probe", PromptTokens).mean.get(index)
 
 
 def _hit_rate(run: RunData, st: Step) -> float | None:

@@ -13,8 +13,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import pandas as pd
+
 from capacity_plugins.analysis.load import RunData
 from capacity_plugins.analysis.sections import AnalysisSection, section
+from capacity_plugins.analysis.step_records import gathered
 from capacity_plugins.contracts.dialects import ITEM_DIALECTS
 from capacity_plugins.contracts.summary import Capacity, Interval, Items, ItemsStep, StepSummary
 
@@ -28,15 +31,27 @@ def _batch_size(run: RunData) -> int:
     return value if isinstance(value, int) and value >= 1 else 1
 
 
+class InputTokens:
+    """A step consumer (step_records.py): each step's prompt tokens the server counted in its
+    measured successful requests (their sum, and how many had a count), on the analysis's walk."""
+
+    def __init__(self) -> None:
+        self.tokens: dict[int, tuple[float, int]] = {}
+
+    def __call__(self, index: int, records: pd.DataFrame) -> None:
+        ok = records[(records["step"] >= 0) & ~records["warmup"] & records["ok"]]
+        tokens = ok["prompt_tokens"].dropna()
+        self.tokens[index] = (float(tokens.sum()), len(tokens))
+
+
 def items_section(run: RunData, rows: list[StepSummary]) -> Items:
     dialect = str(run.settings.target.get("dialect"))
     k = _batch_size(run)
-    req = run.requests
-    ok = req[(req["step"] >= 0) & ~req["warmup"] & req["ok"]]
+    got = gathered(run, "item_rates", InputTokens).tokens
     steps = []
     for r in rows:
-        tokens = ok.loc[ok["step"] == r.step, "prompt_tokens"].dropna()
-        per_s = float(tokens.sum()) / r.window_s if r.window_s and len(tokens) else None
+        total, counted = got.get(r.step, (0.0, 0))
+        per_s = total / r.window_s if r.window_s and counted else None
         steps.append(ItemsStep(level=r.level, items_per_s=None if r.rps is None else r.rps * k,
                                items_per_s_ci=_scaled(r.rps_ci, k), input_tokens_per_s=per_s,
                                e2e_p50_ms=r.e2e_p50_ms, e2e_p95_ms=r.e2e_p95_ms, valid=bool(r.valid)))
@@ -49,6 +64,9 @@ class ItemsSection(AnalysisSection):
 
     def applies(self, run: RunData) -> bool:
         return run.settings.target.get("dialect") in ITEM_DIALECTS
+
+    def step_records(self, run: RunData) -> InputTokens:
+        return InputTokens()
 
     def build(self, run: RunData, rows: list[StepSummary], sweep: str) -> Items:
         return items_section(run, rows)

@@ -23,6 +23,7 @@ from capacity_plugins.analysis.records import (
     read_requests,
 )
 from capacity_plugins.analysis.settings import Settings, read_settings
+from capacity_plugins.analysis.step_records import FrameRecords, Records
 from capacity_plugins.contracts.folders import COLUMNAR_FILE, RECORDS_FILE
 from capacity_plugins.contracts.meta import META_FILE, Meta
 from capacity_plugins.contracts.planning import CapacityConfig, SLOConfig, VerdictConfig
@@ -38,7 +39,9 @@ class RunData:
     """Everything the analysis reads, loaded once."""
 
     path: Path
-    requests: pd.DataFrame  # one row per attempt, REQUEST_COLUMNS (request_id only where the JSONL was read)
+    # one row per attempt, REQUEST_COLUMNS (request_id only where the JSONL was read), step by step
+    # (`records.steps()`): the whole run at once only where a consumer needs it (step_records.py)
+    records: Records
     itl: dict[int, Gaps]  # step index → the ITL gaps (ms) of its measured, successful requests
     steps: list[Step]
     meta: Meta  # meta.json (empty when the folder has none)
@@ -49,6 +52,14 @@ class RunData:
     warnings: list[str] = field(default_factory=list)
     # Lines of requests.jsonl that were skipped (a last line cut by a crash).
     torn_lines: int = 0
+    # What the step consumers gathered on the analysis's walk over the steps' records, by name
+    # (step_records.py `gathered`): the report's box-plot samples, a section's per-step figures
+    gathered: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def requests(self) -> pd.DataFrame:
+        """Every record at once: the whole run's columns in memory (step_records.py says who needs that)."""
+        return self.records.frame()
 
     @property
     def slo(self) -> SLOConfig:
@@ -119,7 +130,8 @@ def load_run(path: Path, overrides: dict | None = None, progress=None) -> RunDat
     itl: dict[int, Gaps]
     torn = False
     if columnar is not None:
-        req, itl, torn = columnar.records, columnar.itl, columnar.torn
+        records: Records = columnar.records
+        itl, torn = columnar.itl, columnar.torn
         tail = f"; its last {columnar.jsonl_tail:,} records, not in the copy, from the JSONL" if columnar.jsonl_tail else ""
         say(f"read {COLUMNAR_FILE} (the typed copy of {RECORDS_FILE}, {f.stat().st_size / 1e6:.0f} MB){tail}")
     else:
@@ -137,7 +149,8 @@ def load_run(path: Path, overrides: dict | None = None, progress=None) -> RunDat
             step_req = np.where(good_req, req["step"].to_numpy(), -1).astype(STEP_DTYPE)
             itl_steps = np.repeat(step_req, lens)
         itl = by_step(vals, itl_steps, indexes)
-    say(f"read {len(req):,} request records")
+        records = FrameRecords(req)
+    say(f"read {records.count:,} request records")
     if torn:
         warnings.append("requests.jsonl: its last line was cut (a crash mid-write?): 1 line skipped, "
                         "the records before it are analysed")
@@ -157,7 +170,7 @@ def load_run(path: Path, overrides: dict | None = None, progress=None) -> RunDat
         if "step" in telemetry.columns:
             telemetry["step"] = pd.to_numeric(telemetry["step"], errors="coerce")
     return RunData(
-        path=path, requests=req, itl=itl,
+        path=path, records=records, itl=itl,
         steps=steps, meta=meta, name=settings.name, load_kind=settings.load_kind, settings=settings,
         telemetry=telemetry, warnings=warnings, torn_lines=int(torn),
     )

@@ -14,7 +14,7 @@ from collections import Counter
 from collections.abc import Callable
 
 from capacity_plugins import kinds
-from capacity_plugins.analysis import sections
+from capacity_plugins.analysis import distributions, sections
 from capacity_plugins.analysis.answer import plain_answer
 from capacity_plugins.analysis.capacity import capacity_under_slo
 from capacity_plugins.analysis.knee import find_knee
@@ -22,7 +22,7 @@ from capacity_plugins.analysis.load import RunData, load_run
 from capacity_plugins.analysis.outcome import NO_REQUESTS, outcome
 from capacity_plugins.analysis.plan import make_cost, make_plan
 from capacity_plugins.analysis.runfacts import redact_url, run_facts
-from capacity_plugins.analysis.stability import stability
+from capacity_plugins.analysis.stability import Seen, streamed_stability
 from capacity_plugins.analysis.table import conclude, step_rows
 from capacity_plugins.analysis.ttft_breakdown import breakdown_notes
 from capacity_plugins.analysis.validity import meta_warnings
@@ -51,8 +51,15 @@ def summarise(run: RunData, progress: Callable[[str], None] | None = None) -> Su
     say = progress or (lambda _m: None)
     kind = sweep_kind(run)
     say(f"per-step table ({len(run.steps)} steps)")
-    rows = step_rows(run, run.slo)
     present = [s for s in sections.registered() if s.applies(run)]
+    # One walk over the records, step by step: the table, and what else reads each step's records
+    # (the stability's span, the report's box plots, the sections' per-step figures)
+    seen = Seen()
+    run.gathered[distributions.NAME] = distributions.Distributions(run)
+    for s in present:
+        if (consumer := s.step_records(run)) is not None:
+            run.gathered[s.name] = consumer
+    rows = step_rows(run, run.slo, also=[seen, *run.gathered.values()])
     for s in present:  # e.g. workload classes: each judged by its own SLO, the step's SLO fields the mix's
         s.rows(run, rows)
     conclude(rows, run.slo, run.verdict)  # each step's one-line reading, once its SLO fields are final
@@ -70,7 +77,7 @@ def summarise(run: RunData, progress: Callable[[str], None] | None = None) -> Su
     for s, found in built:  # e.g. a trace replay's first broken window comes first among the reasons
         s.verdict(found, verdict)
     warnings = meta_warnings(run.meta) + list(run.warnings)
-    if not len(run.requests):
+    if not run.records.count:
         warnings.insert(0, f"requests.jsonl: {NO_REQUESTS}")
     if facts.simulated:
         warnings.append("the target was the embedded simulator: GPU and server readings are simulated, not measured")
@@ -97,14 +104,14 @@ def summarise(run: RunData, progress: Callable[[str], None] | None = None) -> Su
         plan=plan,
         cost=cost,
         verdict=verdict,
-        stability=stability(run.requests, run.telemetry, run.load_kind),
+        stability=streamed_stability(seen, run.records, run.telemetry, run.load_kind),
         # The sections this run has (analysis/sections.py), each under its name: a capacity search's
         # account, workload classes, a cache probe's comparison, a trace replay's windows, ...
         **{s.name: found for s, found in built},
         warnings=warnings,
         meta=_meta(run),
         checklist=checklists(rows, cap, cost, plan, run.meta, series, run.slo, run.verdict),
-        outcome=outcome(rows, plan, facts, len(run.requests), run.meta),
+        outcome=outcome(rows, plan, facts, run.records.count, run.meta),
     )
     summary.answer = plain_answer(summary)  # the one sentence every view opens with (analysis/answer.py)
     return summary
@@ -114,6 +121,6 @@ def _meta(run: RunData) -> SummaryMeta:
     meta = SummaryMeta(**{k: getattr(run.meta, k) for k in SummaryMeta.COPIED if k in run.meta.model_fields_set})
     if run.meta.target:  # never a URL password in a summary
         meta.target = redact_url(str(run.meta.target))
-    meta.requests_total = len(run.requests)
+    meta.requests_total = run.records.count
     meta.results_dir = str(run.path)
     return meta

@@ -10,6 +10,7 @@ trust them: TTFT there is the first *thinking* token, the reader waits for the f
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -17,7 +18,8 @@ import pandas as pd
 
 from capacity_plugins.analysis.intervals import quantiles_ci, t_interval
 from capacity_plugins.analysis.sections import AnalysisSection, section
-from capacity_plugins.analysis.table import pcts_with_ci
+from capacity_plugins.analysis.step_records import gathered
+from capacity_plugins.analysis.table import pcts_with_ci, step_window
 from capacity_plugins.contracts.reasoning import Reasoning, ReasoningStep
 
 if TYPE_CHECKING:
@@ -30,8 +32,10 @@ class ReasoningSection(AnalysisSection):
     """Any run whose answers had reasoning tokens."""
 
     def applies(self, run: RunData) -> bool:
-        col = run.requests.get("reasoning_tokens")
-        return col is not None and bool(col.notna().any())
+        return run.records.has("reasoning_tokens")
+
+    def step_records(self, run: RunData) -> ReasoningRecords:
+        return ReasoningRecords(run)
 
     def build(self, run: RunData, rows: list[StepSummary], sweep: str) -> Reasoning:
         return reasoning_summary(run, rows)
@@ -42,24 +46,42 @@ class ReasoningSection(AnalysisSection):
         return cap
 
 
+class ReasoningRecords:
+    """A step consumer (step_records.py): each step's account from its measured successful
+    records, and the reasoning token sources over every record, on the analysis's walk."""
+
+    def __init__(self, run: RunData) -> None:
+        self._steps = {st.index: st for st in run.steps}
+        self._conf = run.verdict.confidence
+        self.steps: dict[int, ReasoningStep] = {}
+        self.sources: Counter[str] = Counter()
+
+    def __call__(self, index: int, records: pd.DataFrame) -> None:
+        self.sources.update({str(k): int(v) for k, v in records["reasoning_tokens_source"].dropna().value_counts().items()})
+        st = self._steps.get(index)
+        mine = records[(records["step"] >= 0) & ~records["warmup"] & records["ok"]]
+        if st is None or not len(mine):
+            return
+        measured = records[(records["step"] >= 0) & ~records["warmup"] & (records["error_kind"] != "cancelled")]
+        self.steps[index] = _step(st.index, st.level, step_window(st, measured["sent_unix"].to_numpy(float)),
+                                  mine, self._conf)
+
+
 def reasoning_summary(run: RunData, rows: list[StepSummary]) -> Reasoning:
-    req = run.requests
-    conf = run.verdict.confidence
-    measured = req[(req["step"] >= 0) & ~req["warmup"] & req["ok"]]
+    got = gathered(run, "reasoning", lambda: ReasoningRecords(run))
     steps = []
-    by_step = dict(tuple(measured.groupby("step"))) if len(measured) else {}
     for row in rows:
-        mine = by_step.get(row.step)
-        if mine is None or not len(mine):
+        one = got.steps.get(row.step)
+        if one is None:
             continue
-        steps.append(_step(row, mine, conf))
-    sources = req["reasoning_tokens_source"].dropna().value_counts()
-    out = Reasoning(steps=steps, sources={str(k): int(v) for k, v in sources.items()})
+        one.ttft_p50_ms = row.ttft_p50_ms
+        steps.append(one)
+    out = Reasoning(steps=steps, sources=dict(got.sources.most_common()))
     out.line = _line(out)
     return out
 
 
-def _step(row: StepSummary, mine: pd.DataFrame, conf: float) -> ReasoningStep:
+def _step(index: int, level: float, window: float | None, mine: pd.DataFrame, conf: float) -> ReasoningStep:
     reasoning = mine["reasoning_tokens"].to_numpy(float)
     visible = mine["visible_output_tokens"].to_numpy(float)
     known = ~np.isnan(reasoning) & ~np.isnan(visible)
@@ -73,12 +95,10 @@ def _step(row: StepSummary, mine: pd.DataFrame, conf: float) -> ReasoningStep:
     pace = mine["tpot_visible_ms"].to_numpy(float)
     pace = pace[~np.isnan(pace)]
     (p50, _l, _h), (p95, _l2, _h2) = quantiles_ci(pace, [0.5, 0.95], conf)
-    window = row.window_s
     return ReasoningStep(
-        step=row.step, level=row.level, requests=len(mine), reasoning_requests=int((~np.isnan(reasoning)).sum()),
+        step=index, level=level, requests=len(mine), reasoning_requests=int((~np.isnan(reasoning)).sum()),
         reasoning_tokens_mean=_mean(reasoning), visible_output_tokens_mean=_mean(visible),
         thinking_share=share, thinking_share_ci=None if lo is None else [lo, hi],
-        ttft_p50_ms=row.ttft_p50_ms,
         first_visible_p50_ms=fv["first_visible_p50_ms"], first_visible_p50_ci_ms=fv["first_visible_p50_ci_ms"],
         first_visible_p95_ms=fv["first_visible_p95_ms"], first_visible_p95_ci_ms=fv["first_visible_p95_ci_ms"],
         thinking_p50_ms=think, thinking_p50_ci_ms=None if think is None else [tlo, thi],

@@ -2,8 +2,9 @@
 
 Only the columns the analysis needs are read (`contracts.records.ANALYSIS_COLUMNS`). When the
 records sink's typed copy, requests.arrow, holds exactly the JSONL's records it is read instead
-(`read_columnar`): no JSON to parse, and the ITL gaps go straight to their steps
-(analysis/gaps.py), so a long soak's analysis fits in memory bounded by its steps' gaps.
+(`read_columnar`): no JSON to parse, the ITL gaps go straight to their steps (analysis/gaps.py),
+and the records are read again step by step where the analysis needs them (`ArrowRecords`,
+analysis/step_records.py), so a long run's analysis fits in memory bounded by its steps.
 `requests.jsonl` goes through pyarrow's multithreaded JSON reader when pyarrow is installed
 (1 M records in a few seconds), else through orjson in chunks; either way a corrupt line is
 reported as ``requests.jsonl line N``. One exception: a last line without its newline that is not
@@ -26,6 +27,7 @@ import orjson
 import pandas as pd
 
 from capacity_plugins.analysis.gaps import ITL_DTYPE, Gaps, GapsByStep
+from capacity_plugins.analysis.step_records import COLUMNS, ArrowRecords, batch_columns, batches
 from capacity_plugins.contracts.folders import COLUMNAR_FILE, RECORDS_FILE
 from capacity_plugins.contracts.records import ANALYSIS_COLUMNS, JSONL_BYTES, JSONL_FROM, columnar_schema
 from capacity_plugins.errors import UserError
@@ -321,7 +323,7 @@ def _last_request_id(f: Path, size: int) -> Any:
 
 
 class Columnar(NamedTuple):
-    records: pd.DataFrame
+    records: ArrowRecords
     itl: dict[int, Gaps]
     # Records read from requests.jsonl after the copy's last batch (a run killed before writing
     # it, or lines another writer added), and whether the JSONL's last line was cut.
@@ -342,12 +344,11 @@ def read_columnar(path: Path, step_indexes: list[int]) -> Columnar | None:
     never spans one), leaves lines after that: only those are parsed, so a killed long soak is
     read in memory bounded as a whole one is, not as its whole JSONL would need.
 
-    Two passes, so memory holds the records' analysis columns and the steps' gaps, never the
-    file: the first walks the batch headers through a memory map (their bodies untouched) to
-    check the ranges and count the rows; the second reads batch by batch from the file (a map's
-    pages would all stay resident) into columns allocated once at their final size — pieces
-    joined at the end would double the peak, and the C heap keeps small freed pieces. The frame
-    has no request_id: nothing downstream joins on it (~70 bytes a record as Python strings).
+    Two walks here, so memory holds the steps' gaps, never the file nor the records' columns:
+    the first walks the batch headers through a memory map (their bodies untouched) to check the
+    ranges and count the rows; the second reads batch by batch from the file (a map's pages would
+    all stay resident) for each step's gaps and the records per step. The records themselves are
+    read again step by step where the analysis needs them (`ArrowRecords`, step_records.py).
     """
     arrow, jsonl = path / COLUMNAR_FILE, path / RECORDS_FILE
     if not arrow.exists() or not jsonl.exists() or not _arrow_available():
@@ -364,7 +365,7 @@ def read_columnar(path: Path, step_indexes: list[int]) -> Columnar | None:
         if covered > end:
             return None
         tail = _jsonl_tail(jsonl, covered, end)
-        got = _read_columnar_rows(pa, arrow, rows, step_indexes, tail)
+        got = _walk_columnar(pa, arrow, rows, step_indexes, tail)
     except (pa.ArrowInvalid, OSError, ValueError):
         return None
     _release_arrow_memory()
@@ -373,29 +374,12 @@ def read_columnar(path: Path, step_indexes: list[int]) -> Columnar | None:
     return Columnar(*got, jsonl_tail=sum(b.num_rows for b, _v, _n in tail), torn=limit is not None)
 
 
-def _batches(pa: Any, source: Any):
-    """(batch, its custom metadata) of an Arrow stream with requests.arrow's schema, up to its
-    first cut batch (a run killed mid-write: the batches before the cut stand)."""
-    import pyarrow.ipc
-
-    with pyarrow.ipc.open_stream(source) as reader:
-        if not reader.schema.equals(columnar_schema()):
-            raise ValueError("not requests.arrow's schema")
-        while True:
-            try:
-                yield reader.read_next_batch_with_custom_metadata()
-            except StopIteration:
-                return
-            except (pa.ArrowInvalid, OSError):
-                return
-
-
 def _columnar_prefix(pa: Any, arrow: Path, jsonl: Path) -> tuple[int, int] | None:
     """(records, bytes of requests.jsonl they take) of requests.arrow's batches that cover the
     JSONL from its first byte without a gap, or None when there are none or they do not match it."""
     rows, size, last = 0, 0, None
     with pa.memory_map(str(arrow)) as source:
-        for batch, meta in _batches(pa, source):
+        for batch, meta in batches(pa, source):
             if meta is None or int(meta.get(JSONL_FROM, -1)) != size:
                 break  # a gap (records this file never got), or no range at all: the JSONL from here
             size = int(meta[JSONL_BYTES])
@@ -423,54 +407,44 @@ def _jsonl_tail(jsonl: Path, start: int, end: int) -> list[tuple[Any, np.ndarray
         raise _bad_line_error(jsonl, end) from None
 
 
-def _read_columnar_rows(pa: Any, arrow: Path, rows: int, step_indexes: list[int],
-                        tail: list[tuple[Any, np.ndarray, np.ndarray]]) -> tuple[pd.DataFrame, dict[int, Gaps]] | None:
-    import pyarrow.compute as pc
-
-    names = [c for c in REQUEST_COLUMNS if c != "request_id"]
-    # dtypes as `_typed` gives the JSONL's: integers with nulls as floats until the end shows none
-    kinds = {"f": float, "i": float, "b": bool, "s": object}
-    total = rows + sum(b.num_rows for b, _v, _n in tail)
-    cols = {c: np.empty(total, dtype=np.int64 if c == "step" else kinds[REQUEST_COLUMNS[c]]) for c in names}
-    nulls = dict.fromkeys(names, False)
+def _walk_columnar(pa: Any, arrow: Path, rows: int, step_indexes: list[int],
+                   tail: list[tuple[Any, np.ndarray, np.ndarray]]) -> tuple[ArrowRecords, dict[int, Gaps]] | None:
+    """The first walk over the records: each measured step's gaps, the records per step value and
+    which columns have nulls or values anywhere — what the later walks, step by step, need known
+    before they start (step_records.py). No column is kept: memory holds the steps' gaps only."""
     gaps = GapsByStep(step_indexes)
+    counts: dict[int, int] = {}
+    nulls: set[str] = set()
+    present: set[str] = set()
     at = 0
 
     def take(batch: Any, values: np.ndarray, lens: np.ndarray) -> None:
-        nonlocal at
         n = batch.num_rows
-        for c in names:
-            col = batch.column(c)
-            nulls[c] = nulls[c] or col.null_count > 0
-            if c == "step":
-                col = pc.fill_null(col, -1)
-            elif REQUEST_COLUMNS[c] == "b":
-                col = pc.fill_null(col, False)
-            cols[c][at:at + n] = col.to_numpy(zero_copy_only=False)  # a copy into place
-        _add_gaps(gaps, values, lens, {c: cols[c][at:at + n] for c in ("ok", "warmup", "step")})
-        at += n
+        for c in COLUMNS:
+            had = batch.column(c).null_count
+            if had:
+                nulls.add(c)
+            if had < n:
+                present.add(c)
+        cols = batch_columns(batch, ("ok", "warmup", "step"))
+        keys, k = np.unique(cols["step"], return_counts=True)
+        for key, m in zip(keys.tolist(), k.tolist(), strict=True):
+            counts[key] = counts.get(key, 0) + m
+        _add_gaps(gaps, values, lens, cols)
 
     with pa.OSFile(str(arrow)) as source:
-        for batch, _meta in _batches(pa, source):
+        for batch, _meta in batches(pa, source):
             if at + batch.num_rows > rows:
                 break  # past the part that matches the JSONL (or the file grew between the passes)
             itl = batch.column("itl_ms")
             take(batch, itl.flatten().to_numpy(zero_copy_only=False),
                  itl.value_lengths().fill_null(0).to_numpy(zero_copy_only=False))
+            at += batch.num_rows
     if at != rows:
         return None
     for batch, values, lens in tail:
         take(batch, values, lens)
-    frame: dict[str, Any] = {}
-    for c in names:
-        kind = REQUEST_COLUMNS[c]
-        if kind == "s":
-            frame[c] = pd.array(cols.pop(c), dtype="str")
-        elif kind == "i" and c != "step" and not nulls[c]:
-            frame[c] = cols.pop(c).astype(np.int64)
-        else:
-            frame[c] = cols.pop(c)
-    return pd.DataFrame(frame, copy=False), gaps.finish()
+    return ArrowRecords(arrow, rows, [b for b, _v, _n in tail], counts, nulls, present), gaps.finish()
 
 
 def _add_gaps(gaps: GapsByStep, values: np.ndarray, lens: np.ndarray, cols: dict[str, np.ndarray]) -> None:

@@ -18,6 +18,7 @@ none of them. The hooks, each a no-op unless the section has something to add:
 | hook | when | what it does |
 |---|---|---|
 | `applies(run)` | first | whether the run has the section: by default when the run's load kind names it (`LoadKind.summary_section`, capacity_plugins/kinds/); workload classes when the scenario has `workloads:` |
+| `step_records(run)` | before the walk over the records | what the section reads of each step's records on the analysis's one walk over them (a step consumer, step_records.py), or None; what it gathered is `run.gathered[name]` |
 | `rows(run, rows)` | before each step's one-line conclusion | changes the step rows (workload classes: each class judged by its own SLO, the step's SLO fields the mix's) |
 | `build(run, rows, sweep)` | once the rows are final | the section's model, summary.json's key `name`; None: the run has none after all |
 | `capacity(found, cap, run)` | after the capacity under the SLO, before the plan | the capacity the plan and the verdict use (workload classes: the mix's), or a note on it (a cache probe) |
@@ -43,10 +44,12 @@ from capacity_plugins.contracts.sections import SectionRegistry
 
 if TYPE_CHECKING:
     from capacity_plugins.analysis.load import RunData
+    from capacity_plugins.analysis.step_records import StepConsumer
     from capacity_plugins.contracts.summary import Capacity, StepSummary, Verdict
 
 # The built-in sections, by the module that registers each, in the order their effects apply.
-BUILTIN = ("search", "workloads", "cache_probe", "trace_windows", "items", "reasoning", "pareto")
+BUILTIN = ("search", "workloads", "cache_probe", "trace_windows", "items", "reasoning", "images", "pareto",
+           "agentic")
 
 
 class AnalysisSection:
@@ -58,6 +61,10 @@ class AnalysisSection:
         """Whether the run has this section: the run's load kind names it (`LoadKind.summary_section`)."""
         kind = kinds.find(run.load_kind)
         return kind is not None and kind.summary_section == self.name
+
+    def step_records(self, run: RunData) -> StepConsumer | None:
+        """A consumer of each step's records on the analysis's walk (`run.gathered[name]` after it)."""
+        return None
 
     def rows(self, run: RunData, rows: list[StepSummary]) -> None:
         """Change the step rows before each is concluded (in place)."""

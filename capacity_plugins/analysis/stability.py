@@ -6,37 +6,99 @@ slopes over time; drift compares the first and last thirds of the measured reque
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
 import numpy as np
 import pandas as pd
 
 from capacity_plugins.contracts.summary import Stability
+
+if TYPE_CHECKING:
+    from capacity_plugins.analysis.step_records import Records
 
 SOAK_MIN_S = 1800.0
 MIN_SPAN_S = 60.0
 
 
 def _slope_per_h(t: np.ndarray, v: np.ndarray) -> float | None:
+    """The least-squares slope per hour. Times and values are centred first: a fit on raw Unix
+    times (~1.7e9 s) is ill-conditioned, and turned a constant series into a slope of rounding
+    noise that differed between machines (5e-6 here, 2e-6 there) instead of 0."""
     ok = np.isfinite(t) & np.isfinite(v)
-    if ok.sum() < 3 or np.ptp(t[ok]) <= 0:
+    t, v = t[ok], v[ok]
+    if t.size < 3 or np.ptp(t) <= 0:
         return None
-    return float(np.polyfit(t[ok], v[ok], 1)[0] * 3600.0)
+    if np.ptp(v) == 0:
+        return 0.0
+    dt, dv = t - t.mean(), v - v.mean()
+    return float((dt @ dv) / (dt @ dt) * 3600.0)
+
+
+# what the judgement reads of each measured request
+COLUMNS = ["sent_unix", "step", "ok", "ttft_ms", "e2e_ms"]
+
+
+def _measured(req: pd.DataFrame) -> pd.DataFrame:
+    # only the columns read here: a copy of every column of millions of records is not free
+    return req.loc[~req["warmup"] & (req["error_kind"] != "cancelled"), COLUMNS]
 
 
 def stability(req: pd.DataFrame, telemetry: pd.DataFrame | None, load_kind: str | None) -> Stability:
-    # only the columns read here: a copy of every column of millions of records is not free
-    m = req.loc[~req["warmup"] & (req["error_kind"] != "cancelled"), ["sent_unix", "step", "ok", "ttft_ms", "e2e_ms"]]
-    sent = m["sent_unix"].to_numpy(float)
-    span = float(np.nanmax(sent) - np.nanmin(sent)) if np.isfinite(sent).sum() > 1 else 0.0
+    """The run's stability from its records at once."""
+    seen = Seen()
+    m = _measured(req)
+    seen.add(m)
+    return _judged(seen, lambda: m, telemetry, load_kind)
+
+
+class Seen:
+    """What the judgement needs first, gathered step by step on the analysis's walk over the
+    records (a consumer of `table.step_rows`): the measured requests' send-time span and the steps
+    they were in. Only when drift is judged (a soak, or one load step) are the records read whole."""
+
+    def __init__(self) -> None:
+        self.lo, self.hi, self.finite = math.inf, -math.inf, 0
+        self.steps: set[int] = set()
+
+    def __call__(self, index: int, records: pd.DataFrame) -> None:
+        self.add(records.loc[~records["warmup"] & (records["error_kind"] != "cancelled"), ["sent_unix", "step"]])
+
+    def add(self, m: pd.DataFrame) -> None:
+        if not len(m):
+            return
+        self.steps.update(int(s) for s in m["step"].dropna().unique())
+        sent = m["sent_unix"].to_numpy(float)
+        self.finite += int(np.isfinite(sent).sum())
+        if not bool(np.isnan(sent).all()):
+            self.lo, self.hi = min(self.lo, float(np.nanmin(sent))), max(self.hi, float(np.nanmax(sent)))
+
+    @property
+    def span(self) -> float:
+        return self.hi - self.lo if self.finite > 1 else 0.0
+
+
+def streamed_stability(seen: Seen, records: Records, telemetry: pd.DataFrame | None,
+                       load_kind: str | None) -> Stability:
+    """The run's stability from what the walk over its steps saw, the records read whole only to judge drift."""
+    return _judged(seen, lambda: _measured(records.frame([*COLUMNS, "warmup", "error_kind"])), telemetry, load_kind)
+
+
+def _judged(seen: Seen, measured: Callable[[], pd.DataFrame], telemetry: pd.DataFrame | None,
+            load_kind: str | None) -> Stability:
+    span = seen.span
     out = Stability(soak=bool(load_kind == "soak" or span >= SOAK_MIN_S), duration_s=span, findings=[])
     if span < MIN_SPAN_S:
         out.findings.append("run too short for trends")
         return out
-    steps = m["step"].dropna().unique() if "step" in m else []
-    if len(steps) > 1 and load_kind != "soak":
+    if len(seen.steps) > 1 and load_kind != "soak":
         # Drift and trends compare early with late requests under the same load; across a sweep
         # the load itself changes, so latency "drift" would only restate the sweep.
-        out.findings.append(f"{len(steps)} load steps: drift is judged under constant load (soak / hold runs)")
+        out.findings.append(f"{len(seen.steps)} load steps: drift is judged under constant load (soak / hold runs)")
         return out
+    m = measured()
+    sent = m["sent_unix"].to_numpy(float)
     order = np.argsort(sent)
     thirds = np.array_split(order, 3)
     first, last = m.iloc[thirds[0]], m.iloc[thirds[-1]]

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import nullcontext
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
@@ -30,6 +31,7 @@ from capacity_plugins.analysis.intervals import (
     share_ci,
 )
 from capacity_plugins.analysis.load import RunData, Step
+from capacity_plugins.analysis.step_records import StepConsumer
 from capacity_plugins.analysis.step_telemetry import telemetry_for
 from capacity_plugins.analysis.ttft_breakdown import TTFTBreakdown
 from capacity_plugins.analysis.validity import step_validity
@@ -99,101 +101,148 @@ def slo_views(step: Step, col: Callable[[str], np.ndarray]) -> dict[str, np.ndar
             "tpot_visible_ms": np.where(np.isnan(pace), 0.0, pace)}
 
 
-def _positions_by_step(step: np.ndarray, keep: np.ndarray, indexes: list[int]) -> dict[int, np.ndarray]:
-    """Row positions of the kept rows, per step: the table reads a step's columns through them
-    instead of copying the step's rows (a long soak is one step of millions of rows)."""
-    pos = np.flatnonzero(keep)
-    tags = step[pos]
-    if tags.size and not bool(np.all(tags[1:] >= tags[:-1])):  # records are mostly step-ordered already
-        order = np.argsort(tags, kind="stable")
-        pos, tags = pos[order], tags[order]
-    keys = np.asarray(indexes, dtype=tags.dtype)
-    los, his = np.searchsorted(tags, keys, "left"), np.searchsorted(tags, keys, "right")
-    return {i: pos[lo:hi] for i, lo, hi in zip(indexes, los, his, strict=True)}
+def step_window(st: Step, sent: np.ndarray) -> float | None:
+    """The step's measured window: steps.json's, else the span of its measured requests' sends."""
+    window = st.window_s
+    if window is None and sent.size:
+        sent = sent[~np.isnan(sent)]
+        window = float(sent.max() - sent.min()) if sent.size > 1 else None
+    return window
 
 
-def step_rows(run: RunData, slo: SLOConfig) -> list[StepSummary]:
+def step_rows(run: RunData, slo: SLOConfig, also: Sequence[StepConsumer] = ()) -> list[StepSummary]:
+    """One row per step of steps.json, from one walk over the records step by step
+    (`run.records.steps()`): a step's records are held while its row is computed, then dropped.
+    `also`: what else reads each step's records on that walk (`consumer(step value, records)`,
+    every step value, -1 included), so that nothing walks the records a second time.
+
+    Each step's ITL percentiles are computed from the steps' gaps (held since the records were
+    read) once the walk has counted the step's successful requests; the partitions of millions of
+    gaps are most of a big run's analysis and numpy releases the GIL in them, so for a big run
+    they run on threads beside the walk (1 M records × 64 gaps: 1.1 s → about 0.5 s on 2 cores)."""
     conf = run.verdict.confidence
-    req = run.requests
-    column = _Columns(req)
-    indexes = [st.index for st in run.steps]
-    measured = (column("step") >= 0) & ~column("warmup")
-    cancelled = (req["error_kind"] == "cancelled").to_numpy(bool)
-    at = _positions_by_step(column("step"), measured & ~cancelled, indexes)
-    cancelled_at = _positions_by_step(column("step"), measured & cancelled, indexes)
-    ok_at = {i: p[column("ok")[p]] for i, p in at.items()}
-    itl_pcts = _itl_pcts(run, ok_at, conf)
     limits = {metric: getattr(slo, key) for metric, key in LIMITS}
-    breakdown = TTFTBreakdown(req, run.telemetry)
-    rows: list[StepSummary] = []
-    for st in run.steps:
-        mine, ok = at[st.index], ok_at[st.index]
+    breakdown = TTFTBreakdown(None, run.telemetry)
+    steps = {st.index: st for st in run.steps}
+    parts: dict[int, _Part] = {}
+    big = sum(g.values.size for g in run.itl.values()) >= 1_000_000
+    with ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1)) if big else nullcontext() as pool:
+        itl: dict[int, Any] = {}
 
-        def col(name: str, rows: np.ndarray = ok) -> np.ndarray:
-            return column(name)[rows]
+        def measure(st: Step, records: pd.DataFrame) -> None:
+            part = parts[st.index] = _measure(run, st, records, limits, slo, conf, breakdown)
+            if pool is not None:
+                itl[st.index] = pool.submit(_itl_part, run, st.index, part.n_ok, slo, conf)
+            else:
+                itl[st.index] = _itl_part(run, st.index, part.n_ok, slo, conf)
 
-        n, n_ok = int(mine.size), int(ok.size)
-        window = st.window_s
-        if window is None and n:
-            sent = col("sent_unix", mine)
-            sent = sent[~np.isnan(sent)]
-            window = float(sent.max() - sent.min()) if sent.size > 1 else None
-        achieved = st.achieved_rps if st.achieved_rps is not None else (n / window if window else None)
-        error_rate = (n - n_ok) / n if n else None
-        failed = mine[~column("ok")[mine]]
-        errs = req["error_kind"].iloc[failed].fillna("unknown").value_counts()
-        pcts: dict[str, Any] = {}
-        for m in ("ttft_ms", "tpot_ms", "e2e_ms"):
-            pcts.update(pcts_with_ci(col(m), m[:-3], conf))
-        pcts.update(itl_pcts[st.index])
-        open_loop = st.kind in OPEN_LOOP_KINDS and bool((~np.isnan(col("scheduled_unix"))).any())
-        if open_loop:
-            pcts.update(pcts_with_ci(col("ttft_from_schedule_ms"), "ttft_from_schedule", conf))
-            pcts.update(pcts_with_ci(col("e2e_from_schedule_ms"), "e2e_from_schedule", conf))
-        out_tok = col("output_tokens")
-        e2e = col("e2e_ms")
+        for index, records in run.records.steps():
+            for consumer in also:
+                consumer(index, records)
+            if index in steps:
+                measure(steps[index], records)
+        for st in run.steps:
+            if st.index not in parts:  # no record in this step
+                measure(st, run.records.empty())
+        got: dict[int, tuple[dict[str, Any], SloLimit | None]] = {
+            i: f.result() if isinstance(f, Future) else f for i, f in itl.items()}
+    return [_row(parts[st.index], got[st.index][0], got[st.index][1], slo) for st in run.steps]
 
-        # SLO judgement: share of measured requests under each limit (failures count as misses
-        # in goodput, and separately through the error rate).
-        views = slo_views(st, col)
-        good = np.ones(n_ok, dtype=bool)
-        judged: dict[str, SloLimit] = {}
-        for m, lim in limits.items():
-            if lim is None:
-                continue
-            judged[m] = limit_row(views[m], lim, slo.attainment, conf)
-            good &= np.nan_to_num(views[m], nan=math.inf) <= lim
-        if slo.itl_p95_ms is not None:
-            judged["itl_ms"] = limit_row(run.itl.get(st.index, EMPTY_GAPS), slo.itl_p95_ms, slo.attainment,
-                                         conf, n_eff=n_ok)
-        n_good = int(good.sum())
-        err_ok = error_rate is not None and error_rate <= slo.error_rate
-        validity = step_validity(st, requests=n, ok_requests=n_ok, window_s=window, settings=run.settings,
-                                 meta=run.meta)
-        row = StepSummary(
-            step=st.index, kind=st.kind, level=st.level, arm=st.arm, window_s=window,
-            target_rps=st.target_rps, offered_rps=st.offered_rps, achieved_rps=achieved,
-            requests=n, ok_requests=n_ok, errors=n - n_ok, cancelled=int(cancelled_at[st.index].size),
-            error_rate=error_rate, error_rate_ci=list(share_ci(n - n_ok, n, conf)) if n else None,
-            **_throughput(st, n_ok, n_ok / window if window else None, col, mine, window, conf),
-            error_kinds={str(k): int(v) for k, v in errs.items()},
-            **pcts,
-            open_loop=open_loop,
-            output_tokens_per_s=float(np.nansum(out_tok)) / window if window else None,
-            output_tokens_mean=float(np.nanmean(out_tok)) if n_ok and np.isfinite(out_tok).any() else None,
-            e2e_mean_ms=float(np.nanmean(e2e)) if n_ok and not bool(np.isnan(e2e).all()) else None,
-            slo=judged,
-            goodput_rps=n_good / window if window else None,
-            good_requests=n_good,
-            slo_attainment=n_good / n if n else None,
-            slo_pass=bool(n_ok > 0 and err_ok and all(v.passed for v in judged.values())),
-            **telemetry_for(run, st),
-            **breakdown.row(st),
-            **asdict(validity),
-        )
-        row.slo_judgement = slo_judgement(row, slo)
-        rows.append(row)
-    return rows
+
+@dataclass
+class _Part:
+    """A step's row but for its ITL figures (which wait on the gaps' partitions)."""
+
+    fields: dict[str, Any]
+    judged: dict[str, SloLimit]
+    n_ok: int
+    err_ok: bool
+
+
+def _measure(run: RunData, st: Step, records: pd.DataFrame, limits: dict[str, float | None], slo: SLOConfig,
+             conf: float, breakdown: TTFTBreakdown) -> _Part:
+    column = _Columns(records)
+    measured = (column("step") >= 0) & ~column("warmup")
+    cancelled = (records["error_kind"] == "cancelled").to_numpy(bool)
+    mine = np.flatnonzero(measured & ~cancelled)
+    ok = mine[column("ok")[mine]]
+
+    def col(name: str, rows: np.ndarray = ok) -> np.ndarray:
+        return column(name)[rows]
+
+    n, n_ok = int(mine.size), int(ok.size)
+    window = step_window(st, col("sent_unix", mine))
+    achieved = st.achieved_rps if st.achieved_rps is not None else (n / window if window else None)
+    error_rate = (n - n_ok) / n if n else None
+    failed = mine[~column("ok")[mine]]
+    errs = records["error_kind"].iloc[failed].fillna("unknown").value_counts()
+    pcts: dict[str, Any] = {}
+    for m in ("ttft_ms", "tpot_ms", "e2e_ms"):
+        pcts.update(pcts_with_ci(col(m), m[:-3], conf))
+    open_loop = st.kind in OPEN_LOOP_KINDS and bool((~np.isnan(col("scheduled_unix"))).any())
+    if open_loop:
+        pcts.update(pcts_with_ci(col("ttft_from_schedule_ms"), "ttft_from_schedule", conf))
+        pcts.update(pcts_with_ci(col("e2e_from_schedule_ms"), "e2e_from_schedule", conf))
+    out_tok = col("output_tokens")
+    e2e = col("e2e_ms")
+
+    # SLO judgement: share of measured requests under each limit (failures count as misses
+    # in goodput, and separately through the error rate).
+    views = slo_views(st, col)
+    good = np.ones(n_ok, dtype=bool)
+    judged: dict[str, SloLimit] = {}
+    for m, lim in limits.items():
+        if lim is None:
+            continue
+        judged[m] = limit_row(views[m], lim, slo.attainment, conf)
+        good &= np.nan_to_num(views[m], nan=math.inf) <= lim
+    n_good = int(good.sum())
+    err_ok = error_rate is not None and error_rate <= slo.error_rate
+    validity = step_validity(st, requests=n, ok_requests=n_ok, window_s=window, settings=run.settings,
+                             meta=run.meta)
+    fields = dict(
+        step=st.index, kind=st.kind, level=st.level, arm=st.arm, window_s=window,
+        target_rps=st.target_rps, offered_rps=st.offered_rps, achieved_rps=achieved,
+        requests=n, ok_requests=n_ok, errors=n - n_ok,
+        cancelled=int(np.count_nonzero(measured & cancelled)),
+        error_rate=error_rate, error_rate_ci=list(share_ci(n - n_ok, n, conf)) if n else None,
+        **_throughput(st, n_ok, n_ok / window if window else None, col, mine, window, conf),
+        error_kinds={str(k): int(v) for k, v in errs.items()},
+        **pcts,
+        open_loop=open_loop,
+        output_tokens_per_s=float(np.nansum(out_tok)) / window if window else None,
+        output_tokens_mean=float(np.nanmean(out_tok)) if n_ok and np.isfinite(out_tok).any() else None,
+        e2e_mean_ms=float(np.nanmean(e2e)) if n_ok and not bool(np.isnan(e2e).all()) else None,
+        goodput_rps=n_good / window if window else None,
+        good_requests=n_good,
+        slo_attainment=n_good / n if n else None,
+        **telemetry_for(run, st),
+        **breakdown.row(st, records),
+        **asdict(validity),
+    )
+    return _Part(fields, judged, n_ok, err_ok)
+
+
+def _itl_part(run: RunData, index: int, n_ok: int, slo: SLOConfig,
+              conf: float) -> tuple[dict[str, Any], SloLimit | None]:
+    """A step's ITL percentiles with their intervals, and its ITL limit's row when the SLO has one."""
+    gaps = run.itl.get(index, EMPTY_GAPS)
+    # Gaps of one request are not independent: their intervals count requests, not gaps.
+    pcts = pcts_with_ci(gaps.values, "itl", conf, n_eff=n_ok, counts=gaps.counts)
+    limit = None
+    if slo.itl_p95_ms is not None:
+        limit = limit_row(gaps, slo.itl_p95_ms, slo.attainment, conf, n_eff=n_ok)
+    return pcts, limit
+
+
+def _row(part: _Part, itl: dict[str, Any], itl_limit: SloLimit | None, slo: SLOConfig) -> StepSummary:
+    judged = part.judged
+    if itl_limit is not None:
+        judged["itl_ms"] = itl_limit
+    row = StepSummary(**part.fields, **itl, slo=judged,
+                      slo_pass=bool(part.n_ok > 0 and part.err_ok and all(v.passed for v in judged.values())))
+    row.slo_judgement = slo_judgement(row, slo)
+    return row
 
 
 class _Columns:
@@ -225,22 +274,6 @@ def slo_judgement(row: Judged, slo: SLOConfig) -> Judgement:
     if "fail" in judged:
         return "fail"
     return "pass" if all(j == "pass" for j in judged) else "uncertain"
-
-
-def _itl_pcts(run: RunData, ok_at: dict[int, np.ndarray], confidence: float) -> dict[int, dict[str, Any]]:
-    """Each step's ITL percentiles with their intervals. The partitions of millions of gaps are
-    most of a big run's analysis; numpy releases the GIL in them, so the steps run two at a time
-    (1 M records × 64 gaps: 1.1 s → about 0.5 s on 2 cores)."""
-    def one(index: int) -> dict[str, Any]:
-        gaps = run.itl.get(index, EMPTY_GAPS)
-        # Gaps of one request are not independent: their intervals count requests, not gaps.
-        return pcts_with_ci(gaps.values, "itl", confidence, n_eff=int(ok_at[index].size), counts=gaps.counts)
-
-    indexes = [st.index for st in run.steps]
-    if sum(g.values.size for g in run.itl.values()) < 1_000_000:
-        return {i: one(i) for i in indexes}
-    with ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1)) as pool:
-        return dict(zip(indexes, pool.map(one, indexes), strict=True))
 
 
 def _throughput(st: Step, n_ok: int, counted_rps: float | None, col: Callable[..., np.ndarray], mine: np.ndarray,

@@ -28,7 +28,8 @@ class TraceSection(AnalysisSection):
     """A `trace` replay, judged window by window: where in the traffic it broke comes first in the verdict."""
 
     def build(self, run: RunData, rows: list[StepSummary], sweep: str) -> Trace:
-        return trace_summary(rows, run.settings.load, run.slo, run.requests)
+        # the records whole only for a replay of conversations (its turns span the steps)
+        return trace_summary(rows, run.settings.load, run.slo, run.requests if run.records.has("turn") else None)
 
     def verdict(self, found: Trace, verdict: Verdict) -> None:
         verdict.reasons.insert(0, found.line)

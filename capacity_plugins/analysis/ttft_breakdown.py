@@ -105,20 +105,21 @@ class ServerHistograms:
 
 
 class TTFTBreakdown:
-    """The breakdown columns of each step's row (`row(step)`)."""
+    """The breakdown columns of each step's row (`row(step, records)`)."""
 
-    def __init__(self, requests: pd.DataFrame, telemetry: pd.DataFrame | None) -> None:
+    def __init__(self, requests: pd.DataFrame | None, telemetry: pd.DataFrame | None) -> None:
         self.hist = ServerHistograms(telemetry)
-        has = requests["ttft_ms"].notna() & (requests["step"] >= 0) & requests["sent_unix"].notna()
-        r = requests.loc[has, ["step", "ttft_ms", "sent_unix", "ok", "warmup"]]  # not every column: a copy
-        self._step = r["step"].to_numpy()
-        self._ttft = r["ttft_ms"].to_numpy(float)
-        self._first = r["sent_unix"].to_numpy(float) + self._ttft / 1000.0
-        self._measured = (r["ok"] & ~r["warmup"]).to_numpy(bool)
+        self._requests = requests  # the run's records, when `row` is not given the step's own
 
-    def row(self, step: Any) -> dict[str, Any]:
-        """The breakdown fields of the step's row (summary.json `steps[]`, COLUMNS)."""
-        mine = self._step == step.index
+    def row(self, step: Any, records: pd.DataFrame | None = None) -> dict[str, Any]:
+        """The breakdown fields of the step's row (summary.json `steps[]`, COLUMNS), from the step's
+        records (or the run's given to the constructor)."""
+        requests = self._requests if records is None else records
+        assert requests is not None
+        has = requests["ttft_ms"].notna() & (requests["step"] == step.index) & requests["sent_unix"].notna()
+        r = requests.loc[has, ["ttft_ms", "sent_unix", "ok", "warmup"]]  # not every column: a copy
+        client_ttft = r["ttft_ms"].to_numpy(float)
+        first = r["sent_unix"].to_numpy(float) + client_ttft / 1000.0
         begin = step.warmup_end_unix if step.warmup_end_unix is not None else step.start_unix
         means: dict[str, float | None] = dict.fromkeys(SERVER_PARTS)
         ttft: WindowMean | None = None
@@ -131,11 +132,11 @@ class TTFTBreakdown:
         window: list[float] | None = None
         if ttft is not None:  # the requests whose first token came between the same scrapes
             a, b = ttft.edges
-            sel = mine & (self._first > a) & (self._first <= b)
+            sel = (first > a) & (first <= b)
             window = [a, b]
         else:
-            sel = mine & self._measured
-        client = float(self._ttft[sel].mean()) if sel.any() else None
+            sel = (r["ok"] & ~r["warmup"]).to_numpy(bool)
+        client = float(client_ttft[sel].mean()) if sel.any() else None
         server, queue = means["server_ttft_mean_ms"], means["server_queue_mean_ms"]
         basis = ("server_ttft", server) if server is not None and server > 0 else ("client_ttft", client)
         shared = queue is not None and bool(basis[1])

@@ -36,7 +36,8 @@ from capacity_plugins.analysis.intervals import rate_ci, share_ci
 from capacity_plugins.analysis.load import RunData
 from capacity_plugins.analysis.sections import AnalysisSection, section
 from capacity_plugins.analysis.settings import ClassSettings
-from capacity_plugins.analysis.table import limit_row, pcts_with_ci, slo_judgement, slo_views
+from capacity_plugins.analysis.step_records import gathered
+from capacity_plugins.analysis.table import limit_row, pcts_with_ci, slo_judgement, slo_views, step_window
 from capacity_plugins.analysis.validity import step_validity
 from capacity_plugins.contracts.slo import LIMITS
 from capacity_plugins.contracts.summary import (
@@ -52,19 +53,35 @@ from capacity_plugins.contracts.summary import (
 CLASS_METRICS = ("ttft_ms", "tpot_ms", "e2e_ms")
 
 
+class ClassRecords:
+    """A step consumer (step_records.py): each step's class rows, from the step's measured records
+    grouped by their `workload`, on the analysis's walk over the steps."""
+
+    def __init__(self, run: RunData) -> None:
+        self._run = run
+        self._steps = {st.index: st for st in run.steps}
+        self.rows: dict[int, dict[str, ClassRow]] = {}
+
+    def __call__(self, index: int, records: pd.DataFrame) -> None:
+        st = self._steps.get(index)
+        if st is None:
+            return
+        run = self._run
+        measured = records[(records["step"] >= 0) & ~records["warmup"] & (records["error_kind"] != "cancelled")]
+        groups = {key: g for key, g in measured.groupby("workload", dropna=True)}
+        window = step_window(st, measured["sent_unix"].to_numpy(float))
+        empty = records.iloc[0:0]
+        self.rows[index] = {c.name: _class_row(run, st, groups.get(c.name, empty), c, window, run.verdict.confidence)
+                            for c in run.settings.workloads}
+
+
 def add_class_rows(run: RunData, rows: list[StepSummary]) -> None:
     """Each step row gets `workloads` {class: row}; its SLO fields become the mix's (module doc)."""
-    classes = run.settings.workloads
-    conf = run.verdict.confidence
-    req = run.requests
-    measured = req[(req["step"] >= 0) & ~req["warmup"] & (req["error_kind"] != "cancelled")]
-    groups = {key: g for key, g in measured.groupby(["step", "workload"], dropna=True)}
-    empty = req.iloc[0:0]
-    steps = {st.index: st for st in run.steps}
+    got = gathered(run, "workloads", lambda: ClassRecords(run))
     for row in rows:
-        st = steps[row.step]
-        per = {c.name: _class_row(run, st, groups.get((st.index, c.name), empty), c, row.window_s, conf)
-               for c in classes}
+        if row.step not in got.rows:  # a step without records
+            got(row.step, run.records.empty())
+        per = got.rows[row.step]
         row.workloads = per
         _judge_mix(row, per)
 
@@ -146,6 +163,9 @@ class WorkloadsSection(AnalysisSection):
 
     def applies(self, run: RunData) -> bool:
         return bool(run.settings.workloads)
+
+    def step_records(self, run: RunData) -> ClassRecords:
+        return ClassRecords(run)
 
     def rows(self, run: RunData, rows: list[StepSummary]) -> None:
         add_class_rows(run, rows)  # each class judged by its own SLO; the step's SLO fields become the mix's

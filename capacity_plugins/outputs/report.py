@@ -19,6 +19,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.ticker import LogFormatter
 
+from capacity_plugins.analysis import distributions
 from capacity_plugins.analysis.answer import plain_answer
 from capacity_plugins.analysis.load import RunData
 from capacity_plugins.contracts.summary import StepSummary, Summary
@@ -152,8 +153,7 @@ def throughput_latency_figure(summary: Summary) -> Any:
 
 def distributions_figure(run: RunData, summary: Summary) -> Any:
     """TTFT and E2E per step as box plots, the SLO limit a dashed line named in the legend."""
-    req = run.requests
-    m = req.loc[req["ok"] & ~req["warmup"] & (req["step"] >= 0), ["step", "ttft_ms", "e2e_ms"]]
+    samples = distributions.of_run(run)  # gathered on the analysis's walk over the steps
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     top_level = sections.slo_lines(summary) is None  # workload classes: each class has its own limits
     levels = {s.index: s.level for s in run.steps}
@@ -161,9 +161,7 @@ def distributions_figure(run: RunData, summary: Summary) -> Any:
     for ax, col, title in ((axes[0], "ttft_ms", "TTFT per step"), (axes[1], "e2e_ms", "E2E per step")):
         data, labels = [], []
         for idx in sorted(levels):
-            v = m.loc[m["step"] == idx, col].dropna().to_numpy()
-            if v.size > 20000:  # a box plot of 20 k points is as exact as one of 2 M
-                v = np.random.default_rng(0).choice(v, 20000, replace=False)
+            v = samples[idx][col] if idx in samples else np.empty(0)
             data.append(v if v.size else np.array([np.nan]))
             labels.append(fmt_level(levels[idx]) + (f"\n{arms[idx]}" if arms[idx] else ""))
         if any(np.isfinite(d).any() and np.nanmax(d) > 0 for d in data):

@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 
 # The built-in report sections, by the module that registers each, in the order summary.md shows them.
 BUILTIN = ("search_text", "workloads_text", "cache_probe_text", "trace_text", "items_text", "reasoning_text",
-           "pareto_text")
+           "images_text", "pareto_text", "agentic_text")
 
 
 class ReportSection:

@@ -6,6 +6,9 @@ documented schema. Per step it writes round(rps × window_s) requests whose E2E 
 log-normal with the given P50 and P99 (deterministic quantiles, shuffled), so the analysis must
 recover the numbers it was given. Its sends are evenly spaced: a throughput without noise.
 
+`with_typed_copy(dir)` adds requests.arrow as the records sink writes it (a batch per 50 records,
+drains left out make a gap: the JSONL's lines from there are parsed).
+
 `make_queue_results(dir, levels=..., slots=..., service_ms=...)` is the noisy one: closed-loop
 users against a server with `slots` parallel slots and random service times, simulated request by
 request, so throughput and latency carry the noise a real server's do.
@@ -263,3 +266,50 @@ def with_workloads(path: Path, classes: dict[str, dict[str, Any]], workloads: li
     doc["workloads"] = workloads
     (path / "scenario.yaml").write_text(yaml.safe_dump(doc))
     return path
+
+
+def with_typed_copy(folder: Path, skip: frozenset[int] | set[int] = frozenset()) -> Path:
+    """requests.arrow for a synthetic folder's requests.jsonl, as the sink writes it (50 records a
+    drain), less the drains numbered in `skip` (a gap: the batch before it ends there)."""
+    from capacity_plugins.contracts.folders import COLUMNAR_FILE, RECORDS_FILE
+    from capacity_plugins.sinks.columnar import ColumnarWriter
+
+    writer = ColumnarWriter(folder / COLUMNAR_FILE)
+    start = 0
+    lines = (folder / RECORDS_FILE).read_bytes().splitlines(keepends=True)
+    for k, i in enumerate(range(0, len(lines), 50)):
+        chunk = lines[i:i + 50]
+        end = start + sum(len(ln) for ln in chunk)
+        if k not in skip:
+            writer.write([orjson.loads(ln) for ln in chunk], start, end)
+        start = end
+    writer.close()
+    return folder
+
+
+def mixed_records(folder: Path, seed: int = 0) -> Path:
+    """Rewrite a synthetic folder's requests.jsonl with what real runs add to the clean steps:
+    a third of the failures cancelled, records of consecutive steps interleaved (a swarm's
+    batches arrive late: the last 40 of each step after the first 40 of the next), and 25
+    records with no step (sent between steps) at the end."""
+    rng = np.random.default_rng(seed)
+    recs = [orjson.loads(ln) for ln in (folder / "requests.jsonl").read_bytes().splitlines()]
+    failed = [r for r in recs if not r["ok"]]
+    for r in failed[::3]:
+        r["error_kind"] = "cancelled"
+    by: dict[int, list[dict]] = {}
+    for r in recs:
+        by.setdefault(r["step"], []).append(r)
+    keys = sorted(by)
+    out: list[dict] = []
+    late: list[dict] = []
+    for k in keys:
+        mine = by[k]
+        out += mine[:40] + late + mine[40:-40]
+        late = mine[-40:]
+    out += late
+    for i in range(25):
+        extra = dict(out[int(rng.integers(len(out)))], request_id=f"x{i}", step=None, warmup=False)
+        out.append(extra)
+    (folder / "requests.jsonl").write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in out))
+    return folder
