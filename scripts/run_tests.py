@@ -1,6 +1,6 @@
 """The test suite in three phases, one result: what `make test` and `make test-fast` run.
 
-1. parallel: the tests marked neither `alone`, `measured` nor `cpu`, on N pytest-xdist workers. Most of
+1. parallel: the tests marked neither `alone`, `measured`, `cpu` nor `background`, on N pytest-xdist workers. Most of
    the suite waits on the processes it starts (real Locust runs, simulators, servers), so workers
    overlap those waits. A worker takes a whole module at a time, the longest first
    (tests/helpers/schedule.py, tests/durations.json).
@@ -9,8 +9,10 @@
    simulator mostly sleeps through decode steps), and two of them leave each other's generator on
    time; beside the parallel phase they were judged client limited. Beside them only the tests
    marked `cpu` (pure computation: property tests, calibration studies, analyses of written
-   results), on two workers at the lowest CPU priority (nice 19): the kernel hands a waking
-   generator the core at once, and the computation takes the time the sweeps leave idle.
+   results) or `background` (long tests that wait on their processes and assert nothing about
+   time: the parallel phase is CPU-bound, the measured one leaves about a core idle), on three
+   workers at the lowest CPU priority (nice 19): the kernel hands a waking generator the core at
+   once, and the background takes the time the sweeps leave idle.
 3. alone: the tests marked `alone` (they start CPU burners or several generator processes, or
    assert on this machine's spare CPU itself: a CPU share, event-loop lag), one at a time, with
    nothing else running.
@@ -48,6 +50,8 @@ FAST = "not slow and not browser and not prometheus"
 SLOWEST = 25
 # Measured sweeps at once (phase 2): two on a 2-core machine held; more would starve their generators.
 MEASURED_WORKERS = 2
+# Workers of the background run beside them: its tests mostly wait on their processes or compute.
+BACKGROUND_WORKERS = 3
 # pytest's "no tests were collected": a run with nothing to do (no `alone` test under -k ...).
 NO_TESTS = 5
 
@@ -184,14 +188,19 @@ def main() -> int:
 
     parallel = Run(f"parallel ({workers} workers)",
                    [*pytest, "-n", str(workers), "--dist", "loadfile", "--no-loadscope-reorder",
-                    *marks("not alone and not measured and not cpu")], workdir / "parallel.xml", env=env)
-    background = Run("cpu (beside the measured tests, nice 19)",
-                     ["nice", "-n", "19", *pytest, "-n", "2", "--dist", "loadfile",
-                      *marks("cpu and not alone and not measured")],
-                     workdir / "cpu.xml", env=env, log=workdir / "cpu.log")
-    # --dist load: a test at a time to whichever of the two is free (the modules longest first)
-    pair = ["-n", str(args.measured_workers), "--dist", "load"] if args.measured_workers > 1 else []
-    measured = Run(f"measured ({args.measured_workers} at a time, only the cpu tests beside)",
+                    *marks("not alone and not measured and not cpu and not background")],
+                   workdir / "parallel.xml", env=env)
+    background = Run("background (cpu and background tests beside the measured ones, nice 19)",
+                     ["nice", "-n", "19", *pytest, "-n", str(BACKGROUND_WORKERS), "--dist", "loadfile",
+                      *marks("(cpu or background) and not alone and not measured")],
+                     workdir / "background.xml", env=env, log=workdir / "background.log")
+    # --dist loadfile: a module at a time to whichever of the two is free, the longest first (as
+    # collected): a module's tests often share one sweep (a module-scoped fixture), which a test at a
+    # time (--dist load) set up on both workers. (xdist's loadgroup would group them per test, but it
+    # silently stopped grouping under pytest 9.2: pytest-dev/pytest-xdist#1386.)
+    pair = ["-n", str(args.measured_workers), "--dist", "loadfile", "--no-loadscope-reorder"] \
+        if args.measured_workers > 1 else []
+    measured = Run(f"measured ({args.measured_workers} at a time, only the background run beside)",
                    [*pytest, *pair, *marks("measured and not alone")], workdir / "measured.xml", env=env)
     alone = Run("alone (one at a time, nothing beside)", [*pytest, *marks("alone")], workdir / "alone.xml", env=env)
 
@@ -202,13 +211,18 @@ def main() -> int:
             run.env = dict(env, COVERAGE_FILE=str(workdir / f".coverage.{run.junit.stem}"))
 
     started = time.monotonic()
-    # One phase after another (each phase's premise is what runs beside it); the cpu run beside the
+    # One phase after another (each phase's premise is what runs beside it); the background run beside the
     # measured one, both done before the alone phase.
     for phase in ((parallel,), (measured, background), (alone,)):
         for run in phase:
             run.start()
-        for run in phase:
-            run.wait()
+        pending = list(phase)
+        while pending:  # each run's time is its own: whichever ends first is waited for first
+            for run in [r for r in pending if r.proc is not None and r.proc.poll() is not None]:
+                run.wait()
+                pending.remove(run)
+            if pending:
+                time.sleep(0.5)
     took = time.monotonic() - started
 
     outcome = Outcome()

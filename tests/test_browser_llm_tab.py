@@ -18,7 +18,8 @@ from helpers.simulator import LOADED
 from helpers.waiting import wait_until
 from helpers.web import get_json
 
-pytestmark = [pytest.mark.browser, pytest.mark.slow]  # Chromium driving real locust processes
+# Chromium driving real locust processes; it waits on them and asserts no timing: beside the measured tests
+pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.background]
 
 SIMULATOR = LOADED
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",

@@ -154,6 +154,7 @@ def compose_run(tmp_path_factory):
         procs.stop()
 
 
+@pytest.mark.background  # waits on its processes, asserts no timing (tests/README.md)
 @pytest.mark.slow
 @pytest.mark.prometheus
 @pytest.mark.timeout(600)  # the module fixture runs the whole demo sweep
@@ -169,6 +170,7 @@ def test_compose_services_run_a_distributed_rehearsal(compose_run):
         assert "Traceback" not in procs.log(name), (name, procs.log(name)[-3000:])
 
 
+@pytest.mark.background  # waits on its processes, asserts no timing (tests/README.md)
 @pytest.mark.slow
 @pytest.mark.prometheus
 def test_every_dashboard_query_returns_data(compose_run):

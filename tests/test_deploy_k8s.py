@@ -287,6 +287,7 @@ def _service_ports(docs: list[dict[str, Any]], net: Network) -> None:
 
 @pytest.mark.slow
 @pytest.mark.prometheus
+@pytest.mark.background  # waits on its processes, asserts no timing (tests/README.md)
 @pytest.mark.timeout(600)
 def test_small_overlay_runs_a_distributed_rehearsal(tmp_path):
     prometheus = require_binary("prometheus")

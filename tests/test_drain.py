@@ -9,7 +9,7 @@ from helpers.processes import capacity
 from helpers.results import read_records, read_steps, results_dir
 from helpers.scenarios import write_scenario
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.background]  # waits on its processes, asserts no timing: beside the measured tests (tests/README.md)
 
 SIM = {"url": "embedded", "simulator": {"max_num_seqs": 2}}
 # The clock is the same on one host; a send decided just before the end may be stamped just after.

@@ -19,7 +19,7 @@ from helpers.scenarios import write_scenario
 
 from capacity_plugins.runner.child import run_child
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.background]  # waits on its processes, asserts no timing: beside the measured tests (tests/README.md)
 
 SIM = {"url": "embedded", "simulator": {"max_num_seqs": 4}}
 

@@ -17,7 +17,7 @@ from helpers.results import read_meta, read_steps
 from helpers.scenarios import write_scenario
 from helpers.waiting import wait_until
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.background]  # waits on its processes, asserts no timing: beside the measured tests (tests/README.md)
 
 
 class _Session(LoggedProcess):
@@ -68,7 +68,8 @@ def test_ctrl_c_after_a_finished_web_test_leaves_it_complete_and_a_running_one_i
         session.start_test(sim_url)
 
         def running() -> Path | None:
-            fresh = [f for f in results.iterdir() if f != finished and (f / "requests.jsonl").stat().st_size > 0]
+            fresh = [f for f in results.iterdir()
+                     if f.is_dir() and f != finished and (f / "requests.jsonl").stat().st_size > 0]
             return fresh[0] if fresh else None
 
         interrupted = wait_until(running, 90, "the second test's first records", session)

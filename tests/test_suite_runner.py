@@ -51,6 +51,8 @@ def test_one_result_over_the_three_phases_and_a_failure_in_any_fails_the_run(tmp
     tests = tmp_path / "t"
     tests.mkdir()
     (tests / "test_mixed.py").write_text(textwrap.dedent("""
+        import os
+
         import pytest
 
         def test_parallel_passes():
@@ -59,12 +61,18 @@ def test_one_result_over_the_three_phases_and_a_failure_in_any_fails_the_run(tmp
         def test_parallel_skips():
             pytest.skip("nothing here")
 
+        @pytest.fixture(scope="module")
+        def sweep(tmp_path_factory):
+            # one sweep the module's measured tests share: set up once, on one worker
+            with open(os.environ["SETUPS_FILE"], "a") as f:
+                f.write("sweep ")
+
         @pytest.mark.measured
-        def test_measured_passes():
+        def test_measured_passes(sweep):
             pass
 
         @pytest.mark.measured
-        def test_measured_too():
+        def test_measured_too(sweep):
             pass
 
         @pytest.mark.cpu
@@ -72,18 +80,25 @@ def test_one_result_over_the_three_phases_and_a_failure_in_any_fails_the_run(tmp
             import os
             assert os.nice(0) == 19, "the cpu run is at the lowest priority"
 
+        @pytest.mark.background
+        def test_background_runs_niced():
+            import os
+            assert os.nice(0) == 19, "the background run is at the lowest priority"
+
         @pytest.mark.alone
         def test_alone_fails():
             assert False, "the alone phase's failure"
     """))
+    setups = tmp_path / "setups.txt"
     out = run([sys.executable, str(ROOT / "scripts" / "run_tests.py"), "-n", "2", "--", str(tests)],
-              env=_outside_xdist(), timeout=300)
+              env={**_outside_xdist(), "SETUPS_FILE": str(setups)}, timeout=300)
     text = out.stdout + out.stderr
     assert out.returncode == 1, text[-4000:]
     assert "FAILED" in text and "test_mixed.py::test_alone_fails" in text, text[-4000:]
-    assert "FAILED: 4 passed, 1 failed, 1 skipped" in text, text[-4000:]
-    # three phases, in order: the measured tests two at a time with the cpu one beside them, then the alone one
-    order = [text.index(s) for s in ("==== parallel", "==== measured (2 at a time", "==== cpu (beside the measured",
+    assert "FAILED: 5 passed, 1 failed, 1 skipped" in text, text[-4000:]
+    # three phases, in order: the measured tests two at a time with the background run beside them, then the alone one
+    order = [text.index(s) for s in ("==== parallel", "==== measured (2 at a time", "==== background (cpu and",
                                      "==== alone")]
     assert order == sorted(order), text[-4000:]
     assert "slowest tests" in text, text[-4000:]
+    assert setups.read_text() == "sweep ", "the measured tests sharing a module's sweep ran it once"

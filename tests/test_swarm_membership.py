@@ -15,7 +15,7 @@ from helpers.processes import CAPACITY, popen
 from helpers.results import read_records, read_steps, results_dir
 from helpers.scenarios import write_scenario
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.background]  # waits on its processes, asserts no timing: beside the measured tests (tests/README.md)
 
 
 def test_a_late_worker_invalidates_only_the_step_it_joined_which_is_re_run(tmp_path):

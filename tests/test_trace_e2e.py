@@ -116,7 +116,8 @@ def test_a_bad_trace_line_is_exit_2_naming_file_line_and_field(tmp_path):
 
 
 # alone: it asserts the run decides, so its two generators must not be client limited (on a loaded
-# 2-core host beside the parallel phase they were, and the run rightly refused)
+# 2-core host beside the parallel phase they were, and the run rightly refused); beside a measured
+# sweep, its two generators took the other sweep's CPU (a capacity search failed at 2 users)
 @pytest.mark.alone
 @pytest.mark.slow
 def test_multi_turn_sessions_grow_prompts_and_hit_the_prefix_cache_across_processes(tmp_path):

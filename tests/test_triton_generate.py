@@ -284,6 +284,7 @@ def test_locust_run_cumulative_outputs_against_the_truth(start_simulator, tmp_pa
     assert statistics.median(diffs) <= 1.0
 
 
+@pytest.mark.background  # waits on its processes, asserts no timing (tests/README.md)
 @pytest.mark.slow
 def test_capacity_run_of_the_shipped_triton_scenario(tmp_path, monkeypatch):
     # The shipped file's target and request settings, aimed at the embedded simulator serving

@@ -16,7 +16,7 @@ from helpers.simulator import LOADED
 from helpers.waiting import wait_until
 from helpers.web import get_json, http_post
 
-pytestmark = pytest.mark.slow  # real locust processes
+pytestmark = [pytest.mark.slow, pytest.mark.background]  # real locust processes; beside the measured tests
 
 SIMULATOR = LOADED
 
