@@ -207,6 +207,7 @@ def register(environment: Environment) -> None:
         # A worker with its own scenario loads the corpus now; the master's setup only checks it.
         source.load(options)
         source.prepare_classes(scenario, options)  # the classes' corpora too: a bad one is exit 2
+        source.prepare_sessions(scenario)  # an agentic load's session scripts
     client.attach(environment)
     source.attach(environment)  # last: a user waiting for the plugin starts once it is there
     results = ResultsFolder(folder, scenario, client, events, parsed)
@@ -367,6 +368,7 @@ class _Run:
             source.load(options)
             client.configure(options)
             source.prepare_classes(self.scenario, options)
+            source.prepare_sessions(self.scenario)
         except UserError as e:
             log.error("capacity: %s (keeping the previous options)", e)
         assert source.corpus is not None

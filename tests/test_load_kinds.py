@@ -51,14 +51,14 @@ def test_an_unknown_kind_names_the_closest_one(tmp_path):
     with pytest.raises(UserError) as e:
         kinds.get("peek")
     assert str(e.value) == ("load: kind must be one of concurrency_sweep, rate_sweep, peak, capacity_search, "
-                            "cache_probe, trace (did you mean peak?)")
+                            "cache_probe, trace, agentic (did you mean peak?)")
     # the scenario says the same, on the file's line
     msg = scenario_error(tmp_path, "target: {url: embedded}\nload: {kind: cache_prob}\n")
     assert msg.endswith("s.yaml: load: kind must be one of concurrency_sweep, rate_sweep, peak, capacity_search, "
-                        "cache_probe, trace (did you mean cache_probe?)")
+                        "cache_probe, trace, agentic (did you mean cache_probe?)")
     # a name close to nothing gets no guess (the message the scenario always gave)
     assert kinds.unknown("wave") == ("kind must be one of concurrency_sweep, rate_sweep, peak, capacity_search, "
-                                     "cache_probe, trace")
+                                     "cache_probe, trace, agentic")
 
 
 # -- no isinstance on a load kind ---------------------------------------------------------------------------
@@ -162,7 +162,7 @@ def test_a_kind_registered_from_outside_runs_through_scenario_errors_and_plan():
     assert got["levels"] == [3.0, 3.0, 3.0] and got["min_requests"] == 100 and got["open_loop"] is False
     assert got["copy"]["kind"] == "burst" and got["copy"]["bursts"] == 3
     assert got["typo"] == "s.yaml: load.burts: unknown key for load kind burst (did you mean bursts?)"
-    assert got["unknown"].endswith("cache_probe, trace, burst (did you mean burst?)")
+    assert got["unknown"].endswith("cache_probe, trace, agentic, burst (did you mean burst?)")
 
 
 def test_kind_modules_import_neither_locust_nor_the_load_side():

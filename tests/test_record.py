@@ -9,7 +9,8 @@ DOCUMENTED_FIELDS = {
     "ttft_from_schedule_ms", "e2e_from_schedule_ms", "tpot_ms", "itl_ms", "itl_tokens",
     "prompt_tokens", "output_tokens", "output_tokens_source", "client_output_tokens", "max_tokens",
     "stream", "workload", "tokenizer_output_tokens", "finish_reason", "session_id", "turn",
-    "reasoning_tokens", "reasoning_tokens_source", "visible_output_tokens", "tpot_visible_ms",
+    "tool_wait_ms", "session_ms", "reasoning_tokens", "reasoning_tokens_source", "visible_output_tokens",
+    "tpot_visible_ms", "images", "image_sizes",
 }
 MS = 1_000_000
 

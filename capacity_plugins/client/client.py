@@ -24,6 +24,7 @@ from capacity_plugins.client.backoff import Backoff
 from capacity_plugins.client.tokens import TokenCountEvidence
 from capacity_plugins.contracts.options import LLMOptions
 from capacity_plugins.contracts.redaction import Secrets, basic_auth
+from capacity_plugins.corpus.images import synthetic_images
 from capacity_plugins.dialects import Dialect, RequestParams, get_dialect
 from capacity_plugins.errors import UserError
 from capacity_plugins.sinks.stats import LLMStats
@@ -80,8 +81,11 @@ class LLMClient:
             include_usage=options.usage,
             ignore_eos=options.ignore_eos,
             batch_size=options.batch_size,
+            images=options.images,
+            image_size=options.image_size,
         )
         self.request_name = options.dialect
+        synthetic_images(options.images, options.image_size)  # made now, not in the first request
         if options.tokenizer != self.tokenizer_path:  # a worker reconfigures with the same path: keep it
             self.tokenizer = load_tokenizer(options.tokenizer) if options.tokenizer else None
             self.tokenizer_path = options.tokenizer

@@ -58,6 +58,9 @@ FLAGS: dict[str, _Flag] = {
     "tokenizer": _Flag("Hugging Face tokenizer.json used to count output tokens when the server reports no usage"),
     "retries": _Flag("Retry attempts for 429/5xx/connect failures (each attempt is recorded)"),
     "batch_size": _Flag("Items (texts, documents) per request of an embeddings or rerank dialect"),
+    "images": _Flag("Synthetic images sent with each chat request (openai-chat, ollama); a corpus line's own "
+                    "\"images\" win"),
+    "image_size": _Flag("Resolution of the synthetic images, WIDTHxHEIGHT (e.g. 1024x1024)"),
     "api_key_env": _Flag("Name of the environment variable holding the API key (the key itself is never an option)"),
     "headers": _Flag("Extra request header K:V (repeatable)", web_ui=False, aliases=("--header",)),
     "insecure": _Flag("Do not verify TLS certificates"),

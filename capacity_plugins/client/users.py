@@ -15,6 +15,7 @@ How one call is measured (the numbers users buy GPUs with):
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import ssl
 import time
@@ -41,6 +42,7 @@ from capacity_plugins.client.stream import (
 )
 from capacity_plugins.contracts.clock import master_time
 from capacity_plugins.contracts.records import RequestRecord, Timings
+from capacity_plugins.corpus.images import synthetic_images
 from capacity_plugins.corpus.trace import trace_sample
 from capacity_plugins.dialects import MalformedEvent
 
@@ -79,6 +81,7 @@ class Source(Protocol):
     trace_block_tokens: int
     trace_sessions: bool
     sessions: Any  # rehearsal/sessions.py SessionStore
+    agentic: Any  # an agentic load's session scripts on this process (rehearsal/source.py AgenticDeck), else None
 
     def step_at(self, now_unix: float) -> tuple[int | None, bool]: ...
 
@@ -125,6 +128,7 @@ class LLMUser(FastHttpUser):
         self._base = (self.host or "").rstrip("/")
         self._retry_after_s: float | None = None
         self._last_text: str | None = None  # the last answer's text, kept for a session's history
+        self._last_calls: list[list[str]] = []  # and its tool calls (an agentic session's)
 
     @task
     def llm_request(self) -> None:
@@ -138,6 +142,9 @@ class LLMUser(FastHttpUser):
         pause = llm.backoff.remaining()
         if pause > 0:  # the server refused connections: nobody sends for a while (client/backoff.py)
             gevent.sleep(min(pause, 0.05) if source.pacer is not None else pause)
+            return
+        if source.agentic is not None:  # closed loop: this user walks one whole session, then the next
+            self._agentic_session()
             return
         scheduled_unix = None
         request = None
@@ -177,6 +184,22 @@ class LLMUser(FastHttpUser):
         finally:
             sessions.end(sid, (sample.messages or [{}])[-1].get("content", ""), answer)
 
+    def _agentic_session(self) -> None:
+        """One agentic session, all of it by this user (so on this process): model calls with the
+        whole history, the tools' latencies between them (client/sessions.py run_agentic)."""
+        from capacity_plugins.client.sessions import Answer, run_agentic
+
+        script, run_id, rng = self.source.agentic.next()
+        source = self.source
+
+        def send(sample: Any) -> Answer:
+            self._last_text, self._last_calls = None, []
+            record = self.call(sample)
+            return Answer(record.ok, self._last_text, self._last_calls, record.sent_unix)
+
+        run_agentic(script, run_id, send=send, wait=gevent.sleep, clock=time.perf_counter,
+                    may_send=lambda: source.may_send(master_time()), rng=rng)
+
     def call(self, sample: Any, scheduled_unix: float | None = None, lane: WorkloadLane | None = None) -> RequestRecord:
         """Send one sample (with opt-in retries) with its workload class's settings (the run's
         without one); every attempt is recorded. Returns the last."""
@@ -202,6 +225,10 @@ class LLMUser(FastHttpUser):
         yield_to_first_reads()  # before the send stamp: what it waits for is not this request's
         llm = self.llm
         params = lane.params if lane is not None else llm.params
+        images = getattr(sample, "images", ())
+        if params.images and not images:  # synthetic images, made when the run was set up
+            images = synthetic_images(params.images, params.image_size)
+            sample = dataclasses.replace(sample, images=images)
         call = llm.dialect.build(sample, params)
         parser = llm.dialect.parser(params.stream)
         session_id = getattr(sample, "session_id", None)
@@ -287,6 +314,7 @@ class LLMUser(FastHttpUser):
         tokenizer_tokens = None
         text = parser.generated_text()
         self._last_text = text
+        self._last_calls = parser.calls or []
         # (a session keeps the text without a tokenizer: then there is nothing to count with)
         if (llm.tokenizer is not None and text is not None and (text or params.stream)
                 and parser.usage_output_tokens is None and parser.continuous_output_tokens is None):
@@ -319,6 +347,11 @@ class LLMUser(FastHttpUser):
             prefer_chunks=llm.token_evidence.prefer_chunks,
             finish_reason=parser.finish_reason,
             usage_reasoning_tokens=parser.usage_reasoning_tokens,
+            tool_wait_ms=getattr(sample, "tool_wait_ms", None),
+            # an agentic session's last call: its completion time from the session's first send
+            session_start_unix=(getattr(sample, "session_start_unix", None) or now_unix)
+            if getattr(sample, "last_turn", False) else None,
+            images=images,
         )
         self._finish(record, lane.request_name if lane is not None else llm.request_name)
         if cancelled is not None:

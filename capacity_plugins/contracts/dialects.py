@@ -20,6 +20,10 @@ DIALECTS: Final[tuple[str, ...]] = ("openai-chat", "openai-completions", "tgi", 
 ITEM_DIALECTS: Final[dict[str, str]] = {"openai-embeddings": "embeddings", "tei-embed": "embeddings",
                                         "rerank": "rerank", "tei-rerank": "rerank"}
 
+# The dialects that can send images with a prompt (contracts/images.py): OpenAI chat's `image_url`
+# content parts, Ollama chat's `images`.
+IMAGE_DIALECTS: Final[tuple[str, ...]] = ("openai-chat", "ollama")
+
 # The paths each dialect appends to the target URL, its request path first ("{model}": any one
 # segment). The dialects (dialects/*.py) send to exactly these; a test keeps the two in step.
 API_PATHS: Final[dict[str, tuple[str, ...]]] = {

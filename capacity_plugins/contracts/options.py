@@ -32,7 +32,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from capacity_plugins.contracts.dialects import DIALECTS, TRITON_GENERATE, TritonFields
+from capacity_plugins.contracts.dialects import DIALECTS, IMAGE_DIALECTS, TRITON_GENERATE, TritonFields
+from capacity_plugins.contracts.images import MAX_SIDE, parse_size
 from capacity_plugins.contracts.redaction import Secrets, run_secrets
 from capacity_plugins.errors import UserError
 
@@ -62,6 +63,8 @@ class LLMOptions:
     tokenizer: str | None = None  # tokenizer.json path; counts output tokens when the server gives no usage
     retries: int = 0
     batch_size: int = 1  # items per request of an embeddings / rerank dialect (contracts.dialects.ITEM_DIALECTS)
+    images: int = 0  # synthetic images per request (a prompt naming its own images sends those)
+    image_size: str = "1024x1024"  # the synthetic images' resolution, WxH
     api_key_env: str = ""
     headers: dict[str, str] = field(default_factory=dict)
     insecure: bool = False
@@ -79,6 +82,9 @@ class LLMOptions:
             raise UserError(f"--sampling: unknown mode {self.sampling!r} (known: {', '.join(SAMPLING_MODES)})")
         if self.batch_size < 1:
             raise UserError(f"--batch-size: must be at least 1, got {self.batch_size}")
+        found_images = images_problem(self.dialect, self.images, self.image_size)
+        if found_images is not None:
+            raise UserError(f"{flag(found_images[0])}: {found_images[1]}")
         for name in ("max_tokens", "retries"):
             if getattr(self, name) < 0:
                 raise UserError(f"{flag(name)}: must be >= 0, got {getattr(self, name)}")
@@ -119,6 +125,19 @@ class LLMOptions:
                            api_key_what=f"--api-key-env {self.api_key_env}")
 
 
+def images_problem(dialect: str, images: int, image_size: str) -> tuple[str, str] | None:
+    """(option, why) for the first rule synthetic images break: a count ≥ 0, a `WxH` size, a
+    dialect that can send them. The scenario names the key, the flags the flag."""
+    if images < 0:
+        return "images", f"must be >= 0, got {images}"
+    if parse_size(image_size) is None:
+        return "image_size", f"must be WIDTHxHEIGHT in pixels (1 to {MAX_SIDE} each), like 1024x768; got {image_size!r}"
+    if images and dialect not in IMAGE_DIALECTS:
+        return "images", (f"the {dialect} dialect cannot send images; use one of {', '.join(IMAGE_DIALECTS)} "
+                          "(or images: 0)")
+    return None
+
+
 # A scenario's defaults: a capacity rehearsal's sampling settings, request timeout and prompt seed.
 REHEARSAL: Final[LLMOptions] = dataclasses.replace(LLMOptions(), temperature=0.7, top_p=1.0, timeout_s=60.0, seed=42)
 
@@ -141,6 +160,8 @@ SCENARIO_KEYS: Final[dict[str, str | None]] = {
     "tokenizer": "request.tokenizer",
     "retries": "request.retries",
     "batch_size": "request.batch_size",
+    "images": "request.images",
+    "image_size": "request.image_size",
     "api_key_env": "target.api_key_env",
     "headers": "target.headers",
     "insecure": "target.insecure",

@@ -42,10 +42,14 @@ requests.jsonl schema (one JSON object per request *attempt*, appended as it end
 | max_tokens | limit asked for (per-sample from the corpus, else --max-tokens) |
 | stream | streaming request |
 | workload | the scenario's workload class this request was drawn for (`workloads:`), or a trace replay's `class` from the trace line; null otherwise. Folders written before it carry `class: "default"` instead, read as null |
-| session_id, turn | a multi-turn trace replay (`load.sessions`): the conversation and the turn in it (1 = first); null otherwise |
+| session_id, turn | a multi-turn trace replay (`load.sessions`): the conversation and the turn in it (1 = first); an agentic session (`load.kind: agentic`): the session's run and its model call (1 = first); null otherwise |
+| tool_wait_ms | an agentic session's model call after tool results: the tool latency the client waited since the previous call's answer (measured); null otherwise |
+| session_ms | an agentic session's last model call, when every call of the session succeeded: the session's completion time, its first call's send → this call's last byte; null otherwise |
 | reasoning_tokens, reasoning_tokens_source | output tokens the model spent thinking: the server's `usage.completion_tokens_details.reasoning_tokens` (`usage`), else the reasoning-channel chunks counted (`channel`: `reasoning_content` / `reasoning` / `thinking`, one token per chunk); null when the answer had no reasoning channel and the server said nothing |
 | visible_output_tokens | output_tokens − reasoning_tokens (with a server count), else the visible chunks counted; null with reasoning_tokens |
 | tpot_visible_ms | TPOT over the visible tokens only; null with reasoning_tokens or when visible_output_tokens ≤ 1 |
+| images | images sent with the prompt (a corpus line's `images`, or `request.images` synthetic ones); null for a text-only request |
+| image_sizes | each image's resolution, `WxH`, in the order sent; null for one the client did not measure (a URL the server fetches) |
 
 Differences from peers (docs/metrics.md): vLLM bench stamps TTFT at the first SSE message with
 `choices`, even a role-only one, and so reports a smaller TTFT; we skip role-only and empty
@@ -62,6 +66,8 @@ from operator import sub
 from typing import Any, cast
 
 import orjson
+
+from capacity_plugins.contracts.images import ImagePart
 
 ERROR_KINDS = (
     "http_4xx",
@@ -153,11 +159,18 @@ class RequestRecord:
     # A multi-turn trace replay (load.sessions): the conversation and the turn (1 = its first).
     session_id: str | None = None
     turn: int | None = None
+    # An agentic session (load.kind agentic): the tool latency waited before this call, and on the
+    # session's last call its completion time (first send → last byte).
+    tool_wait_ms: float | None = None
+    session_ms: float | None = None
     # A reasoning answer (module doc): thinking and visible tokens, TPOT over the visible ones.
     reasoning_tokens: int | None = None
     reasoning_tokens_source: str | None = None
     visible_output_tokens: int | None = None
     tpot_visible_ms: float | None = None
+    # Image inputs (contracts/images.py): how many, and each one's WxH (null: not known to the client).
+    images: int | None = None
+    image_sizes: list[str | None] | None = None
 
     @classmethod
     def build(
@@ -186,6 +199,9 @@ class RequestRecord:
         session_id: str | None = None,
         turn: int | None = None,
         usage_reasoning_tokens: int | None = None,
+        tool_wait_ms: float | None = None,
+        session_start_unix: float | None = None,
+        images: tuple[ImagePart, ...] = (),
     ) -> RequestRecord:
         sent = t.sent_ns
         end = t.end_ns if t.end_ns is not None else sent
@@ -216,6 +232,9 @@ class RequestRecord:
             tpot = round((stamps[-1] - t.first_token_ns) / 1e6 / (output - 1), 4)
 
         reasoning = _reasoning(t, usage_reasoning_tokens, output, source)
+        # the session's completion time, on its last call (session_start_unix given only then)
+        session = (round((t.sent_unix - session_start_unix) * 1000.0 + e2e, 4)
+                   if session_start_unix is not None and error_kind is None else None)
 
         ttft_sched = e2e_sched = None
         if t.scheduled_unix is not None:
@@ -255,7 +274,11 @@ class RequestRecord:
             finish_reason=finish_reason,
             session_id=session_id,
             turn=turn,
+            tool_wait_ms=None if tool_wait_ms is None else round(tool_wait_ms, 4),
+            session_ms=session,
             **reasoning,
+            images=len(images) if images else None,
+            image_sizes=[im.size for im in images] if images else None,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -322,12 +345,18 @@ ANALYSIS_COLUMNS: dict[str, str] = {
     "prompt_tokens": "f",
     "workload": "s",
     "turn": "i",
+    # an agentic session's (analysis/agentic.py): which session, the tool wait, its completion time
+    "session_id": "s",
+    "tool_wait_ms": "f",
+    "session_ms": "f",
     # a reasoning answer's (analysis/reasoning.py): time to first output token, thinking, pace
     "first_visible_ms": "f",
     "reasoning_tokens": "f",
     "reasoning_tokens_source": "s",
     "visible_output_tokens": "f",
     "tpot_visible_ms": "f",
+    # image inputs (analysis/images.py): latency by how many images a request carried
+    "images": "f",
 }
 assert set(ANALYSIS_COLUMNS) <= set(RECORD_FIELDS), "ANALYSIS_COLUMNS names a field records do not have"
 

@@ -28,6 +28,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import AliasChoices, Field
 
 from capacity_plugins.contracts.document import Interval, Number, Section, read_json
+from capacity_plugins.contracts.image_latency import ImageLatency
 from capacity_plugins.contracts.meta import CacheArm, LostWorker, Meta, Records, Search
 from capacity_plugins.contracts.pareto import Pareto
 from capacity_plugins.contracts.planning import SLOConfig, VerdictConfig
@@ -700,6 +701,57 @@ class Items(Section):
     """The section in one sentence."""
 
 
+class AgenticStep(Section):
+    """One step of an agentic run (load kind `agentic`): its level is the concurrent sessions."""
+
+    level: float = 0.0
+    """Concurrent sessions (Locust users, each walking one session at a time)."""
+    sessions_completed: int = 0
+    """Sessions whose last model call ended successfully in the measured window (its `session_ms` set)."""
+    sessions_per_min: float | None = None
+    """`sessions_completed` / the window × 60."""
+    session_p50_s: float | None = None
+    session_p95_s: float | None = None
+    """Nearest-rank percentiles of the completed sessions' completion times (first send → last byte)."""
+    calls_per_session: float | None = None
+    """Model calls per completed session (mean)."""
+    tool_wait_mean_ms: float | None = None
+    """The measured tool latency waited before a model call, mean over the window's calls after tools."""
+    rps: float | None = None
+    """The step's model calls per second (the step row's `rps`)."""
+    ttft_p95_ms: float | None = None
+    """Per model call: TTFT P95 (the step row's)."""
+    first_visible_p95_ms: float | None = None
+    """Per model call: time to first output token P95 (the step row's, when measured)."""
+    session_slo_pass: bool | None = None
+    """`session_p95_s` ≤ load.session_p95_s; null when that SLO is not set or no session completed."""
+    slo_pass: bool = False
+    """The step row's verdict on the run's per-call SLO (TTFT, time to first output token, …)."""
+    valid: bool = False
+
+
+class Agentic(Section):
+    """An agentic run (load kind `agentic`, analysis/agentic.py): capacity in sessions."""
+
+    SOMETIMES = frozenset({"session_p95_limit_s", "per_node_sessions", "per_node_sessions_per_min",
+                           "per_node_rps", "limited_by"})
+    steps: list[AgenticStep] = Field(default_factory=list)
+    session_p95_limit_s: float | None = None
+    """load.session_p95_s: the session SLO (completion time P95), when set."""
+    per_node_sessions: float | None = None
+    """Concurrent sessions one node holds within every SLO: the lower of the run's capacity in
+    users (`capacity.per_node_concurrency`, the per-call SLO) and the highest valid level whose
+    session P95 held, ÷ `capacity.replicas_behind_url`."""
+    per_node_sessions_per_min: float | None = None
+    """Completed sessions per minute at that level (the passing step's, ÷ replicas)."""
+    per_node_rps: float | None = None
+    """Model calls per second at that level (÷ replicas), beside the capacity's requests/s."""
+    limited_by: str | None = None
+    """`session_slo`, `per_call_slo`, `never_failed` (a lower bound: extend the levels) or null (unknown)."""
+    line: str = ""
+    """The section in one plain sentence."""
+
+
 class Workloads(Section):
     """Each workload class's SLO and capacity and the class that limits the mix."""
 
@@ -869,8 +921,9 @@ class Summary(Section):
     """
 
     # Written only when set: sections added after schema 2's first files were written (item_rates:
-    # an embeddings / rerank run; reasoning: answers with thinking; pareto: a sweep that decoded output).
-    SOMETIMES = frozenset({"item_rates", "reasoning", "pareto"})
+    # an embeddings / rerank run; reasoning: answers with thinking; pareto: a sweep that decoded output;
+    # images: requests that carried images).
+    SOMETIMES = frozenset({"item_rates", "reasoning", "pareto", "images", "agentic"})
 
     schema_version: int = SCHEMA_VERSION
     """2 (1 had no intervals, validity fields, `run`, `outcome`, `verdict_settings`)."""
@@ -909,6 +962,10 @@ class Summary(Section):
     pareto: Pareto | None = None
     """Each step's output tokens/s per GPU against per user, the frontier marked (contracts/pareto.py);
     written when a step decoded output."""
+    images: ImageLatency | None = None
+    """Written when some request carried images: latency by image count per step (contracts/image_latency.py)."""
+    agentic: Agentic | None = None
+    """Written for an agentic run (load kind `agentic`): sessions per node and per minute (analysis/agentic.py)."""
     warnings: list[str] = Field(default_factory=list)
     """Things the reader must know: incomplete run, lost workers, lost records, refusing workers, a cut
     last line of requests.jsonl, a simulated target, insufficient steps, no telemetry, …"""

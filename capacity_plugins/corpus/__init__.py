@@ -27,6 +27,7 @@ Modules, each importing only those above it (no cycles; tests/test_corpus.py che
 |---|---|
 | `text` | the token estimate, CJK detection, the text of a message list |
 | `words` | the word pools and seeded draws of the generated corpora |
+| `images` | the images a prompt names (checked at load, encoded when first sent), synthetic images |
 | `sample` | `Sample`, one prompt |
 | `stats` | what `capacity corpus stats` reports (percentiles from `contracts.percentiles`) |
 | `sampler` | `Sampler`: shards, modes, wraps |

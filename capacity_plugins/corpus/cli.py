@@ -1,7 +1,8 @@
 """`capacity corpus stats SOURCE` and `capacity corpus build`.
 
 ``stats`` loads a corpus (a file, ``builtin``, ``builtin:long`` or ``synthetic:...``), prints its
-size, duplicates, shared long prefixes, length percentiles and language mix (``--json`` for a
+size, duplicates, shared long prefixes, length percentiles and language mix — and the images a
+corpus names: per prompt, resolutions, estimated image tokens (corpus/stats.py) — (``--json`` for a
 machine-readable object), and exits 2 when it has fewer than ``--min-distinct`` distinct prompts
 (the stats are still printed first, so you can see what is wrong). ``build`` regenerates the
 shipped built-in corpus deterministically and prints its SHA-256 (of the uncompressed JSONL,
@@ -52,6 +53,16 @@ def _human(st: dict[str, Any]) -> str:
         f"max_tokens   set on {st['max_tokens']['samples_with']} samples"
         + (f" (p50 {st['max_tokens']['p50']})" if "p50" in st["max_tokens"] else ""),
     ]
+    im = st.get("images")
+    if im:
+        rule = im["tile_rule"]
+        sizes = ", ".join(f"{k} ×{v}" for k, v in im["resolutions"].items())
+        lines += [
+            f"images       {im['total']} on {im['prompts_with']} prompts; per prompt {pct(im['per_prompt'])}",
+            f"resolutions  {sizes}" + (f", {im['other_resolutions']} of other sizes" if im["other_resolutions"] else ""),
+            f"image tokens (est) per prompt {pct(im['image_tokens_est'])}  ({rule['tile_px']}-px tiles × "
+            f"{rule['tokens_per_tile']} tokens, at most {rule['max_tiles']} + a thumbnail: the simulator's rule)",
+        ]
     return "\n".join(lines)
 
 

@@ -22,7 +22,7 @@ class Corpus:
         return len(self.samples)
 
     def distinct_count(self) -> int:
-        return len({s.text for s in self.samples})
+        return len({s.identity for s in self.samples})  # the same text with other images is another prompt
 
     def stats(self) -> dict[str, Any]:
         return describe(self.samples, self.source, self.sha256)

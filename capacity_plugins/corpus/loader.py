@@ -8,6 +8,7 @@ server's prefix cache and flatter every latency). Errors raise one-line `UserErr
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import hashlib
 from pathlib import Path
@@ -15,7 +16,6 @@ from pathlib import Path
 from capacity_plugins.corpus.builtin import BUILTIN_FILE, DATA_DIR, long_records
 from capacity_plugins.corpus.collection import Corpus
 from capacity_plugins.corpus.readers import parse_jsonl, read_file, to_jsonl
-from capacity_plugins.corpus.sample import Sample
 from capacity_plugins.corpus.synthetic import synthetic_jsonl
 from capacity_plugins.errors import UserError
 
@@ -37,7 +37,7 @@ def load_corpus(source: str | Path, *, min_distinct: int = DEFAULT_MIN_DISTINCT,
         corpus = Corpus(samples, src, digest)
     if not max_tokens_field:
         corpus.samples = [
-            s if s.max_tokens is None else Sample(s.id, s.prompt, s.messages, None, s.prompt_chars, s.prompt_tokens_est)
+            s if s.max_tokens is None else dataclasses.replace(s, max_tokens=None)
             for s in corpus.samples
         ]
     if not corpus.samples:

@@ -1,7 +1,8 @@
 """Corpus files: JSONL (also gzipped), CSV, ShareGPT / JSON lists and Parquet → samples.
 
 - ``.jsonl`` (also ``.jsonl.gz``): one ``{"prompt": str}`` or ``{"messages": [{"role",
-  "content"}, ...]}`` object per line and optional ``"max_tokens"`` / ``"id"``.
+  "content"}, ...]}`` object per line and optional ``"max_tokens"`` / ``"id"`` / ``"images"`` (a
+  list of image paths, relative to the corpus file's folder, or URLs: corpus/images.py).
 - ``.csv``: a ``prompt`` column (optional ``max_tokens`` / ``id``).
 - ShareGPT ``.json`` (a list of ``{"id", "conversations": [{"from": "human", "value"}, ...]}``):
   the first human turn is the prompt, and, as vLLM's benchmark does, the following reply's
@@ -25,6 +26,7 @@ from typing import Any
 
 import orjson
 
+from capacity_plugins.corpus.images import corpus_images
 from capacity_plugins.corpus.sample import Sample
 from capacity_plugins.corpus.text import content_text, estimate_tokens
 from capacity_plugins.errors import UserError
@@ -52,11 +54,11 @@ def read_file(path: Path, label: str) -> tuple[list[Sample], str]:
         except (OSError, EOFError) as e:
             raise UserError(f"{label}: not a valid gzip file ({e})") from None
     if kind in (".jsonl", ".jsonl.gz"):
-        samples = parse_jsonl(raw, label, max_tokens_field=True)
+        samples = parse_jsonl(raw, label, max_tokens_field=True, base=path.parent)
     elif kind == ".csv":
         samples = _parse_csv(raw, label)
     elif kind == ".json":
-        samples = _parse_json(raw, label)
+        samples = _parse_json(raw, label, path.parent)
     else:
         samples = _parse_parquet(path, label)
     return samples, digest
@@ -122,7 +124,7 @@ def _validate_messages(msgs: Any, label: str, where: str) -> list[dict[str, Any]
 
 
 def _sample_from_obj(obj: Any, label: str, where: str, default_id: str, ids: _Ids,
-                     max_tokens_field: bool) -> Sample:
+                     max_tokens_field: bool, base: Path | None = None) -> Sample:
     if not isinstance(obj, dict):
         raise UserError(f"{label}:{where}: expected a JSON object, got {type(obj).__name__}")
     has_p, has_m = "prompt" in obj, "messages" in obj
@@ -132,15 +134,16 @@ def _sample_from_obj(obj: Any, label: str, where: str, default_id: str, ids: _Id
         raise UserError(f"{label}:{where}: missing \"prompt\" or \"messages\"")
     pid = ids.take(obj.get("id"), default_id, where)
     mt = _max_tokens(obj.get("max_tokens"), label, where) if max_tokens_field else None
+    images = corpus_images(obj["images"], base, label, where) if obj.get("images") is not None else ()
     if has_p:
         p = obj["prompt"]
         if not isinstance(p, str) or not p.strip():
             raise UserError(f"{label}:{where}: \"prompt\" must be a non-empty string")
-        return Sample.make(pid, prompt=p, max_tokens=mt)
-    return Sample.make(pid, messages=_validate_messages(obj["messages"], label, where), max_tokens=mt)
+        return Sample.make(pid, prompt=p, max_tokens=mt, images=images)
+    return Sample.make(pid, messages=_validate_messages(obj["messages"], label, where), max_tokens=mt, images=images)
 
 
-def parse_jsonl(raw: bytes, label: str, *, max_tokens_field: bool) -> list[Sample]:
+def parse_jsonl(raw: bytes, label: str, *, max_tokens_field: bool, base: Path | None = None) -> list[Sample]:
     """JSONL bytes → samples; also how the generated sets (builtin, long, synthetic) are read back."""
     text = _decode(raw, label)
     ids = _Ids(label)
@@ -152,7 +155,7 @@ def parse_jsonl(raw: bytes, label: str, *, max_tokens_field: bool) -> list[Sampl
             obj = orjson.loads(line)
         except orjson.JSONDecodeError as e:
             raise UserError(f"{label}:{lineno}: invalid JSON ({str(e).split(':')[0]})") from None
-        out.append(_sample_from_obj(obj, label, str(lineno), str(lineno), ids, max_tokens_field))
+        out.append(_sample_from_obj(obj, label, str(lineno), str(lineno), ids, max_tokens_field, base))
     return out
 
 
@@ -218,7 +221,7 @@ def _parse_parquet(path: Path, label: str) -> list[Sample]:
     return _rows_to_samples(rows, [str(c) for c in df.columns], label)
 
 
-def _parse_json(raw: bytes, label: str) -> list[Sample]:
+def _parse_json(raw: bytes, label: str, base: Path) -> list[Sample]:
     text = _decode(raw, label)
     if not text.strip():
         raise UserError(f"{label}: empty file")
@@ -237,7 +240,7 @@ def _parse_json(raw: bytes, label: str) -> list[Sample]:
             if s is not None:
                 out.append(s)
         else:
-            out.append(_sample_from_obj(item, label, where, str(i), ids, True))
+            out.append(_sample_from_obj(item, label, where, str(i), ids, True, base))
     return out
 
 

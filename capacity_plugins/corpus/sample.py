@@ -5,12 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from capacity_plugins.contracts.images import ImagePart
 from capacity_plugins.corpus.text import estimate_tokens, messages_text
 
 
 @dataclass(frozen=True)
 class Sample:
-    """One prompt. Exactly one of `prompt` / `messages` is set."""
+    """One prompt. Exactly one of `prompt` / `messages` is set; `images` go with the (last) user
+    turn, in a dialect that can send images (contracts/dialects.py `IMAGE_DIALECTS`)."""
 
     id: str
     prompt: str | None
@@ -18,6 +20,14 @@ class Sample:
     max_tokens: int | None
     prompt_chars: int
     prompt_tokens_est: int
+    images: tuple[ImagePart, ...] = ()
+
+    @property
+    def identity(self) -> str:
+        """What makes two prompts the same one: the text and the images it names."""
+        if not self.images:
+            return self.text
+        return "\0".join([self.text, *(i.ref or i.size or "" for i in self.images)])
 
     @property
     def text(self) -> str:
@@ -33,7 +43,7 @@ class Sample:
 
     @classmethod
     def make(cls, id: str, *, prompt: str | None = None, messages: list[dict[str, Any]] | None = None,
-             max_tokens: int | None = None) -> Sample:
+             max_tokens: int | None = None, images: tuple[ImagePart, ...] = ()) -> Sample:
         text = prompt if prompt is not None else messages_text(messages)
         return cls(id=id, prompt=prompt, messages=messages, max_tokens=max_tokens,
-                   prompt_chars=len(text), prompt_tokens_est=estimate_tokens(text))
+                   prompt_chars=len(text), prompt_tokens_est=estimate_tokens(text), images=images)

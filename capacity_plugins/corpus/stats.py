@@ -1,11 +1,13 @@
 """What `capacity corpus stats` reports about a corpus: size, duplicates, shared long prefixes,
-length percentiles (nearest rank, `contracts.percentiles`), language mix."""
+length percentiles (nearest rank, `contracts.percentiles`), language mix, and for a corpus that
+names images, images per prompt, their resolutions and their estimated prompt tokens."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any
 
+from capacity_plugins.contracts.images import DEFAULT_TILES, TileRule
 from capacity_plugins.contracts.percentiles import nearest_rank, quantile
 from capacity_plugins.corpus.sample import Sample
 from capacity_plugins.corpus.text import estimate_tokens, is_cjk_text
@@ -42,16 +44,16 @@ def long_prefix(text: str) -> str | None:
 def describe(samples: Sequence[Sample], source: str, sha256: str) -> dict[str, Any]:
     """The stats object (`Corpus.stats()`, `capacity corpus stats --json`)."""
     texts = [s.text for s in samples]
-    distinct = set(texts)
+    distinct = {s.identity for s in samples}  # the same text with other images is another prompt
     groups: dict[str, int] = {}
-    for t in distinct:
+    for t in set(texts):
         p = long_prefix(t)
         if p is not None:
             groups[p] = groups.get(p, 0) + 1
     shared = [n for n in groups.values() if n > 1]
     zh = sum(1 for t in texts if is_cjk_text(t))
     with_max = [s.max_tokens for s in samples if s.max_tokens is not None]
-    return {
+    out: dict[str, Any] = {
         "source": source,
         "sha256": sha256,
         "count": len(texts),
@@ -69,4 +71,32 @@ def describe(samples: Sequence[Sample], source: str, sha256: str) -> dict[str, A
         "languages": {"zh": round(zh / len(texts), 4) if texts else 0.0,
                       "en": round(1 - zh / len(texts), 4) if texts else 0.0},
         "max_tokens": {"samples_with": len(with_max), **({"p50": quantile(with_max, 0.50)} if with_max else {})},
+    }
+    if any(s.images for s in samples):
+        out["images"] = describe_images(samples)
+    return out
+
+
+def describe_images(samples: Sequence[Sample], rule: TileRule = DEFAULT_TILES) -> dict[str, Any]:
+    """Images per prompt, their resolutions (the most common first) and the prompt tokens they add
+    by the tile rule (contracts/images.py, the simulator's defaults); a URL, whose size the client
+    does not know, counts one tile (as the simulator charges it)."""
+    sizes: dict[str, int] = {}
+    tokens = []
+    for s in samples:
+        n = 0
+        for im in s.images:
+            key = im.size or "unknown (URL)"
+            sizes[key] = sizes.get(key, 0) + 1
+            n += rule.tokens_per_tile if im.width is None or im.height is None else rule.tokens(im.width, im.height)
+        tokens.append(n)
+    top = sorted(sizes.items(), key=lambda kv: (-kv[1], kv[0]))
+    return {
+        "prompts_with": sum(1 for s in samples if s.images),
+        "total": sum(sizes.values()),
+        "per_prompt": _percentiles([len(s.images) for s in samples]),
+        "resolutions": dict(top[:8]),
+        "other_resolutions": sum(n for _k, n in top[8:]),
+        "image_tokens_est": _percentiles(tokens),
+        "tile_rule": {"tile_px": rule.tile_px, "tokens_per_tile": rule.tokens_per_tile, "max_tiles": rule.max_tiles},
     }

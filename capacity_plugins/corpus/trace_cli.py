@@ -11,6 +11,12 @@
   before it (as Mooncake does), and the hashes numbered — equal prefixes get equal ``hash_ids``,
   and no text of your users leaves the log. ``--keep-prompts`` copies the text instead.
 
+- ``from-records`` also writes the agentic sessions a run completed (load.kind agentic) as
+  session scripts (corpus/agentic.py), ``sessions.jsonl`` beside the trace: each session's calls,
+  output lengths, tool waits and tool results' sizes, replayable as ``load.path``.
+- ``from-aiperf TRACE.jsonl``: AIPerf's multi-turn Mooncake trace (``session_id``, ``input_length``,
+  ``output_length``, ``delay``) → session scripts for ``load.kind: agentic`` (docs/traffic.md).
+
 Accepted log fields (the first present wins): time — ``timestamp``, ``time``, ``created``,
 ``start_time`` (Unix seconds or milliseconds, or ISO 8601); the body — ``request`` or ``body``
 (``messages`` or ``prompt``, ``max_tokens`` / ``max_completion_tokens``); the counts —
@@ -51,6 +57,9 @@ def _parser() -> CommandParser:
                    help="tokens per hash_ids block (the replaying scenario's load.block_tokens)")
     g.add_argument("--keep-prompts", action="store_true", help="copy the prompt text into the trace (else hash_ids only)")
     g.add_argument("--skip-bad", action="store_true", help="leave out lines that cannot be read (and count them)")
+    a = sub.add_parser("from-aiperf", help="AIPerf's multi-turn Mooncake trace → agentic session scripts")
+    a.add_argument("trace", type=Path, help="JSONL: session_id, input_length, output_length, delay (ms)")
+    a.add_argument("-o", "--output", type=Path, default=None, help="session scripts (default: TRACE with .sessions.jsonl)")
     return p
 
 
@@ -207,13 +216,44 @@ def from_log(log: Path, out: Path | None = None, block_tokens: int = DEFAULT_BLO
     return dest, len(rows), skipped
 
 
+def records_sessions(results_dir: Path, out: Path | None = None) -> tuple[Path, int] | None:
+    """The agentic sessions a run completed as session scripts (None when it had none)."""
+    from capacity_plugins.corpus.agentic import sessions_from_records, write_sessions
+
+    src = Path(results_dir) / "requests.jsonl"
+    records = []
+    for raw in src.read_bytes().splitlines():
+        if raw.strip():
+            try:
+                records.append(orjson.loads(raw))
+            except orjson.JSONDecodeError:
+                continue  # from_records has already named a bad line
+    scripts = sessions_from_records(records)
+    if not scripts:
+        return None
+    dest = out or Path(results_dir) / "sessions.jsonl"
+    write_sessions(scripts, dest)
+    return dest, len(scripts)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.cmd == "from-aiperf":
+        from capacity_plugins.corpus.agentic import sessions_from_aiperf, write_sessions
+
+        scripts = sessions_from_aiperf(args.trace)
+        dest = args.output or Path(args.trace).with_suffix(".sessions.jsonl")
+        write_sessions(scripts, dest)
+        print(f"{dest}: {len(scripts)} sessions (load.kind: agentic, load.path)")
+        return 0
     if args.block_tokens < 1:
         raise UserError("--block-tokens must be ≥ 1")
     if args.cmd == "from-records":
         dest, n, skipped = from_records(args.results_dir, args.output, args.block_tokens)
         why = " (no server prompt count or output length)"
+        found = records_sessions(args.results_dir)
+        if found is not None:
+            print(f"{found[0]}: {found[1]} agentic sessions (load.kind: agentic, load.path)")
     else:
         dest, n, skipped = from_log(args.log, args.output, args.block_tokens, args.keep_prompts, args.skip_bad)
         why = " (unreadable lines)"

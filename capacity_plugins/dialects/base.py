@@ -8,10 +8,13 @@ timestamp. Parsers return a small int per event so the hot path allocates nothin
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 import orjson
+
+from capacity_plugins.contracts.images import ImagePart
 
 # What one event carried (return value of Parser.event).
 NO_OUTPUT = 0  # role-only / usage-only / keep-alive / final summary without tokens
@@ -36,6 +39,8 @@ class RequestParams:
     include_usage: bool = True
     ignore_eos: bool = False
     batch_size: int = 1  # items per request of an embeddings / rerank dialect (dialects/embeddings.py)
+    images: int = 0  # synthetic images per chat request (corpus/images.py), unless the prompt names its own
+    image_size: str = "1024x1024"
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +57,7 @@ class SampleLike(Protocol):
 
     id: str
     max_tokens: int | None
+    images: tuple[ImagePart, ...]  # sent with the last user turn (openai-chat, ollama)
 
     @property
     def text(self) -> str: ...
@@ -80,6 +86,7 @@ class Parser:
         "finish_reason",
         "texts",
         "usage_reasoning_tokens",
+        "calls",
     )
 
     def __init__(self) -> None:
@@ -98,10 +105,16 @@ class Parser:
         # The server's count of reasoning tokens among the output (OpenAI's
         # usage.completion_tokens_details.reasoning_tokens), when it says.
         self.usage_reasoning_tokens: int | None = None
+        # The answer's tool calls as [id, name, arguments] by their index, kept with the text
+        # (an agentic session sends them back in its history; dialects that stream OpenAI's
+        # `tool_calls` fill it): None unless keep_text() was called.
+        self.calls: list[list[str]] | None = None
 
     def keep_text(self) -> None:
-        """Keep the generated text from now on, for a local tokenizer to count after the request."""
+        """Keep the generated text (and tool calls) from now on: for a local tokenizer to count
+        after the request, or for a session's history."""
         self.texts = []
+        self.calls = []
 
     def generated_text(self) -> str | None:
         """Everything generated (all channels) concatenated; None unless keep_text() was called."""
@@ -149,6 +162,21 @@ class Dialect(Protocol):
         """The model names in the answer at `models_path`; None when the body is not such a
         listing (not JSON, an error page, another API's answer). Never raises."""
         ...
+
+
+def with_images(sample: SampleLike, attach: Callable[[dict[str, Any], tuple[ImagePart, ...]], dict[str, Any]]
+                ) -> list[dict[str, Any]]:
+    """The sample's messages with its images attached to the last user turn (the last message when
+    none is the user's) by `attach`, which returns that message anew: the corpus's own messages
+    are shared by every request and never changed."""
+    messages = sample.as_messages()
+    images = getattr(sample, "images", ())
+    if not images:
+        return messages
+    at = next((i for i in range(len(messages) - 1, -1, -1) if messages[i].get("role") == "user"), len(messages) - 1)
+    out = list(messages)
+    out[at] = attach(messages[at], images)
+    return out
 
 
 def reason(value: Any) -> str | None:
@@ -231,6 +259,34 @@ def keep_message_text(texts: list[str], msg: Any, content_key: str = "content") 
             elif args is not None:
                 # An object is counted as its compact JSON (nothing for one too deep to write).
                 texts.append(compact_json(args))
+
+
+def keep_tool_calls(calls: list[list[str]], deltas: Any) -> None:
+    """Merge OpenAI `tool_calls` (streamed deltas, or a whole message's list) into `calls`
+    ([id, name, arguments] by `index`): the first piece of a call names it, later ones append
+    argument text (an object, as Ollama sends, counts as its compact JSON)."""
+    if not isinstance(deltas, list):
+        return
+    for pos, call in enumerate(deltas):
+        if not isinstance(call, dict):
+            continue
+        index = call.get("index", pos)
+        if type(index) is not int or not 0 <= index < 128:  # a sane bound: never grow unbounded
+            continue
+        while len(calls) <= index:
+            calls.append(["", "", ""])
+        entry = calls[index]
+        if isinstance(call.get("id"), str) and call["id"]:
+            entry[0] = call["id"]
+        fn = call.get("function")
+        if isinstance(fn, dict):
+            if isinstance(fn.get("name"), str) and fn["name"]:
+                entry[1] = fn["name"]
+            args = fn.get("arguments")
+            if isinstance(args, str):
+                entry[2] += args
+            elif args is not None:
+                entry[2] += compact_json(args)
 
 
 def json_object(body: bytes) -> dict[str, Any] | None:

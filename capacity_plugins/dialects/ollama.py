@@ -11,6 +11,7 @@ from typing import Any
 
 import orjson
 
+from capacity_plugins.contracts.images import ImagePart
 from capacity_plugins.dialects.base import (
     NO_OUTPUT,
     OUTPUT,
@@ -28,6 +29,7 @@ from capacity_plugins.dialects.base import (
     keep_message_text,
     listed_names,
     reason,
+    with_images,
 )
 
 
@@ -106,6 +108,12 @@ def _parse_models(body: bytes) -> list[str] | None:
     return listed_names(body, "models", "name")
 
 
+def _images(message: dict[str, Any], images: tuple[ImagePart, ...]) -> dict[str, Any]:
+    """A user message with Ollama's `images`: base64 payloads, no data: prefix (a URL cannot be
+    sent this way; the runner refuses a corpus that names one for this dialect)."""
+    return {**message, "images": [*(message.get("images") or ()), *(im.url or im.base64() for im in images)]}
+
+
 class OllamaChat:
     name = "ollama"
     models_path = "/api/tags"
@@ -115,7 +123,7 @@ class OllamaChat:
         max_tokens = effective_max_tokens(sample, params)
         body = {
             "model": params.model,
-            "messages": sample.as_messages(),
+            "messages": with_images(sample, _images),
             "stream": params.stream,
             "options": _options(params, max_tokens),
         }

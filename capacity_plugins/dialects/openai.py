@@ -12,6 +12,7 @@ from typing import Any
 
 import orjson
 
+from capacity_plugins.contracts.images import ImagePart
 from capacity_plugins.dialects.base import (
     NO_OUTPUT,
     OUTPUT,
@@ -27,8 +28,10 @@ from capacity_plugins.dialects.base import (
     error_text,
     is_error_payload,
     keep_message_text,
+    keep_tool_calls,
     listed_names,
     reason,
+    with_images,
 )
 
 _HEADERS = {"Content-Type": "application/json"}
@@ -95,7 +98,10 @@ class _OpenAIParser(Parser):
     def _keep(self, choice: dict[str, Any], key: str) -> None:
         assert self.texts is not None
         if self._chat:
-            keep_message_text(self.texts, choice.get(key))
+            part = choice.get(key)
+            keep_message_text(self.texts, part)
+            if self.calls is not None and isinstance(part, dict):
+                keep_tool_calls(self.calls, part.get("tool_calls"))
         elif isinstance(choice.get("text"), str):
             self.texts.append(choice["text"])
 
@@ -207,7 +213,9 @@ class _OpenAIParser(Parser):
             if (got != what or p.texts != [probe.decode()] or p.response_id != self.response_id
                     or p.chunk_tokens is not None or p.usage_output_tokens is not None
                     or p.continuous_output_tokens is not None or p.prompt_tokens is not None
-                    or p.error is not None or p.done or p.finish_reason is not None):
+                    or p.error is not None or p.done or p.finish_reason is not None
+                    # a tool call's arguments are kept per call too (base.Parser.calls): not a slot
+                    or (self.calls is not None and p.calls)):
                 return False
         return True
 
@@ -269,6 +277,15 @@ def _parse_models(body: bytes) -> list[str] | None:
     return listed_names(body, "data", "id")
 
 
+def _image_parts(message: dict[str, Any], images: tuple[ImagePart, ...]) -> dict[str, Any]:
+    """A user message with `image_url` content parts after its text (text first: two requests with
+    the same images then share no prefix past their different texts)."""
+    content = message.get("content")
+    parts = list(content) if isinstance(content, list) else [{"type": "text", "text": content or ""}]
+    parts += [{"type": "image_url", "image_url": {"url": im.uri()}} for im in images]
+    return {**message, "content": parts}
+
+
 class OpenAIChat:
     name = "openai-chat"
     path = "/v1/chat/completions"
@@ -277,7 +294,13 @@ class OpenAIChat:
     def build(self, sample: SampleLike, params: RequestParams) -> HttpCall:
         max_tokens = effective_max_tokens(sample, params)
         body = _common_body(params, max_tokens)
-        body["messages"] = sample.as_messages()
+        body["messages"] = with_images(sample, _image_parts)
+        tools = getattr(sample, "tools", None)  # an agentic session's model call (corpus/agentic.py)
+        if tools:
+            body["tools"] = tools
+            choice = getattr(sample, "tool_choice", None)
+            if choice is not None:
+                body["tool_choice"] = choice
         headers = dict(_HEADERS)
         headers["Accept"] = "text/event-stream" if params.stream else "application/json"
         return HttpCall("POST", self.path, orjson.dumps(body), headers, max_tokens)

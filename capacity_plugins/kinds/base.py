@@ -14,6 +14,7 @@ carries the kind's behaviour, so nothing outside its module asks which kind a lo
 | `replay_file(scenario)` | the scenario reader, `Scenario.trace_path` | a file the load replays, made absolute |
 | `check_inputs(scenario)` | `capacity run`, before anything starts | a bad input file as one UserError line |
 | `describe(scenario, corpus)` | the step authority | what the kind adds to meta.json and steps.json |
+| `agentic_sessions(scenario)` | the request source (rehearsal/source.py) | an agentic load's session scripts as messages, or None |
 | `summary_section` | the analysis (`analysis/sections.py`) | the name of the summary section the kind adds (its summary.json key; None: none) |
 | `sweep` | the analysis (`pipeline.sweep_kind`) | what its steps are measured in (`concurrency`, `rate`, `peak`, `trace`), for a run with no step to count |
 
@@ -210,6 +211,10 @@ class LoadKind(BaseModel):
 
     def describe(self, scenario: Scenario, corpus: SampleSource) -> dict[str, Any]:
         return {}
+
+    def agentic_sessions(self, scenario: Scenario) -> list[dict[str, Any]] | None:
+        """The session scripts a generator's users walk, one whole session each (kinds/agentic.py)."""
+        return None
 
 
 def names() -> tuple[str, ...]:

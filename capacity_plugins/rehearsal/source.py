@@ -19,6 +19,7 @@ master it holds what the workers must match: the corpus and the workload classes
 
 from __future__ import annotations
 
+import random
 from typing import TYPE_CHECKING, Any
 
 from capacity_plugins.client.sessions import SessionStore
@@ -64,6 +65,10 @@ class RequestSource:
         # Multi-turn trace replay: this process's conversations (client/sessions.py); off by default.
         self.trace_sessions = False
         self.sessions = SessionStore()
+        # An agentic load: the session scripts as messages (the master sends them in Setup) and this
+        # process's deck of them, which its users walk one whole session at a time; None otherwise.
+        self.session_messages: list[dict[str, Any]] = []
+        self.agentic: AgenticDeck | None = None
         self.cache_arm = CacheArmSource(self, lambda: self.timeline)
 
     @classmethod
@@ -114,6 +119,15 @@ class RequestSource:
         workloads_mod.apply(self, specs, options, self.client.params)
         self.sampler = self.corpus.sampler(options.sampling, options.seed, self.worker_index, self.worker_count)
 
+    def prepare_sessions(self, scenario: Any) -> None:
+        """An agentic load's session scripts (read from the scenario's file: the runner checked it)."""
+        messages = scenario.load.agentic_sessions(scenario) if scenario is not None else None
+        self.take_sessions(messages or [])
+
+    def take_sessions(self, messages: list[dict[str, Any]]) -> None:
+        self.session_messages = list(messages)
+        self.agentic = AgenticDeck(messages, self) if messages else None
+
     def setup_parts(self) -> tuple[str, list[dict[str, Any]]]:
         """What every worker must match (swarm/handshake.py): the corpus hash, the classes as messages."""
         assert self.corpus is not None
@@ -130,6 +144,7 @@ class RequestSource:
                             f"{setup.sha256[:12]}…; copy the master's corpus file to this host")
         self.worker_count = setup.shard_count
         self.take_shard(options, [workloads_mod.WorkloadSpec.from_message(w) for w in setup.workloads])
+        self.take_sessions(setup.sessions)
         if setup.open_loop:
             self.ensure_pacer()  # users wait for arrivals from the first one they see
 
@@ -153,3 +168,26 @@ class RequestSource:
         if self.workloads is None:
             return self.next_sample(), None
         return self.workloads.next(self.step_at(now_unix)[0])
+
+
+class AgenticDeck:
+    """This process's share of an agentic load's session scripts, dealt round-robin to its users.
+
+    Process k of n takes scripts k, k+n, … (all of them when there are fewer scripts than
+    processes); each deal is a new run of a script with its own id (`<session_id>@<process>.<n>`)
+    and its own seeded draw of the tools' latencies."""
+
+    def __init__(self, messages: list[dict[str, Any]], source: RequestSource) -> None:
+        from capacity_plugins.corpus.agentic import SessionScript
+
+        self._all = [SessionScript.from_message(m) for m in messages]
+        self._source = source
+        self._dealt = 0
+
+    def next(self) -> tuple[Any, str, random.Random]:
+        k, n = self._source.worker_index, max(1, self._source.worker_count)
+        mine = self._all[k::n] if len(self._all) >= n else self._all
+        script = mine[self._dealt % len(mine)]
+        run_id = f"{script.session_id}@{k}.{self._dealt}"
+        self._dealt += 1
+        return script, run_id, random.Random(run_id)

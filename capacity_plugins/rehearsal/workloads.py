@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from capacity_plugins.client.lane import WorkloadLane
+from capacity_plugins.corpus.images import synthetic_images
 from capacity_plugins.dialects import RequestParams
 from capacity_plugins.errors import UserError
 
@@ -148,8 +149,10 @@ def build_mix(specs: list[WorkloadSpec], options: LLMOptions, params: RequestPar
         key = (source, sampling, seed)
         if key not in samplers:
             samplers[key] = corpus.sampler(sampling, seed, shard_index, shard_count)
+        lane_params = dataclasses.replace(params, **spec.request)
+        synthetic_images(lane_params.images, lane_params.image_size)  # made now, not in the first request
         lanes.append(WorkloadLane(name=spec.name, weight=spec.weight,
-                                  params=dataclasses.replace(params, **spec.request),
+                                  params=lane_params,
                                   sampler=samplers[key], request_name=f"{options.dialect}:{spec.name}"))
     return WorkloadMix(lanes, seed=options.seed, worker=shard_index)
 

@@ -6,10 +6,15 @@ from __future__ import annotations
 import os
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from capacity_plugins.contracts.dialects import IMAGE_DIALECTS
 from capacity_plugins.contracts.redaction import Secrets, run_secrets
 from capacity_plugins.errors import UserError
 from capacity_plugins.scenario import Scenario
+
+if TYPE_CHECKING:
+    from capacity_plugins.corpus import Corpus
 
 
 def writable_parent(flag: str, path: Path) -> None:
@@ -33,17 +38,34 @@ def check_corpus(s: Scenario) -> None:
 
     where = f"{s.source_path}: " if s.source_path else ""
     try:
-        load_corpus(s.corpus_path(), min_distinct=s.corpus.min_distinct)
+        corpus = load_corpus(s.corpus_path(), min_distinct=s.corpus.min_distinct)
     except UserError as e:
         raise UserError(f"{where}corpus: {e}") from None
+    _images_sendable(corpus, s.target.dialect, f"{where}corpus")
     for i, (w, merged) in enumerate(zip(s.workloads or (), s.workload_classes, strict=True)):
         own = s.class_corpus_path(w)
         if own is None and merged.corpus.min_distinct == s.corpus.min_distinct:
             continue  # the top-level corpus, checked above
         try:
-            load_corpus(own or s.corpus_path(), min_distinct=merged.corpus.min_distinct)
+            corpus = load_corpus(own or s.corpus_path(), min_distinct=merged.corpus.min_distinct)
         except UserError as e:
             raise UserError(f"{where}workloads[{i}].corpus: {e}") from None
+        _images_sendable(corpus, s.target.dialect, f"{where}workloads[{i}].corpus")
+
+
+def _images_sendable(corpus: Corpus, dialect: str, where: str) -> None:
+    """A corpus that names images needs a dialect that sends them; Ollama's `images` take no URL."""
+    first = next((x for x in corpus.samples if x.images), None)
+    if first is None:
+        return
+    if dialect not in IMAGE_DIALECTS:
+        raise UserError(f"{where}: {corpus.source}: prompt {first.id!r} names images, which the {dialect} dialect "
+                        f"cannot send (use one of {', '.join(IMAGE_DIALECTS)})")
+    if dialect == "ollama":
+        url = next((x for x in corpus.samples if any(im.url for im in x.images)), None)
+        if url is not None:
+            raise UserError(f"{where}: {corpus.source}: prompt {url.id!r} names an image by URL; Ollama takes "
+                            "images as data only (name a file instead)")
 
 
 def scenario_secrets(s: Scenario) -> Secrets:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
+from capacity_plugins.contracts.images import ImagePart
 from capacity_plugins.contracts.redaction import Secrets, basic_auth, strip_userinfo, url_password
 from capacity_plugins.dialects import Dialect, RequestParams, get_dialect
 from capacity_plugins.errors import RunError, UserError
@@ -34,6 +35,7 @@ class _Sample:
 
     id: str = "preflight"
     max_tokens: int | None = PREFLIGHT_MAX_TOKENS
+    images: tuple[ImagePart, ...] = ()  # text only: the test request asks whether the server answers at all
 
     @property
     def text(self) -> str:

@@ -11,7 +11,7 @@ import yaml
 from pydantic import Field, field_validator, model_validator
 
 from capacity_plugins import kinds
-from capacity_plugins.contracts.options import LLMOptions
+from capacity_plugins.contracts.options import LLMOptions, images_problem
 from capacity_plugins.contracts.planning import CapacityConfig, SLOConfig, VerdictConfig
 from capacity_plugins.contracts.redaction import (
     REDACTED,
@@ -134,6 +134,18 @@ class Scenario(_Strict):
         return self
 
     @model_validator(mode="after")
+    def _images_sendable(self) -> Scenario:
+        # images need a chat dialect that can carry them (contracts/dialects.py IMAGE_DIALECTS)
+        requests = [("request", self.request)] + [
+            (f"workloads[{i}].request", w.request) for i, w in enumerate(self.workloads or ())
+            if "images" in w.request.model_fields_set]
+        for where, r in requests:
+            found = images_problem(self.target.dialect, r.images, r.image_size)
+            if found is not None:
+                raise ValueError(f"{where}.{found[0]}: {found[1]}")
+        return self
+
+    @model_validator(mode="after")
     def _load_fits(self) -> Scenario:
         # What the load kind needs of the other sections (a peak's rate, a search's sample size).
         self.load.check(self)
@@ -161,6 +173,8 @@ class Scenario(_Strict):
             tokenizer=self.tokenizer_path(),
             retries=r.retries,
             batch_size=r.batch_size,
+            images=r.images,
+            image_size=r.image_size,
             api_key_env=t.api_key_env or "",
             headers=dict(t.headers),
             insecure=t.insecure,

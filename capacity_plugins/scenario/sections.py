@@ -12,6 +12,7 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from capacity_plugins.contracts.dialects import DIALECTS, TRITON_GENERATE, TritonFields, url_path_problem
+from capacity_plugins.contracts.images import MAX_SIDE, parse_size
 from capacity_plugins.contracts.options import REHEARSAL
 
 EMBEDDED = "embedded"
@@ -172,6 +173,17 @@ class RequestConfig(_Strict):
     retries: int = Field(default=REHEARSAL.retries, ge=0)
     # Items (texts, documents) per request of an embeddings / rerank dialect; 1 for generation.
     batch_size: int = Field(default=REHEARSAL.batch_size, ge=1)
+    # Synthetic images per chat request (openai-chat, ollama), made at image_size (WxH) once per
+    # size, not per request (corpus/images.py); a corpus line that names its own images sends those.
+    images: int = Field(default=REHEARSAL.images, ge=0)
+    image_size: str = REHEARSAL.image_size
+
+    @field_validator("image_size")
+    @classmethod
+    def _size(cls, v: str) -> str:
+        if parse_size(v) is None:
+            raise ValueError(f"must be WIDTHxHEIGHT in pixels (1 to {MAX_SIDE} each), like 1024x768; got {v!r}")
+        return v
 
 
 class TelemetryConfig(_Strict):

@@ -24,7 +24,7 @@ from capacity_plugins.scenario.sections import CorpusConfig, RequestConfig, _Str
 
 # What a class may change of the request: what the server generates and how it is asked for.
 # The rest (timeout, usage, tokenizer, retries) is how the client measures, one setting per run.
-CLASS_REQUEST_KEYS = ("max_tokens", "stream", "temperature", "top_p", "ignore_eos")
+CLASS_REQUEST_KEYS = ("max_tokens", "stream", "temperature", "top_p", "ignore_eos", "images", "image_size")
 # The SLO limits a class can be judged on. ITL is judged over a step's pooled chunk gaps, which the
 # analysis does not keep per request, so it cannot be split by class (TPOT is the per-request view).
 CLASS_LIMITS = ("ttft_p95_ms", "tpot_p95_ms", "e2e_p95_ms")

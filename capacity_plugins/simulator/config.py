@@ -18,6 +18,7 @@ import re
 from dataclasses import dataclass, fields
 from typing import Any
 
+from capacity_plugins.contracts.images import DEFAULT_TILES
 from capacity_plugins.errors import UserError, did_you_mean
 
 
@@ -52,9 +53,9 @@ class SimConfig:
     max_loras: int = 1  # adapters a batch may hold at once (GPU adapter slots, LRU)
     lora_swap_ms: float = 0.0  # loading an adapter into a slot stalls the step this long
     # -- image inputs (simulator/images.py): a W × H image is tiles × tokens per tile of prompt ---
-    image_tile_px: int = 448
-    image_tokens_per_tile: int = 256
-    image_max_tiles: int = 12  # the thumbnail tile comes on top
+    image_tile_px: int = DEFAULT_TILES.tile_px
+    image_tokens_per_tile: int = DEFAULT_TILES.tokens_per_tile
+    image_max_tiles: int = DEFAULT_TILES.max_tiles  # the thumbnail tile comes on top
     # -- Triton generate extension (/v2/models/{model}/generate[_stream]) ----------------------
     triton_input_field: str = "text_input"  # the prompt's key (an input tensor of the model)
     triton_max_tokens_field: str = "max_tokens"  # output limit: an input tensor or a request parameter

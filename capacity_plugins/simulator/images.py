@@ -1,6 +1,6 @@
 """Image inputs on the simulated VLM: how many prompt tokens an image costs, by its resolution.
 
-The rule is the dynamic tiling common VLM servers use (InternVL, LLaVA-NeXT / LLaVA-OneVision,
+The rule (contracts/images.py `TileRule`, which `capacity corpus stats` estimates with too) is the dynamic tiling common VLM servers use (InternVL, LLaVA-NeXT / LLaVA-OneVision,
 Qwen2-VL's 28-px patches grouped per tile in effect): an image of W × H pixels is cut into
 `ceil(W / image_tile_px) × ceil(H / image_tile_px)` tiles, capped at `image_max_tiles`; an image of
 more than one tile also gets a downscaled thumbnail tile; each tile is `image_tokens_per_tile`
@@ -21,24 +21,26 @@ from __future__ import annotations
 import base64
 import binascii
 import io
-import math
 from typing import Any
 
+from capacity_plugins.contracts.images import TileRule
 from capacity_plugins.simulator.config import SimConfig
 from capacity_plugins.simulator.protocol import BadRequest
 
 IMAGE_UNIT = "<image>"  # one prompt token of an image (never hashed with text: its own unit)
 
 
+def rule(config: SimConfig) -> TileRule:
+    return TileRule(config.image_tile_px, config.image_tokens_per_tile, config.image_max_tiles)
+
+
 def tiles(width: int, height: int, config: SimConfig) -> int:
     """Tiles of a W × H image, the thumbnail included (module doc)."""
-    t = config.image_tile_px
-    n = min(config.image_max_tiles, math.ceil(width / t) * math.ceil(height / t))
-    return n + 1 if n > 1 else n
+    return rule(config).tiles(width, height)
 
 
 def image_tokens(width: int, height: int, config: SimConfig) -> int:
-    return tiles(width, height, config) * config.image_tokens_per_tile
+    return rule(config).tokens(width, height)
 
 
 def image_size(data: bytes, where: str) -> tuple[int, int]:

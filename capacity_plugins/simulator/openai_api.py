@@ -13,6 +13,15 @@ Framing follows vLLM's serving_chat / serving_completion:
   reports usage, while a whole body still does.
 - completions: the same without the role chunk, `choices[0].text`, id `cmpl-…`; default
   max_tokens 16 (vLLM's and OpenAI's default for this endpoint).
+- tool calls (an agentic session's model call, corpus/agentic.py): with `tools` and a
+  `tool_choice` naming one of them the answer calls that tool; with `tool_choice: "required"` it
+  calls every offered tool, in order (a real model chooses; the simulator follows the script the
+  client sends). The output tokens are then the calls' arguments, split evenly between the calls,
+  streamed as vLLM streams them: a call's first chunk `delta.tool_calls[{index, id, type,
+  function: {name, arguments}}]`, the rest `{index, function: {arguments}}`; the arguments
+  together are the JSON `{"input": "<the tokens' words>"}`; finish_reason `tool_calls`. An
+  assistant message's tool calls (name and arguments) count in a later prompt, so the prefix
+  cache sees the whole history a session grows.
 - errors: `{"object":"error","message":…,"type":"BadRequestError","param":null,"code":400}`;
   inside a stream `data: {"error": {…}}` then `data: [DONE]`.
 """
@@ -72,6 +81,7 @@ class OpenAIDialect(Dialect):
                     raise BadRequest(f"messages[{i}]: must be an object with a string 'role'")
                 units += [f"<|{msg['role']}|>"] + [""] * (CHAT_TOKENS_PER_MESSAGE - 1)
                 units += prompt_units(_content_text(msg.get("content"), i))
+                units += _tool_call_units(msg.get("tool_calls"), i)
                 units += openai_image_units(msg.get("content"), cfg, i)  # image_url parts (simulator/images.py)
             units += ["<|assistant|>"] + [""] * (CHAT_TOKENS_REPLY - 1)
             limit = body.get("max_completion_tokens", body.get("max_tokens"))
@@ -134,6 +144,8 @@ class OpenAIDialect(Dialect):
                         include_usage=usage and bool(opts.get("include_usage")),
                         continuous_usage=usage and bool(opts.get("continuous_usage_stats")))
         params.adapter = adapter
+        if kind == "chat":
+            params.tool_calls = _called_tools(body.get("tools"), body.get("tool_choice"))
         return params
 
     def error_body(self, status: int, message: str) -> bytes:
@@ -163,7 +175,13 @@ class OpenAIDialect(Dialect):
     def token_event(self, job: JobView, first: int, upto: int, reasoning: bool, last: bool) -> bytes:
         text = texts(first, upto)
         finish = f'"finish_reason":"{job.seq.finish_reason}","stop_reason":null' if last else '"finish_reason":null'
-        if job.params.kind == "chat":
+        calls = job.params.tool_calls
+        if calls and not reasoning:
+            reason = "tool_calls" if job.seq.finish_reason in ("stop", "length") else job.seq.finish_reason
+            finish = f'"finish_reason":"{reason}","stop_reason":null' if last else '"finish_reason":null'
+            deltas = _json(_tool_deltas(job, first, upto))
+            choice = f'{{"index":0,"delta":{{"tool_calls":{deltas}}},"logprobs":null,{finish}}}'
+        elif job.params.kind == "chat":
             key = self.config.reasoning_field if reasoning else "content"
             choice = f'{{"index":0,"delta":{{"{key}":{_json(text)}}},"logprobs":null,{finish}}}'
         else:
@@ -189,22 +207,28 @@ class OpenAIDialect(Dialect):
     def full_body(self, job: JobView) -> bytes:
         seq = job.seq
         reasoning = "".join(output_text(i) for i in range(min(job.reasoning, seq.generated))) or None
-        content = "".join(output_text(i) for i in range(job.reasoning, seq.generated))
+        content: str | None = "".join(output_text(i) for i in range(job.reasoning, seq.generated))
         p, c = job.params.prompt_tokens, seq.generated
         usage: dict[str, Any] = {"prompt_tokens": p, "total_tokens": p + c, "completion_tokens": c,
                                  "prompt_tokens_details": None}
         if self.config.reasoning_usage:
             usage["completion_tokens_details"] = {"reasoning_tokens": min(job.reasoning, c)}
         if job.params.kind == "chat":
+            calls: list[dict[str, Any]] = []
+            finish = seq.finish_reason
+            if job.params.tool_calls and seq.generated > job.reasoning:  # the output is the calls' arguments
+                calls = [{k: v for k, v in call.items() if k != "index"}  # a whole message's calls have no index
+                         for call in _tool_deltas(job, job.reasoning + 1, seq.generated)]
+                content, finish = None, "tool_calls" if finish in ("stop", "length") else finish
             choice: dict[str, Any] = {
                 "index": 0,
                 "message": {"role": "assistant", self.config.reasoning_field: reasoning, "content": content,
-                            "tool_calls": []},
-                "logprobs": None, "finish_reason": seq.finish_reason, "stop_reason": None,
+                            "tool_calls": calls},
+                "logprobs": None, "finish_reason": finish, "stop_reason": None,
             }
             obj = "chat.completion"
         else:
-            choice = {"index": 0, "text": (reasoning or "") + content, "logprobs": None,
+            choice = {"index": 0, "text": (reasoning or "") + (content or ""), "logprobs": None,
                       "finish_reason": seq.finish_reason, "stop_reason": None, "prompt_logprobs": None}
             obj = "text_completion"
         return orjson.dumps({"id": job.id, "object": obj, "created": job.created, "model": job.params.adapter or self.config.model,
@@ -218,6 +242,74 @@ class OpenAIDialect(Dialect):
         adapters = [{**base, "id": name, "root": f"/adapters/{name}", "parent": cfg.model}
                     for name in adapter_names(cfg)]
         return orjson.dumps({"object": "list", "data": [base, *adapters]})
+
+
+def _called_tools(tools: Any, choice: Any) -> list[str]:
+    """The tools an answer calls: the one a `tool_choice` names, every offered one with `required`,
+    none otherwise (`auto`, `none`, absent: the simulator answers in text)."""
+    if not isinstance(tools, list) or not tools:
+        return []
+    names = []
+    for i, t in enumerate(tools):
+        fn = t.get("function") if isinstance(t, dict) else None
+        if not isinstance(fn, dict) or not isinstance(fn.get("name"), str) or not fn["name"]:
+            raise BadRequest(f"tools[{i}].function.name: Field required")
+        names.append(fn["name"])
+    if isinstance(choice, dict):
+        fn = choice.get("function")
+        name = fn.get("name") if isinstance(fn, dict) else None
+        if name not in names:
+            raise BadRequest(f"tool_choice: the named function {_json(name)} is not in tools")
+        return [str(name)]
+    return names if choice == "required" else []
+
+
+def _call_of(job: JobView, i: int) -> int:
+    """Which tool call output token i (1-based, after any reasoning) belongs to: an even split."""
+    n = len(job.params.tool_calls)
+    span = max(1, job.params.max_tokens - job.reasoning)
+    return min(n - 1, (i - job.reasoning - 1) * n // span)
+
+
+def _call_id(job: JobView, j: int) -> str:
+    return f"chatcmpl-tool-{job.id[-12:]}{j}"
+
+
+def _tool_deltas(job: JobView, first: int, upto: int) -> list[dict[str, Any]]:
+    """The `delta.tool_calls` of output tokens first..upto: one entry per call they touch; a call's
+    first token names it, its arguments open with `{"input": "` and its last closes them."""
+    out: list[dict[str, Any]] = []
+    last_generated = job.seq.generated if job.seq.state == "done" else -1
+    for i in range(first, upto + 1):
+        j = _call_of(job, i)
+        starts = i == job.reasoning + 1 or _call_of(job, i - 1) != j
+        ends = i == last_generated or (i < job.params.max_tokens and _call_of(job, i + 1) != j) \
+            or i == job.params.max_tokens
+        piece = ('{"input": "' if starts else "") + output_text(i - 1) + ('"}' if ends else "")
+        if out and out[-1]["index"] == j:
+            out[-1]["function"]["arguments"] += piece
+        elif starts:
+            out.append({"index": j, "id": _call_id(job, j), "type": "function",
+                        "function": {"name": job.params.tool_calls[j], "arguments": piece}})
+        else:
+            out.append({"index": j, "function": {"arguments": piece}})
+    return out
+
+
+def _tool_call_units(calls: Any, i: int) -> list[str]:
+    """An assistant message's tool calls as prompt units: each call's name and arguments."""
+    if calls is None:
+        return []
+    if not isinstance(calls, list):
+        raise BadRequest(f"messages[{i}].tool_calls: must be a list")
+    units: list[str] = []
+    for j, call in enumerate(calls):
+        fn = call.get("function") if isinstance(call, dict) else None
+        if not isinstance(fn, dict):
+            raise BadRequest(f"messages[{i}].tool_calls[{j}].function: Field required")
+        args = fn.get("arguments")
+        units += prompt_units(str(fn.get("name") or "")) + prompt_units(args if isinstance(args, str) else _json(args))
+    return units
 
 
 def _content_text(content: Any, i: int) -> str:

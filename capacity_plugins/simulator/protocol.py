@@ -31,7 +31,8 @@ class Params:
     """
 
     __slots__ = ("kind", "stream", "units", "prompt_tokens", "max_tokens", "min_tokens", "ignore_eos",
-                 "include_usage", "continuous_usage", "details", "one_event", "echo_id", "adapter", "items")
+                 "include_usage", "continuous_usage", "details", "one_event", "echo_id", "adapter", "items",
+                 "tool_calls")
 
     def __init__(self, kind: str, stream: bool, units: list[str], prompt_tokens: int, max_tokens: int,
                  min_tokens: int = 0, ignore_eos: bool = False, include_usage: bool = False,
@@ -51,6 +52,9 @@ class Params:
         self.echo_id = echo_id
         self.adapter: str | None = None  # the LoRA adapter the request names (simulator/lora.py)
         self.items = 1  # inputs of an embeddings / rerank request (simulator/embeddings_api.py)
+        # The tools this answer calls, in order (openai_api.py: a named `tool_choice`, or every
+        # offered tool with `required`); its output tokens are then the calls' arguments.
+        self.tool_calls: list[str] = []
 
 
 class JobView(Protocol):

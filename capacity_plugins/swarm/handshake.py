@@ -77,6 +77,7 @@ class SwarmSource(Protocol):
 
     worker_index: int
     worker_count: int
+    session_messages: list[dict[str, Any]]  # an agentic load's session scripts, for `Setup`
 
     def setup_parts(self) -> tuple[str, list[dict[str, Any]]]:
         """The master's: its corpus hash and its workload classes (as messages) for `Setup`."""
@@ -147,7 +148,7 @@ class MasterHandshake:
         messages.send(runner, messages.Setup(options=self.client.options, sha256=sha256,
                                              shard_count=shard_count, open_loop=self.open_loop,
                                              basic_auth=basic_auth(self.client.target_url),
-                                             workloads=workloads))
+                                             workloads=workloads, sessions=source.session_messages))
 
     def _on_refuse(self, m: messages.Refuse) -> None:
         self.refusals.append(m.reason)

@@ -45,6 +45,8 @@ class Setup:
     basic_auth: str | None = field(default=None, repr=False)
     # The scenario's workload classes (rehearsal/workloads.py WorkloadSpec.to_message); empty: none.
     workloads: list[dict[str, Any]] = field(default_factory=list)
+    # An agentic load's session scripts (corpus/agentic.py SessionScript.to_message); empty: none.
+    sessions: list[dict[str, Any]] = field(default_factory=list)
 
     def to_data(self) -> dict[str, Any]:
         return {**asdict(self), "options": self.options.to_message()}
@@ -53,7 +55,8 @@ class Setup:
     def from_data(cls, d: dict[str, Any]) -> Setup:
         return cls(options=LLMOptions.from_message(d["options"]), sha256=str(d["sha256"]), shard_count=int(d["shard_count"]),
                    open_loop=bool(d.get("open_loop")), basic_auth=d.get("basic_auth"),
-                   workloads=[dict(w) for w in d.get("workloads") or ()])
+                   workloads=[dict(w) for w in d.get("workloads") or ()],
+                   sessions=[dict(s) for s in d.get("sessions") or ()])
 
 
 @dataclass
