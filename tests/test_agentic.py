@@ -5,14 +5,17 @@ client's parser reads back, and the shipped example scenario."""
 from __future__ import annotations
 
 import json
+import math
 import random
 from pathlib import Path
 from types import SimpleNamespace
 
+import numpy as np
 import orjson
 import pytest
 from helpers.paths import ROOT
 
+from capacity_plugins.analysis.intervals import sessions_rate
 from capacity_plugins.client.sessions import Answer, run_agentic
 from capacity_plugins.corpus.agentic import SessionScript, read_sessions
 from capacity_plugins.dialects import get_dialect
@@ -264,3 +267,41 @@ def test_capacity_trace_from_aiperf_writes_scripts_or_one_line(tmp_path, capsys)
     trace.write_text(json.dumps({"session_id": "a", "output_length": 4}) + "\n")
     with pytest.raises(UserError, match=r"t\.jsonl:1: input_length"):
         main(["from-aiperf", str(trace)])
+
+
+def _closed_loop(rng: np.random.Generator, users: int, mean_s: float, cv: float, begin_s: float,
+                 window_s: float) -> list[float]:
+    """The completion times of the sessions that end in [begin, begin + window) when `users` each
+    walk log-normal sessions (mean `mean_s`, coefficient of variation `cv`) one after another."""
+    sigma = math.sqrt(math.log(1 + cv * cv))
+    mu = math.log(mean_s) - sigma * sigma / 2
+    done = []
+    for _ in range(users):
+        t = rng.uniform(0, mean_s)  # users start apart, as a ramp leaves them
+        while t < begin_s + window_s:
+            d = float(rng.lognormal(mu, sigma))
+            if begin_s <= t + d < begin_s + window_s:
+                done.append(d)
+            t += d
+    return done
+
+
+@pytest.mark.parametrize(("users", "window_s"), [(3, 8.0), (8, 20.0)])
+def test_the_sessions_per_minute_interval_covers_the_closed_loops_true_rate(users, window_s):
+    """Coverage by simulation against the known truth users / mean session time (Little's law):
+    a few dozen sessions a step, as agentic steps complete, log-normal times of CV 0.5."""
+    rng = np.random.default_rng(29)
+    mean_s, truth, runs, covered, methods = 1.5, users / 1.5, 1000, 0, set()
+    for _ in range(runs):
+        done = _closed_loop(rng, users, mean_s, 0.5, 10.0, window_s)
+        point, lo, hi, method = sessions_rate(users, done, window_s, 0.95)
+        methods.add(method)
+        covered += lo <= truth <= hi
+    assert methods == {"littles_law"}
+    assert 0.92 <= covered / runs <= 0.985, covered / runs
+
+
+def test_too_few_sessions_are_counted_with_the_counts_interval():
+    point, lo, hi, method = sessions_rate(4, [1.0, 1.2, 0.9], 10.0, 0.95)
+    assert method == "counting" and point == pytest.approx(0.3) and 0 < lo < point < hi
+    assert sessions_rate(4, [], None, 0.95) is None

@@ -1,8 +1,10 @@
 """Agentic sessions end to end: `capacity run` with `load.kind: agentic` against the simulator, whose
-answers are known from the script — each session's model calls in order on one generator, the tool
+answers are known from the script — across two worker processes, each session's model calls in
+order on one generator, the tool
 calls the script names streamed back, the tools' latencies waited as scripted between a call's
 last byte and the next call's send, the completion time the records add up to, the growing
-history served from the simulator's prefix cache, and the summary's sessions per minute."""
+history served from the simulator's prefix cache, and the summary's sessions per minute, whose
+interval holds the closed form of the simulator's configuration."""
 
 from __future__ import annotations
 
@@ -29,6 +31,8 @@ SCRIPT = {"session_id": "agent", "turns": [
     {"role": "assistant", "output_tokens": 10}]}
 # A wait is a gevent sleep: it overshoots by the loop's wake-up lag, never undershoots.
 LATE_MS = 40
+# concurrent sessions, two on each of the two worker processes: fewer than the simulator's slots
+USERS = 4
 
 
 @pytest.fixture(scope="module")
@@ -44,10 +48,10 @@ def run(tmp_path_factory, request):
     scenario = write_scenario(
         tmp, "agentic", target={"url": sim.url, "dialect": "openai-chat", "model": "sim-model"},
         request={"ignore_eos": True, "timeout_s": 10},
-        load={"kind": "agentic", "path": str(tmp / "sessions.jsonl"), "levels": [3], "step_s": 6,
+        load={"kind": "agentic", "path": str(tmp / "sessions.jsonl"), "levels": [USERS], "step_s": 6,
               "warmup_s": 1, "session_p95_s": 30},
         slo={"ttft_p95_ms": 2000})
-    r = capacity("run", str(scenario), timeout=90)
+    r = capacity("run", str(scenario), "--processes", "2", timeout=90)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     folder = results_dir(r.stdout)
     return folder, read_records(folder), truth
@@ -66,6 +70,7 @@ def test_each_session_runs_its_script_on_one_generator_with_the_scripted_tool_wa
     _, records, _ = run
     done = {k: v for k, v in _sessions(records).items() if v[-1]["session_ms"] is not None}
     assert len(done) >= 6, f"only {len(done)} sessions completed"
+    assert len({turns[0]["worker"] for turns in done.values()}) == 2  # both processes walked sessions
     for turns in done.values():
         assert [x["turn"] for x in turns] == [1, 2, 3] and all(x["ok"] for x in turns)
         assert len({x["worker"] for x in turns}) == 1
@@ -113,12 +118,18 @@ def test_the_summary_states_sessions_per_minute_and_the_session_percentiles(run)
     [step] = agentic["steps"]
     measured_done = [x for x in records if x["session_ms"] is not None and x["step"] == 0 and not x["warmup"]]
     assert step["sessions_completed"] == len(measured_done) > 0
-    window_s = summary["steps"][0]["window_s"]
-    assert step["sessions_per_min"] == pytest.approx(len(measured_done) / window_s * 60)
+    # Little's law: the concurrent sessions over the mean time of the sessions completed
+    mean_s = sum(x["session_ms"] for x in measured_done) / len(measured_done) / 1000
+    assert step["sessions_per_min_method"] == "littles_law"
+    assert step["sessions_per_min"] == pytest.approx(USERS * 60 / mean_s)
+    lo, hi = step["sessions_per_min_ci"]
+    assert lo < step["sessions_per_min"] < hi
     assert step["calls_per_session"] == 3
     assert step["session_p95_s"] >= sum(WAITS_S.values())
     assert step["session_slo_pass"] is True
     assert "concurrent agentic sessions" in agentic["line"] and agentic["per_node_sessions"] is not None
+    # the plain answer says it in sessions too, after the requests/s
+    assert f"That is at least {USERS} concurrent agentic sessions (" in summary["answer"]
     assert "Agentic sessions" in (Path(folder) / "summary.md").read_text()
 
 
@@ -129,7 +140,7 @@ def test_session_time_and_sessions_per_minute_match_the_simulators_closed_form(r
 
     folder, records, _ = run
     cfg = SimConfig()
-    outs, users = [6, 8, 10], 3  # fewer sessions than slots: no queue, a batch of 1 to 3 decoding
+    outs, users = [6, 8, 10], USERS  # fewer sessions than slots: no queue, a batch of 1 to 4 decoding
     # each output token is one decode step of base + per_seq × batch; prefill at most the whole
     # prompt (the cache only shortens it); the client's own share: a few ms per call and per wake-up
     prompts = sorted({x["prompt_tokens"] for x in records if x["ok"]})
@@ -139,9 +150,15 @@ def test_session_time_and_sessions_per_minute_match_the_simulators_closed_form(r
     done = [x["session_ms"] for x in records if x["session_ms"] is not None]
     mean_ms = sum(done) / len(done)
     assert low_ms <= mean_ms <= high_ms, (low_ms, mean_ms, high_ms)
-    # Little's law for sessions: the concurrent sessions over the time one takes
-    [step] = json.loads((Path(folder) / "summary.json").read_text())["agentic"]["steps"]
-    assert step["sessions_per_min"] == pytest.approx(users * 60_000 / mean_ms, rel=0.25)
+    # sessions per minute: the closed form's range (users over the session time's bounds) meets
+    # the measured interval
+    agentic = json.loads((Path(folder) / "summary.json").read_text())["agentic"]
+    [step] = agentic["steps"]
+    lo, hi = step["sessions_per_min_ci"]
+    assert lo <= users * 60_000 / low_ms and users * 60_000 / high_ms <= hi, (lo, hi, low_ms, high_ms)
+    # and one node's capacity in sessions says it, with its interval (no level failed: a lower bound)
+    assert agentic["per_node_sessions"] == users and agentic["limited_by"] == "never_failed"
+    assert agentic["per_node_sessions_per_min_ci"] == [lo, hi]
 
 
 @pytest.mark.slow

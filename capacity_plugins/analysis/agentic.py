@@ -15,10 +15,12 @@ coarse number), divided by the replicas behind the URL.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import pandas as pd
 
+from capacity_plugins.analysis.intervals import sessions_rate
 from capacity_plugins.analysis.load import RunData
 from capacity_plugins.analysis.sections import AnalysisSection, section
 from capacity_plugins.analysis.step_records import gathered
@@ -58,13 +60,17 @@ class SessionRecords:
 def agentic_steps(run: RunData, rows: list[StepSummary]) -> list[AgenticStep]:
     got = gathered(run, "agentic", SessionRecords)
     limit = _limit(run.settings.load)
+    confidence = run.verdict.confidence
     out = []
     for r in rows:
         done, per_session, wait, visible_p95 = got.steps.get(r.step, ([], None, None, None))
         p95 = quantile(done, 0.95)
-        per_min = len(done) / r.window_s * 60.0 if r.window_s else None
+        rate = sessions_rate(r.level, done, r.window_s, confidence)
         out.append(AgenticStep(
-            level=r.level, sessions_completed=len(done), sessions_per_min=per_min,
+            level=r.level, sessions_completed=len(done),
+            sessions_per_min=None if rate is None else rate[0] * 60.0,
+            sessions_per_min_ci=None if rate is None else [rate[1] * 60.0, rate[2] * 60.0],
+            sessions_per_min_method=None if rate is None else rate[3],
             session_p50_s=quantile(done, 0.5), session_p95_s=p95,
             calls_per_session=per_session, tool_wait_mean_ms=wait,
             rps=r.rps, ttft_p95_ms=r.ttft_p95_ms, first_visible_p95_ms=visible_p95,
@@ -100,18 +106,28 @@ def sessions_capacity(found: Agentic, cap: Capacity) -> None:
         limited = "never_failed"
     found.per_node_sessions = sessions
     found.per_node_sessions_per_min = None if passing.sessions_per_min is None else passing.sessions_per_min / replicas
+    if passing.sessions_per_min_ci is not None:
+        found.per_node_sessions_per_min_ci = [v / replicas for v in passing.sessions_per_min_ci]
     found.per_node_rps = None if passing.rps is None else passing.rps / replicas
     found.limited_by = limited
-    at_least = "at least " if limited == "never_failed" else ""
     why = {"session_slo": f"the session P95 limit ({found.session_p95_limit_s:g} s) breaks above it"
            if found.session_p95_limit_s is not None else "the session SLO breaks above it",
            "per_call_slo": "the per-call SLO breaks above it",
            "never_failed": "no level failed: extend the levels"}[limited]
     p95 = f", session P95 {passing.session_p95_s:.3g} s" if passing.session_p95_s is not None else ""
-    per_min = f"{found.per_node_sessions_per_min:.3g}" if found.per_node_sessions_per_min is not None else "?"
     rps = f"{found.per_node_rps:.3g}" if found.per_node_rps is not None else "?"
-    found.line = (f"one node holds {at_least}{sessions:.3g} concurrent agentic sessions ({per_min} sessions/min, "
-                  f"{rps} model calls/s{p95}); {why}")
+    found.line = f"one node holds {sessions_words(found)}, {rps} model calls/s{p95}); {why}"
+
+
+def sessions_words(found: Agentic) -> str:
+    """'at least 4 concurrent agentic sessions (258 [256–261] sessions/min' — the capacity in
+    sessions, for the section's line and the plain answer (analysis/answer.py)."""
+    at_least = "at least " if found.limited_by == "never_failed" else ""
+    per_min = "?" if found.per_node_sessions_per_min is None else f"{found.per_node_sessions_per_min:.3g}"
+    if found.per_node_sessions_per_min_ci is not None:
+        lo, hi = found.per_node_sessions_per_min_ci
+        per_min += f" [{lo:.3g}–{hi:.3g}]" if math.isfinite(hi) else f" [{lo:.3g}–∞]"
+    return f"{at_least}{found.per_node_sessions or 0:.3g} concurrent agentic sessions ({per_min} sessions/min"
 
 
 @section("agentic")

@@ -16,8 +16,9 @@ What it says, case by case:
 - the SLO failing with one request at a time (`fails_at_lowest_load`): no number of nodes meets it;
 - the plan: the nodes a forecast peak needs (× safety, + spares), against the nodes you have,
   ending with the decision in capitals; no peak, a refused plan: why no fleet size;
-- a trace replay leads with where in the traffic the SLO broke; a prefix-cache probe ends with
-  its own answer.
+- a trace replay leads with where in the traffic the SLO broke; an agentic run states the
+  capacity in concurrent sessions and sessions per minute after the one in req/s; a prefix-cache
+  probe ends with its own answer.
 
 `answer_lines(summary)` is what a terminal prints: the answer, then `reasons_in_words(summary)`
 (the verdict's reasons, then what to measure next).
@@ -155,6 +156,17 @@ def _cache_sentence(summary: AnySummary) -> str:
     return " Prefix cache: " + (answer if answer.endswith(".") else answer + ".")
 
 
+def _sessions_sentence(summary: AnySummary) -> str:
+    """' That is at least 4 concurrent agentic sessions (258 [256–261] sessions/min) per node.'"""
+    agentic = summary.agentic if isinstance(summary, Summary) else None
+    if agentic is None or agentic.per_node_sessions is None:
+        return ""
+    # here, not at the top: wording a summary needs only contracts/, not the analysis's pandas
+    from capacity_plugins.analysis.agentic import sessions_words
+
+    return f" That is {sessions_words(agentic)}) per node."
+
+
 def _not_completed(summary: AnySummary) -> str:
     """'Decision not completed: the run is incomplete (…). ' — a refused plan says so itself."""
     said = ("plan refused", "no valid step") if summary.capacity.unknown_reason else ("plan refused",)
@@ -164,8 +176,8 @@ def _not_completed(summary: AnySummary) -> str:
 
 def plain_answer(summary: AnySummary) -> str:
     """The one sentence (two short ones) that opens every view of a run."""
-    return (f"{_not_completed(summary)}{_trace_sentence(summary)}{capacity_sentence(summary)} "
-            f"{plan_sentence(summary)}{_cache_sentence(summary)}")
+    return (f"{_not_completed(summary)}{_trace_sentence(summary)}{capacity_sentence(summary)}"
+            f"{_sessions_sentence(summary)} {plan_sentence(summary)}{_cache_sentence(summary)}")
 
 
 def _said(reason: str, answer: str) -> bool:

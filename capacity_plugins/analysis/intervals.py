@@ -8,6 +8,7 @@
 | a step's throughput (rps), counted (open loop; closed loop's cross-check) | batch means: the window cut into 10 sub-windows, successful sends counted in each, Student t with 9 df on their rates; below 50 requests, counting noise (Garwood's Poisson interval) | completions are not Poisson: a closed loop at saturation completes far more regularly (a fixed-length batch finishes every cycle), a bursty server far less. Batch means measures the variation the step really had (bursts, drift, a slow minute) instead of assuming one; t with 9 df pays for estimating it from ten numbers |
 | clustered values (ITL gaps) | the percentile ranks computed for the number of *requests*, then mapped to gap ranks | the gaps of one request share its batch and its prompt: they are not independent draws |
 | a mean over repeats | Student t on the repeats' values | run-to-run spread, the variation a comparison of runs must beat |
+| agentic sessions per minute (a closed loop of sessions) | Little's law: users ÷ mean session time, the mean's interval Student t over the sessions completed (≥ SESSIONS_MIN); fewer: Garwood's count | each user walks one session after another with no pause, so sessions complete at users / mean session time; a step completes a few dozen sessions, and counting them in the window is ±30 % where the mean of their times is known to a few percent. Coverage by simulation in tests/test_agentic.py |
 
 Every interval is two-sided at the `verdict.confidence` level (default 0.95). Within-run intervals
 describe *this* run: a second run of the same system varies more (warm caches, placement, other
@@ -33,6 +34,9 @@ from capacity_plugins.contracts.percentiles import nearest_rank_index, rank_boun
 BATCHES = 10
 # Below this many requests a step's batches hold one or two requests each: counting noise only.
 BATCH_MIN_REQUESTS = 50
+
+# Fewer completed sessions than this: their mean time's t interval is too wide to beat counting.
+SESSIONS_MIN = 5
 
 Interval = tuple[float | None, float | None]
 Gain = Literal["rise", "flat", "unclear"]
@@ -176,6 +180,22 @@ def littles_rate(users: float, e2e_ms: np.ndarray, service_ms: np.ndarray, sent_
     lo = users / (mean_s + half) * ok_share
     hi = users / (mean_s - half) * ok_share if half < mean_s else math.inf
     return point, lo, hi
+
+
+def sessions_rate(users: float, session_s: Sequence[float], window_s: float | None,
+                  confidence: float) -> tuple[float, float, float, str] | None:
+    """(point, low, high, method) of a closed loop's completed sessions per second: `users` each
+    walking one session after another; `session_s` the completion times of the sessions that ended
+    in the window (module table). None with no window and too few sessions to use Little's law."""
+    times = np.asarray([t for t in session_s if t is not None and math.isfinite(t) and t > 0], float)
+    if users > 0 and times.size >= SESSIONS_MIN:
+        mean, _sd, lo, hi = t_interval(times.tolist(), confidence)
+        assert mean is not None and lo is not None and hi is not None  # two or more values
+        return users / mean, users / hi, (users / lo if lo > 0 else math.inf), "littles_law"
+    if not window_s or window_s <= 0:
+        return None
+    low, high = poisson_rate_ci(len(session_s), window_s, confidence)
+    return len(session_s) / window_s, low, high, "counting"
 
 
 def gain_class(x: float, x_half: float, base: float, base_half: float, gain: float) -> Gain:

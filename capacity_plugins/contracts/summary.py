@@ -709,7 +709,14 @@ class AgenticStep(Section):
     sessions_completed: int = 0
     """Sessions whose last model call ended successfully in the measured window (its `session_ms` set)."""
     sessions_per_min: float | None = None
-    """`sessions_completed` / the window × 60."""
+    """Completed sessions per minute: by Little's law, level × 60 ÷ the completed sessions' mean
+    completion time (`sessions_per_min_method` littles_law, five sessions or more), else
+    `sessions_completed` ÷ the window × 60 (counting)."""
+    sessions_per_min_ci: list[float] | None = None
+    """Its interval at `verdict.confidence`: Student t on the mean completion time (littles_law) or
+    Garwood's Poisson interval of the count (counting); the high end null when unbounded (the mean's low end ≤ 0)."""
+    sessions_per_min_method: str | None = None
+    """`littles_law` or `counting` (analysis/intervals.py)."""
     session_p50_s: float | None = None
     session_p95_s: float | None = None
     """Nearest-rank percentiles of the completed sessions' completion times (first send → last byte)."""
@@ -734,7 +741,7 @@ class Agentic(Section):
     """An agentic run (load kind `agentic`, analysis/agentic.py): capacity in sessions."""
 
     SOMETIMES = frozenset({"session_p95_limit_s", "per_node_sessions", "per_node_sessions_per_min",
-                           "per_node_rps", "limited_by"})
+                           "per_node_sessions_per_min_ci", "per_node_rps", "limited_by"})
     steps: list[AgenticStep] = Field(default_factory=list)
     session_p95_limit_s: float | None = None
     """load.session_p95_s: the session SLO (completion time P95), when set."""
@@ -744,6 +751,8 @@ class Agentic(Section):
     session P95 held, ÷ `capacity.replicas_behind_url`."""
     per_node_sessions_per_min: float | None = None
     """Completed sessions per minute at that level (the passing step's, ÷ replicas)."""
+    per_node_sessions_per_min_ci: list[float] | None = None
+    """Its interval (the passing step's `sessions_per_min_ci`, ÷ replicas)."""
     per_node_rps: float | None = None
     """Model calls per second at that level (÷ replicas), beside the capacity's requests/s."""
     limited_by: str | None = None

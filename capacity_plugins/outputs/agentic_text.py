@@ -8,7 +8,7 @@ from __future__ import annotations
 import html
 
 from capacity_plugins.contracts.summary import Agentic, AgenticStep, Summary
-from capacity_plugins.outputs.numbers import fmt_level, fmt_num
+from capacity_plugins.outputs.numbers import fmt_iv, fmt_level, fmt_num
 from capacity_plugins.outputs.sections import ReportSection, report_section
 from capacity_plugins.outputs.tables import html_table, md_table
 
@@ -21,7 +21,8 @@ def _yes(v: bool | None) -> str:
 
 
 def _cells(s: AgenticStep) -> list[str]:
-    return [fmt_level(s.level), str(s.sessions_completed), fmt_num(s.sessions_per_min), fmt_num(s.session_p50_s),
+    return [fmt_level(s.level), str(s.sessions_completed), fmt_iv(s.sessions_per_min, s.sessions_per_min_ci),
+            fmt_num(s.session_p50_s),
             fmt_num(s.session_p95_s), fmt_num(s.calls_per_session), fmt_num(s.tool_wait_mean_ms), fmt_num(s.rps),
             fmt_num(s.ttft_p95_ms), fmt_num(s.first_visible_p95_ms), _yes(s.session_slo_pass), _yes(s.slo_pass),
             "yes" if s.valid else "no"]
