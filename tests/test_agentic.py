@@ -305,3 +305,17 @@ def test_too_few_sessions_are_counted_with_the_counts_interval():
     point, lo, hi, method = sessions_rate(4, [1.0, 1.2, 0.9], 10.0, 0.95)
     assert method == "counting" and point == pytest.approx(0.3) and 0 < lo < point < hi
     assert sessions_rate(4, [], None, 0.95) is None
+
+
+def test_a_dialect_that_cannot_carry_tool_calls_is_one_line_naming_the_field(tmp_path):
+    from helpers.processes import capacity
+
+    doc = (ROOT / "scenarios/agentic_sessions.yaml").read_text().replace("openai-chat", "ollama")
+    assert "ollama" in doc
+    (tmp_path / "s.yaml").write_text(doc)
+    (tmp_path / "traces").mkdir()
+    (tmp_path / "traces/agentic_sessions.jsonl").write_text((ROOT / "scenarios/traces/agentic_sessions.jsonl").read_text())
+    r = capacity("run", str(tmp_path / "s.yaml"), timeout=60)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    [line] = r.stderr.strip().splitlines()
+    assert "s.yaml" in line and "kind agentic sends tool calls" in line and "target.dialect to openai-chat" in line

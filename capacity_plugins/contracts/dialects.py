@@ -24,6 +24,11 @@ ITEM_DIALECTS: Final[dict[str, str]] = {"openai-embeddings": "embeddings", "tei-
 # content parts, Ollama chat's `images`.
 IMAGE_DIALECTS: Final[tuple[str, ...]] = ("openai-chat", "ollama")
 
+# The dialects an agentic session's model calls go through (load kind `agentic`): they send the
+# tools and the history's tool calls and results, and parse the streamed tool calls back. Ollama
+# parses tool calls in a stream but its history wants arguments as objects: not sent by it yet.
+TOOL_DIALECTS: Final[tuple[str, ...]] = ("openai-chat",)
+
 # The paths each dialect appends to the target URL, its request path first ("{model}": any one
 # segment). The dialects (dialects/*.py) send to exactly these; a test keeps the two in step.
 API_PATHS: Final[dict[str, tuple[str, ...]]] = {

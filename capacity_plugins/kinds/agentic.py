@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
+from capacity_plugins.contracts.dialects import TOOL_DIALECTS
 from capacity_plugins.kinds.base import LoadKind, PositiveInt, StepPlan, check_warmup
 
 if TYPE_CHECKING:
@@ -40,6 +41,11 @@ class AgenticLoad(LoadKind):
     def _warmup_inside_step(self) -> AgenticLoad:
         check_warmup(self.warmup_s, self.step_s)
         return self
+
+    def check(self, scenario: Scenario) -> None:
+        if scenario.target.dialect not in TOOL_DIALECTS:
+            raise ValueError(f"load: kind agentic sends tool calls, which the {scenario.target.dialect} dialect "
+                             f"cannot carry; set target.dialect to {' or '.join(TOOL_DIALECTS)}")
 
     def plan(self, scenario: Scenario) -> list[StepPlan]:
         return [StepPlan("concurrency", float(n), n, self.spawn_rate, self.step_s, self.warmup_s) for n in self.levels]
