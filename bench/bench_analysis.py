@@ -42,7 +42,7 @@ sys.path.insert(0, str(ROOT))
 from capacity_plugins.analysis.step_records import batches  # noqa: E402 - after sys.path names this checkout
 from capacity_plugins.contracts.folders import COLUMNAR_FILE  # noqa: E402 - after sys.path names this checkout
 from capacity_plugins.contracts.records import columnar_schema  # noqa: E402 - after sys.path names this checkout
-from tests.helpers.big_results import GAPS, generate  # noqa: E402 - the folders the tests use too
+from tests.helpers.big_results import GAPS, LEVELS, generate  # noqa: E402 - the folders the tests use too
 
 GOAL_S = 5.0
 # The analysis's CPU seconds over pyarrow's for reading the same folder, 1 M records (docs/benchmarks.md):
@@ -117,6 +117,7 @@ def _status_kb(pid: int, keys: tuple[str, ...]) -> dict[str, int] | None:
 class Run(NamedTuple):
     wall: float  # seconds, interpreter start to summary and reports written
     cpu: float  # CPU seconds of the process, all its threads (what a busy host's neighbours do not change)
+    imports_cpu: float  # of which the imports (interpreter start not counted)
     anon_mb: float  # peak RssAnon, sampled: what a container's limit and the OOM killer count
     rss_mb: float  # peak RSS (VmHWM): anonymous + file-backed pages mapped (page cache of mapped files)
     pool_mb: float  # pyarrow's memory pool, its largest
@@ -125,6 +126,12 @@ class Run(NamedTuple):
 
 
 SAMPLE_S = 0.02  # the watcher's period: a peak held for a fraction of a read of 10 M records is seen
+
+# The children write and read bytecode caches, as any install does after its first run. A host
+# that sets PYTHONDONTWRITEBYTECODE (this project's VMs do) with packages installed --no-compile
+# made every analysis compile pandas, scipy and matplotlib from source: ~3 s of CPU a run, which
+# was half of the figure measured for 1 M records before.
+CHILD_ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
 
 CHILD = """
 import sys, time, threading
@@ -141,8 +148,14 @@ if trace:  # the largest live allocation sites at (near) the traced peak: a snap
                 best[:] = [cur, tracemalloc.take_snapshot()]
             time.sleep(0.05)
     threading.Thread(target=sample, daemon=True).start()
+# the modules `capacity analyze` imports on its way, imported first and timed apart: a fixed cost
+# (~2 s of CPU), not the records'
+c = time.process_time()
+import pandas, pyarrow.ipc, scipy.optimize, matplotlib.pyplot
+import capacity_plugins.cli.analyze, capacity_plugins.analysis.pipeline, capacity_plugins.outputs.writers
+imports = time.process_time() - c
 from capacity_plugins.cli import main
-rc = main(['analyze', {folder!r}, '--quiet', '--peak-qps', '100'])
+rc = main(['analyze', {folder!r}, '--quiet', '--peak-qps', '100', '--history', 'off'])
 wall = time.perf_counter() - t
 hwm = next(ln.split()[1] for ln in open('/proc/self/status') if ln.startswith('VmHWM'))
 import pyarrow as pa
@@ -152,7 +165,7 @@ if trace:
     sites = best[1].statistics('lineno')[:4] if best[1] is not None else []
     top = f'tracemalloc peak {{peak / 2**20:,.0f}} MB; at {{best[0] / 2**20:,.0f}} MB the largest: ' + '; '.join(
         f'{{s.traceback[0].filename.rsplit("/", 2)[-1]}}:{{s.traceback[0].lineno}} {{s.size / 2**20:,.0f}} MB' for s in sites)
-print('BENCH', wall, time.process_time(), hwm, pa.default_memory_pool().max_memory(), rc, top, file=sys.stderr)
+print('BENCH', wall, time.process_time(), imports, hwm, pa.default_memory_pool().max_memory(), rc, top, file=sys.stderr)
 """
 
 READ_ALONE = """
@@ -184,7 +197,7 @@ for _ in range({reads}):
     cpus.append(time.process_time() - c)
 print('READ', statistics.median(walls), statistics.median(cpus), file=sys.stderr)
 """
-READS = 3  # reads per measurement of the unit, their median: one read of 1 M records takes ~0.2 s
+READS = 9  # reads per measurement of the unit, their median: one read of 1 M records takes 0.03–0.2 s
 
 
 def read_alone(folder: Path) -> tuple[float, float]:
@@ -194,7 +207,7 @@ def read_alone(folder: Path) -> tuple[float, float]:
     (wall, CPU) seconds, each the median of READS reads."""
     _warm(folder)
     code = READ_ALONE.format(arrow=str(folder / COLUMNAR_FILE), jsonl=str(folder / "requests.jsonl"), reads=READS)
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, env=CHILD_ENV)
     line = next((ln for ln in r.stderr.splitlines() if ln.startswith("READ")), None)
     if line is None:
         print(r.stderr[-2000:])
@@ -216,7 +229,7 @@ def run_once(folder: Path, cold: bool = False, trace: bool = False) -> Run:
         _warm(folder)
     code = CHILD.format(folder=str(folder), trace=trace)
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            text=True, cwd=ROOT)
+                            text=True, cwd=ROOT, env=CHILD_ENV)
     peak_anon = 0
 
     def watch() -> None:
@@ -234,9 +247,10 @@ def run_once(folder: Path, cold: bool = False, trace: bool = False) -> Run:
     line = next((ln for ln in err.splitlines() if ln.startswith("BENCH")), None)
     if line is None:
         print(err[-2000:])
-        return Run(*[float("nan")] * 5, proc.returncode, "")
-    _, wall, cpu, rss_kb, pool, rc, *top = line.split(maxsplit=6)
-    return Run(float(wall), float(cpu), peak_anon / 1024, int(rss_kb) / 1024, int(pool) / 2**20, int(rc), " ".join(top))
+        return Run(*[float("nan")] * 6, proc.returncode, "")
+    _, wall, cpu, imports, rss_kb, pool, rc, *top = line.split(maxsplit=7)
+    return Run(float(wall), float(cpu), float(imports), peak_anon / 1024, int(rss_kb) / 1024, int(pool) / 2**20,
+               int(rc), " ".join(top))
 
 
 def interval_cost(n: int = 8_000_000, repeats: int = 3) -> tuple[float, float]:
@@ -257,7 +271,7 @@ def interval_cost(n: int = 8_000_000, repeats: int = 3) -> tuple[float, float]:
 
 
 def _fmt(r: Run) -> str:
-    return (f"analyse {r.wall:.1f} s ({r.cpu:.1f} s of CPU), peak anonymous {r.anon_mb:,.0f} MB (goal 2048 MB, ratio {r.anon_mb / 2048:.2f}), "
+    return (f"analyse {r.wall:.1f} s ({r.cpu:.1f} s of CPU, {r.imports_cpu:.1f} of them imports), peak anonymous {r.anon_mb:,.0f} MB (goal 2048 MB, ratio {r.anon_mb / 2048:.2f}), "
             f"peak RSS {r.rss_mb:,.0f} MB, pyarrow pool max {r.pool_mb:,.0f} MB, rc {r.rc}" + (f"; {r.top}" if r.top else ""))
 
 
@@ -267,16 +281,18 @@ def time_ratio(folder: Path, runs: int) -> None:
     to back, warm; the median of `runs` pairs and their range. Wall seconds are what an operator
     waits; CPU seconds (the process's, all threads) are what a host busy with other work changes
     least — both ratios are printed, the goal is on the CPU one."""
-    walls, cpus = [], []
+    run_once(folder)  # not counted: writes the bytecode caches (CHILD_ENV), as a first run does
+    walls, cpus, past = [], [], []
     for _ in range(runs):
         r = run_once(folder)
         rd_wall, rd_cpu = read_alone(folder)
         walls.append((r.wall, rd_wall))
         cpus.append((r.cpu, rd_cpu))
-        print(f"  warm: {_fmt(r)}; pyarrow alone reads it in {rd_wall:.2f} s ({rd_cpu:.2f} s of CPU): "
+        past.append((r.cpu - r.imports_cpu, rd_cpu))
+        print(f"  warm: {_fmt(r)}; pyarrow alone reads it in {rd_wall:.3f} s ({rd_cpu:.3f} s of CPU): "
               f"ratio {r.wall / rd_wall:.1f} wall, {r.cpu / rd_cpu:.1f} CPU", flush=True)
     goal = f" (goal ≤ {GOAL_RATIO:g})"
-    for what, pairs in (("wall", walls), ("CPU", cpus)):
+    for what, pairs in (("wall", walls), ("CPU", cpus), ("CPU past the imports", past)):
         ratios = [a / b for a, b in pairs]
         print(f"  time ratio (analysis ÷ pyarrow's read), {what}: median {statistics.median(ratios):.1f} "
               f"[{min(ratios):.1f}–{max(ratios):.1f} in {runs} runs]{goal if what == 'CPU' else ''}; analysis median "
@@ -284,20 +300,24 @@ def time_ratio(folder: Path, runs: int) -> None:
               flush=True)
 
 
-def memory_curve(sizes: list[int], cold_runs: int, warm_runs: int, trace: bool) -> None:
+def memory_curve(sizes: list[int], cold_runs: int, warm_runs: int, trace: bool, step_records: int | None = None) -> None:
     """Goal 5's second half: a long soak's worth of records within 2 GB of anonymous memory, cold
-    and warm, run after run; and how it grows with the records (the curve over `sizes`)."""
+    and warm, run after run; and how it grows with the records (the curve over `sizes`): over 8
+    steps (a step grows with the run), or with `step_records` records a step (more steps instead:
+    what the analysis holds past one step's columns)."""
     medians: list[tuple[int, float]] = []
     for n in sizes:
-        folder = Path(f"/tmp/capacity_bench_analysis_v3_{n}_product")
+        steps = len(LEVELS) if step_records is None else max(n // step_records, 1)
+        folder = Path(f"/tmp/capacity_bench_analysis_v3_{n}_product" + ("" if steps == len(LEVELS) else f"_{steps}steps"))
         need = n * 1400  # JSONL + Arrow bytes per 64-gap record, with room
         if not (folder / ".complete").exists() and shutil.disk_usage("/tmp").free < need:
             print(f"{n:,} records: skipped, /tmp has less than {need / 1e9:.0f} GB free for the folder")
             continue
         t = time.perf_counter()
-        generate(folder, n, "product")
+        generate(folder, n, "product", steps=steps)
         gen = time.perf_counter() - t
-        print(f"{n:,} records as the product writes" + (f" [generated in {gen:.0f} s]" if gen > 1 else ""), flush=True)
+        print(f"{n:,} records as the product writes, {steps} steps of {n // steps:,}"
+              + (f" [generated in {gen:.0f} s]" if gen > 1 else ""), flush=True)
         anon = []
         for state in ["cold"] * cold_runs + ["warm"] * warm_runs:
             how = f" ({_cold_how})" if state == "cold" else ""
@@ -326,6 +346,8 @@ def main() -> int:
     ap.add_argument("--curve", default="1000000,3000000,10000000",
                     help="record counts of the memory curve (as the product writes; '' to skip); the 10 M folder "
                          "takes ~13 GB of /tmp and ~7 min to write once")
+    ap.add_argument("--step-records", type=int, default=None,
+                    help="the curve with this many records a step (N / it steps) instead of 8 steps: memory past one step's columns")
     ap.add_argument("--cold-runs", type=int, default=2, help="runs per curve size with the page cache dropped")
     ap.add_argument("--warm-runs", type=int, default=2, help="runs per curve size with the folder in the page cache")
     ap.add_argument("--trace", action="store_true",
@@ -366,7 +388,7 @@ def main() -> int:
             print(f"  warm: {_fmt(run_once(folder))}", flush=True)
     curve = [int(x) for x in args.curve.split(",") if x]
     if curve and reader == "pyarrow":
-        memory_curve(curve, args.cold_runs, args.warm_runs, args.trace)
+        memory_curve(curve, args.cold_runs, args.warm_runs, args.trace, args.step_records)
     if args.intervals:
         plain, with_ci = interval_cost()
         print(f"intervals on 8 M ITL gaps: P50/P95/P99 {plain * 1000:.0f} ms, with their order-statistic intervals "

@@ -23,8 +23,9 @@ LEVELS = [1, 2, 4, 8, 16, 32, 64, 128]
 GAPS = 64  # ITL gaps per record
 
 
-def generate(out: Path, n: int, layout: str = "product", gaps: int = GAPS) -> None:
-    """`n` records over 8 concurrency steps into `out` (once: a `.complete` marker), in `layout`:
+def generate(out: Path, n: int, layout: str = "product", gaps: int = GAPS, steps: int = len(LEVELS)) -> None:
+    """`n` records over `steps` concurrency steps (LEVELS; more: levels 1, 2, … `steps`) into `out`
+    (once: a `.complete` marker), in `layout`:
     "product" (`itl_ms` inline in requests.jsonl, and requests.arrow by the records sink's own
     writer, batch by batch as the sink writes it), "inline" (the JSONL alone), "jsonl" or
     "parquet" (the gaps in an itl.jsonl / itl.parquet side file)."""
@@ -33,7 +34,8 @@ def generate(out: Path, n: int, layout: str = "product", gaps: int = GAPS) -> No
         return
     out.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(1)
-    per_step = n // len(LEVELS)
+    levels = LEVELS if steps == len(LEVELS) else list(range(1, steps + 1))
+    per_step = n // len(levels)
     t0 = 1_700_000_000.0
     steps = []
     pq_ids: list[str] = []
@@ -43,7 +45,7 @@ def generate(out: Path, n: int, layout: str = "product", gaps: int = GAPS) -> No
     written = 0  # where the records of `batch` start in requests.jsonl
     with (out / "requests.jsonl").open("wb") as f, ((out / "itl.jsonl").open("wb") if layout == "jsonl" else open(os.devnull, "wb")) as fi:
         rid = 0
-        for k, lvl in enumerate(LEVELS):
+        for k, lvl in enumerate(levels):
             window = 600.0
             start, wend, end = t0, t0 + 5, t0 + 5 + window
             ttft = rng.lognormal(np.log(80 * (1 + k / 2)), 0.4, per_step)
