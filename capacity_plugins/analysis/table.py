@@ -159,6 +159,20 @@ class _Part:
     err_ok: bool
 
 
+def judge_limits(views: dict[str, np.ndarray], limits: dict[str, float | None], n_ok: int, attainment: float,
+                 conf: float) -> tuple[dict[str, SloLimit], np.ndarray]:
+    """Each set limit's row (its attainment with the interval) and which of the n_ok successful
+    requests met every limit (a missing value misses)."""
+    good = np.ones(n_ok, dtype=bool)
+    judged: dict[str, SloLimit] = {}
+    for metric, limit in limits.items():
+        if limit is None:
+            continue
+        judged[metric] = limit_row(views[metric], limit, attainment, conf)
+        good &= np.nan_to_num(views[metric], nan=math.inf) <= limit
+    return judged, good
+
+
 def _measure(run: RunData, st: Step, records: pd.DataFrame, limits: dict[str, float | None], slo: SLOConfig,
              conf: float, breakdown: TTFTBreakdown) -> _Part:
     column = _Columns(records)
@@ -188,14 +202,7 @@ def _measure(run: RunData, st: Step, records: pd.DataFrame, limits: dict[str, fl
 
     # SLO judgement: share of measured requests under each limit (failures count as misses
     # in goodput, and separately through the error rate).
-    views = slo_views(st, col)
-    good = np.ones(n_ok, dtype=bool)
-    judged: dict[str, SloLimit] = {}
-    for m, lim in limits.items():
-        if lim is None:
-            continue
-        judged[m] = limit_row(views[m], lim, slo.attainment, conf)
-        good &= np.nan_to_num(views[m], nan=math.inf) <= lim
+    judged, good = judge_limits(slo_views(st, col), limits, n_ok, slo.attainment, conf)
     n_good = int(good.sum())
     err_ok = error_rate is not None and error_rate <= slo.error_rate
     validity = step_validity(st, requests=n, ok_requests=n_ok, window_s=window, settings=run.settings,

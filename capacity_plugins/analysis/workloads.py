@@ -25,10 +25,8 @@ classes' warnings.
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
 from capacity_plugins.analysis.capacity import capacity_under_slo
@@ -37,13 +35,12 @@ from capacity_plugins.analysis.load import RunData
 from capacity_plugins.analysis.sections import AnalysisSection, section
 from capacity_plugins.analysis.settings import ClassSettings
 from capacity_plugins.analysis.step_records import gathered
-from capacity_plugins.analysis.table import limit_row, pcts_with_ci, slo_judgement, slo_views, step_window
+from capacity_plugins.analysis.table import judge_limits, pcts_with_ci, slo_judgement, slo_views, step_window
 from capacity_plugins.analysis.validity import step_validity
 from capacity_plugins.contracts.slo import LIMITS
 from capacity_plugins.contracts.summary import (
     Capacity,
     ClassRow,
-    SloLimit,
     StepSummary,
     WorkloadClass,
     Workloads,
@@ -97,14 +94,8 @@ def _class_row(run: RunData, st: Any, g: pd.DataFrame, c: ClassSettings, window:
     for m in CLASS_METRICS:
         pcts.update(pcts_with_ci(ok[m].to_numpy(float), m[:-3], conf))
     views = slo_views(st, lambda name: ok[name].to_numpy(float))
-    good = np.ones(n_ok, dtype=bool)
-    judged: dict[str, SloLimit] = {}
-    for metric, field in LIMITS:
-        limit = getattr(slo, field)
-        if limit is None:
-            continue
-        judged[metric] = limit_row(views[metric], limit, slo.attainment, conf)
-        good &= np.nan_to_num(views[metric], nan=math.inf) <= limit
+    limits = {metric: getattr(slo, field) for metric, field in LIMITS}
+    judged, good = judge_limits(views, limits, n_ok, slo.attainment, conf)
     n_good = int(good.sum())
     err_ok = error_rate is not None and error_rate <= slo.error_rate
     validity = step_validity(st, requests=n, ok_requests=n_ok, window_s=window, settings=run.settings, meta=run.meta)
