@@ -79,15 +79,24 @@ def test_the_sqlite_catalog_migrates_once_records_and_filters(tmp_path):
     with Catalog(where) as c:
         assert c.schema_version() == schema.LATEST
         first = c.record(_entry("/r/1", "a", 10.0), "{}")
+        c.bless("release", first)
         c.record(_entry("/r/2", "b", 7.0), "{}")
-        again = c.record(_entry("/r/1", "a", 11.0), "{}")  # recorded again: replaced, not doubled
-        c.bless("release", again)
+        # analysed again (capacity analyze records too): updated in place, not doubled, and the
+        # baseline blessed on it stays (a delete and insert cascaded to the baseline and lost it)
+        again = c.record(_entry("/r/1", "c", 11.0), "{}")
     with Catalog(where) as c:  # reopened: nothing migrates twice
-        assert [r.capacity_rps for r in c.runs()] == [7.0, 11.0] and again != first
-        assert [r.results_dir for r in c.runs(labels={"build": "a"})] == ["/r/1"]
+        assert [r.capacity_rps for r in c.runs()] == [11.0, 7.0] and again == first
+        assert [r.results_dir for r in c.runs(labels={"build": "c"})] == ["/r/1"]
+        assert c.runs(labels={"build": "a"}) == []  # its labels replaced, not added to
         found = c.find("release")
-        assert found is not None and found.id == again and found.steps[0].valid is True
+        assert found is not None and found.id == again and found.capacity_rps == 11.0
+        assert [s.step for s in found.steps] == [0] and found.steps[0].valid is True
         assert c.baselines()[0][:2] == ("release", again)
+        # a repeat's folder analysed on its own keeps the set it was recorded in
+        parent = c.record(_entry("/r/set", "a", 9.0).model_copy(update={"kind": "repeat_set"}), "{}")
+        child = c.record(_entry("/r/set/r1", "a", 9.0).model_copy(update={"parent_id": parent}), "{}")
+        assert c.record(_entry("/r/set/r1", "a", 9.5), "{}") == child
+        assert [r.results_dir for r in c.runs(top_level=True)] == ["/r/1", "/r/2", "/r/set"]
     db = sqlite3.connect(where)
     assert db.execute("SELECT count(*) FROM schema_migrations").fetchone() == (len(schema.MIGRATIONS),)
     db.execute("INSERT INTO schema_migrations VALUES (99, 'from the future', 0)")

@@ -56,7 +56,7 @@ def test_two_configurations_and_a_broken_one(tmp_path):
     r = capacity("matrix", str(matrix), timeout=400)
     assert r.returncode == 1, r.stdout[-4000:] + r.stderr[-3000:]  # broken failed; the others ran
 
-    root = next((tmp_path / "out").iterdir())
+    [root] = [p for p in (tmp_path / "out").iterdir() if p.is_dir()]
     doc = json.loads((root / "matrix.json").read_text())
     rows = {row["name"]: row for row in doc["entries"]}
     assert list(rows) == ["slots-2", "broken", "slots-8"]
@@ -93,6 +93,12 @@ def test_two_configurations_and_a_broken_one(tmp_path):
     for entry in ("slots-2", "broken", "slots-8"):
         assert (root / entry / "server.log").exists()
     assert processes_with(JITTER) == []  # both simulators were stopped
+    # each analysed entry is in the run history beside the matrix folder, labelled with its entry
+    listed = capacity("history", "list", "--label", "matrix=slots", "--history", str(tmp_path / "out" / "history.sqlite"))
+    assert listed.returncode == 0, listed.stderr
+    for entry in ("slots-2", "slots-8"):
+        assert str((root / rows[entry]["run_dir"]).resolve()) in listed.stdout, listed.stdout
+        assert f"matrix_entry={entry}" in listed.stdout
 
 
 def test_shipped_example_names_files_that_exist():

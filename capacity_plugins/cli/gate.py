@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="a blessed baseline's name (capacity history bless), or a results folder / repeat set")
     p.add_argument("--margin", type=float, default=DEFAULT_MARGIN,
                    help="the loss, as a share of the baseline, that is not yet a regression")
-    p.add_argument("--history", metavar="PATH|URL", help="the catalog of named baselines (default: $CAPACITY_HISTORY)")
+    p.add_argument("--history", metavar="PATH|URL", help="the catalog of named baselines (default: $CAPACITY_HISTORY, else ./results/history.sqlite)")
     p.add_argument("--format", choices=("text", "json"), default="text")
     p.add_argument("--out", type=Path, help="also write the judgement as JSON here")
     args = p.parse_args(argv)

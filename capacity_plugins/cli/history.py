@@ -27,7 +27,7 @@ def _parser() -> argparse.ArgumentParser:
     p = CommandParser(prog="capacity history", description="The catalog of analysed runs: record, list, trend, bless.")
     sub = p.add_subparsers(dest="action", required=True, metavar="ACTION")
     common = CommandParser(add_help=False)
-    common.add_argument("--history", metavar="PATH|URL", help="the catalog (default: $CAPACITY_HISTORY)")
+    common.add_argument("--history", metavar="PATH|URL", help="the catalog (default: $CAPACITY_HISTORY, else ./results/history.sqlite)")
     filters = CommandParser(add_help=False)
     filters.add_argument("--scenario", help="only runs of this scenario")
     filters.add_argument("--target", help="only runs against this target URL")

@@ -203,26 +203,38 @@ class Catalog:
     # -- writing ----------------------------------------------------------------------------------
 
     def record(self, entry: RunEntry, summary_json: str) -> int:
-        """Record a run (replacing an earlier record of the same results folder); its id."""
+        """Record a run; its id. A results folder recorded before (analysed again: `capacity analyze`
+        records too) is updated in place and keeps its id, so the baselines blessed on it and the
+        set it belongs to still point at it (a delete would cascade to them)."""
         values = [getattr(entry, c) for c in RUN_COLUMNS]
         values[RUN_COLUMNS.index("recorded_unix")] = entry.recorded_unix or time.time()
-        cols = ", ".join((*RUN_COLUMNS, "slo_json", "summary_json"))
-        marks = ", ".join("?" * (len(RUN_COLUMNS) + 2))
-        [run_id] = self._transaction([
-            ("DELETE FROM runs WHERE results_dir = ?", (entry.results_dir,)),
-            (f"INSERT INTO runs ({cols}) VALUES ({marks}) RETURNING id",
-             (*values, json.dumps(entry.slo), summary_json)),
-        ])[1:]
-        work: list[tuple[str, Sequence[Any]]] = []
-        step_marks = ", ".join("?" * (len(STEP_COLUMNS) + 1))
-        for s in entry.steps:
-            work.append((f"INSERT INTO steps (run_id, {', '.join(STEP_COLUMNS)}) VALUES ({step_marks})",
-                         (run_id, *(getattr(s, c) for c in STEP_COLUMNS))))
-        for k, v in sorted(entry.labels.items()):
-            work.append(("INSERT INTO run_labels (run_id, key, value) VALUES (?, ?, ?)", (run_id, k, v)))
-        if work:
-            self._transaction(work)
-        entry.id = int(run_id)
+        row = (*values, json.dumps(entry.slo), summary_json)
+        names = (*RUN_COLUMNS, "slo_json", "summary_json")
+        with self._writing() as cur:
+            self._execute(cur, "SELECT id FROM runs WHERE results_dir = ? ORDER BY id", (entry.results_dir,))
+            had = [int(r[0]) for r in cur.fetchall()]
+            if had:
+                run_id = had[0]
+                # a repeat's folder analysed on its own keeps the set it was recorded in
+                kept = [(c, v) for c, v in zip(names, row, strict=True)
+                        if not (c == "parent_id" and entry.parent_id is None)]
+                sets = ", ".join(f"{c} = ?" for c, _ in kept)
+                self._execute(cur, f"UPDATE runs SET {sets} WHERE id = ?", (*(v for _, v in kept), run_id))
+                for table in ("steps", "run_labels"):
+                    self._execute(cur, f"DELETE FROM {table} WHERE run_id = ?", (run_id,))
+                for extra in had[1:]:  # duplicates an older version may have left
+                    self._execute(cur, "DELETE FROM runs WHERE id = ?", (extra,))
+            else:
+                marks = ", ".join("?" * len(names))
+                self._execute(cur, f"INSERT INTO runs ({', '.join(names)}) VALUES ({marks}) RETURNING id", row)
+                run_id = int(cur.fetchone()[0])
+            step_marks = ", ".join("?" * (len(STEP_COLUMNS) + 1))
+            for s in entry.steps:
+                self._execute(cur, f"INSERT INTO steps (run_id, {', '.join(STEP_COLUMNS)}) VALUES ({step_marks})",
+                              (run_id, *(getattr(s, c) for c in STEP_COLUMNS)))
+            for k, v in sorted(entry.labels.items()):
+                self._execute(cur, "INSERT INTO run_labels (run_id, key, value) VALUES (?, ?, ?)", (run_id, k, v))
+        entry.id = run_id
         return entry.id
 
     def bless(self, name: str, run_id: int) -> None:

@@ -107,14 +107,15 @@ def record_folder(catalog: Catalog, folder: Path, labels: dict[str, str] | None 
     return [entry, *children]
 
 
-def record_analysed(folder: Path, where: str) -> tuple[bool, str]:
-    """Record a folder `capacity run` or `capacity analyze` has just analysed: (recorded, the one line
-    to say). Never raises: whatever the catalog did, the run is done and analysed, and its exit code
-    stays its own (`capacity history add FOLDER` is the retry the line names)."""
+def record_analysed(folder: Path, where: str, labels: dict[str, str] | None = None) -> tuple[bool, str]:
+    """Record a folder `capacity run`, `capacity analyze` or a `capacity matrix` entry has just
+    analysed (with `labels` over its own): (recorded, the one line to say). Never raises: whatever
+    the catalog did, the run is done and analysed, and its exit code stays its own (`capacity
+    history add FOLDER` is the retry the line names)."""
     later = f"later: capacity history add {folder}"
     try:
         with Catalog(where) as catalog:
-            entries = record_folder(catalog, folder)
+            entries = record_folder(catalog, folder, labels)
             return True, f"recorded as run {entries[0].id} in {catalog.name}"
     except Exception as e:
         text = str(e).splitlines()[0] if str(e) else type(e).__name__

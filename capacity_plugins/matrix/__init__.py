@@ -38,6 +38,10 @@ def build_parser() -> argparse.ArgumentParser:
                       description="Run one scenario against several server configurations and compare them.")
     p.add_argument("matrix", help="matrix YAML: the scenario and the entries (see scenarios/matrix-simulator.yaml)")
     p.add_argument("--output", help="parent folder of the matrix folder (default: the matrix file's `output`)")
+    p.add_argument("--history", metavar="PATH|URL",
+                   help="record each analysed entry in this catalog: a SQLite file, a postgresql:// URL or `off`, "
+                        "labelled matrix=NAME, matrix_entry=ENTRY (default: $CAPACITY_HISTORY, else history.sqlite "
+                        "beside the matrix folder; docs/history.md)")
     return p
 
 
@@ -101,11 +105,13 @@ def main(argv: list[str]) -> int:
     scenario, headers, secrets = _checked(matrix, args.output)
 
     from capacity_plugins.contracts.folders import new_results_folder
+    from capacity_plugins.history.catalog import recording_where
     from capacity_plugins.matrix import report
     from capacity_plugins.matrix.entry import Interrupted, Outcome, run_entry
 
     root = new_results_folder(args.output or matrix.output, matrix.name)
     root.mkdir(parents=True)
+    history = recording_where(args.history, root.parent)
     shutil.copyfile(matrix.path, root / "matrix.yaml")
     started = time.time()
     print(f"[matrix] {len(matrix.entries)} entries, scenario {matrix.scenario} → {root}", flush=True)
@@ -117,7 +123,7 @@ def main(argv: list[str]) -> int:
             if stopped is None:
                 print(f"[matrix] entry {i}/{len(matrix.entries)}: {entry.name}", flush=True)
                 try:
-                    outcomes.append(run_entry(matrix, entry, scenario, headers, root))
+                    outcomes.append(run_entry(matrix, entry, scenario, headers, root, history))
                     stopped = outcomes[-1].interrupted
                     continue
                 except (KeyboardInterrupt, Interrupted) as e:  # during its teardown: it was still torn down

@@ -60,7 +60,8 @@ def _run_dir(folder: Path) -> Path | None:
     return max(runs, key=lambda p: p.stat().st_mtime) if runs else None
 
 
-def run_entry(matrix: Matrix, entry: Entry, scenario: Scenario, headers: dict[str, str], root: Path) -> Outcome:
+def run_entry(matrix: Matrix, entry: Entry, scenario: Scenario, headers: dict[str, str], root: Path,
+              history: str | None = None) -> Outcome:
     from capacity_plugins.dialects import get_dialect
 
     folder = root / entry.name
@@ -91,6 +92,8 @@ def run_entry(matrix: Matrix, entry: Entry, scenario: Scenario, headers: dict[st
             t2 = time.monotonic()
             _analyse(out)
             out.timings_s["analysis"] = time.monotonic() - t2
+            if history is not None and out.summary is not None:
+                _record(out, history, matrix.name)
     except EntryFailed as e:
         out.fail(stage, str(e))
     except RunError as e:
@@ -123,6 +126,16 @@ def _run(matrix: Matrix, url: str, folder: Path, out: Outcome) -> None:
     if out.run_dir is None or not (out.run_dir / "steps.json").exists():
         out.fail("run", f"capacity run exited with code {code} without a finished step")
     # Exit 1 with steps (an incomplete run) is analysed: the analysis' outcome says why it decides nothing.
+
+
+def _record(out: Outcome, where: str, matrix_name: str) -> None:
+    """The analysed entry into the run catalog, labelled with its matrix and entry: one line, never
+    the entry's failure (history/record.py)."""
+    from capacity_plugins.history.record import record_analysed
+
+    assert out.run_dir is not None
+    _, line = record_analysed(out.run_dir, where, {"matrix": matrix_name, "matrix_entry": out.entry.name})
+    _say(out.entry, f"history: {line}")
 
 
 def _analyse(out: Outcome) -> None:
