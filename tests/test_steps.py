@@ -7,6 +7,7 @@ import json
 import pytest
 
 from capacity_plugins.rehearsal.steps import (
+    RECORD_EARLY_S,
     ClientLimits,
     Step,
     StepAccounting,
@@ -30,6 +31,19 @@ def test_lookup_marks_warmup_and_after_window():
     assert tl.lookup(112.5) == (0, True)  # sent after the window closed (before the worker heard): excluded
     assert tl.lookup(113.0) == (1, True)
     assert tl.lookup(120.0) == (1, False)
+
+
+def test_a_record_stamped_just_before_a_step_by_a_workers_clock_is_in_its_warm_up():
+    tl = timeline()
+    tl.upsert(Step(2, "rate", 8.0, 130.0, 132.0, 140.0, target_rps=8.0))
+    tl.steps[1].drain_end_unix = 126.0
+    early = RECORD_EARLY_S
+    assert tl.lookup(100.0 - early / 3, early) == (0, True)  # before the first step
+    assert tl.lookup(130.0 - early / 3, early) == (2, True)  # in the gap after step 1's drain
+    assert tl.lookup(100.0 - 2 * early, early) == (None, False)  # too early: in no step
+    assert tl.lookup(127.0, early) == (None, False)
+    assert tl.lookup(130.0 - early / 3) == (None, False)  # telemetry and reports stay strict
+    assert tl.lookup(112.5, early) == (0, True) and tl.lookup(113.0, early) == (1, True)
 
 
 def test_message_round_trip():

@@ -27,7 +27,7 @@ from capacity_plugins.contracts.clock import master_time
 from capacity_plugins.errors import UserError
 from capacity_plugins.rehearsal import workloads as workloads_mod
 from capacity_plugins.rehearsal.cache_arm import CacheArmSource
-from capacity_plugins.rehearsal.steps import StepTimeline
+from capacity_plugins.rehearsal.steps import RECORD_EARLY_S, StepTimeline
 from capacity_plugins.swarm.handshake import load_corpus
 
 if TYPE_CHECKING:
@@ -85,7 +85,7 @@ class RequestSource:
 
     def step_at(self, now_unix: float) -> tuple[int | None, bool]:
         """(step index | None, in its warmup or drain) at `now_unix`: stamped on every record at send."""
-        return self.timeline.lookup(now_unix)
+        return self.timeline.lookup(now_unix, RECORD_EARLY_S)
 
     def may_send(self, now_unix: float) -> bool:
         """False while a step drains (its window closed; in-flight requests finish)."""

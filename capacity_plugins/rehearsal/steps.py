@@ -29,6 +29,12 @@ from capacity_plugins.contracts.percentiles import quantile
 from capacity_plugins.contracts.slo import reasoning_views
 from capacity_plugins.contracts.steps import StepKind, StepRow
 
+# How early, by its own clock, a worker's request may be stamped before the step its users were
+# spawned for: a worker reads the master's time through an estimated offset (swarm/clock.py),
+# whose error under load was 1.5 ms in one CI run (a first request stamped before step 0, so in
+# no step). Spawning follows the step's start, so a request this close before one is that step's.
+RECORD_EARLY_S = 0.5
+
 
 @dataclass
 class Step:
@@ -69,7 +75,8 @@ class StepTimeline:
 
     `lookup` answers (index, excluded): excluded is True during a step's warmup and after its
     measured window closed (a request a worker sent before it heard the drain began) — such
-    records keep their step but are left out of its numbers. Outside any step: (None, False).
+    records keep their step but are left out of its numbers. Outside any step: (None, False) —
+    except a record a worker stamps just before a step (`early_s`: its warm-up).
     """
 
     def __init__(self) -> None:
@@ -97,13 +104,20 @@ class StepTimeline:
                 return now_unix >= s.end_unix and (s.drain_end_unix is None or now_unix < s.drain_end_unix)
         return False
 
-    def lookup(self, now_unix: float) -> tuple[int | None, bool]:
+    def lookup(self, now_unix: float, early_s: float = 0.0) -> tuple[int | None, bool]:
+        """`early_s`: an instant up to that long before a step's start, outside any other step,
+        belongs to the step's warm-up (excluded) — a worker's request, whose clock's estimate of
+        the master's erred by that much (RECORD_EARLY_S)."""
+        nxt: Step | None = None
         for s in reversed(self.steps):
             if now_unix >= s.start_unix:
                 drain_end = s.drain_end_unix
                 if drain_end is not None and now_unix >= drain_end:
-                    return None, False
+                    break
                 return s.index, not (s.warmup_end_unix <= now_unix < s.end_unix)
+            nxt = s
+        if nxt is not None and nxt.start_unix - now_unix <= early_s:
+            return nxt.index, True
         return None, False
 
 
