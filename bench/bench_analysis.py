@@ -44,10 +44,11 @@ from capacity_plugins.contracts.folders import COLUMNAR_FILE  # noqa: E402 - aft
 from capacity_plugins.contracts.records import columnar_schema  # noqa: E402 - after sys.path names this checkout
 from tests.helpers.big_results import GAPS, LEVELS, generate  # noqa: E402 - the folders the tests use too
 
-GOAL_S = 5.0
 # The analysis's CPU seconds over pyarrow's for reading the same folder, 1 M records (docs/benchmarks.md):
-# the 5-s goal expressed in what this machine reads in that time; set from a busy 2-core VM's median, 74.
-GOAL_RATIO = 80.0
+# the old goal of 5 s for a million records in the unit: 5 s ÷ the read on a quiet 2-core VM
+# (0.025 s of CPU, median of 5 × 9 reads). The first target, 80, was set at a load average of ~10,
+# where the read (memory-bound) took 0.10–0.13 s: the unit was 4× larger there.
+GOAL_RATIO = 200.0
 
 
 def killed(product: Path, out: Path) -> None:

@@ -56,6 +56,7 @@ def gathered(run: RunData, name: str, make: Callable[[], C]) -> C:
         got = run.gathered[name] = make()
         for index, records in run.records.steps():
             got(index, records)
+            del records  # before the next step's columns are allocated (Records.steps)
     return got
 
 
@@ -174,8 +175,13 @@ class ArrowRecords(Records):
                 at[0] += n
                 left[key] -= n
                 if left[key] == 0:
-                    del filling[key]
-                    yield key, self._framed(into)
+                    # the step's columns referenced only by the frame handed on: once the caller
+                    # drops it (before asking for the next), they are freed before the next
+                    # step's are allocated — one step's columns at a time, not two
+                    done = filling.pop(key)[0]
+                    del into
+                    yield key, self._framed(done)
+                    del done
         for key, (into, at) in filling.items():  # only if the file changed between the walks
             yield key, self._framed({c: v[:at[0]] for c, v in into.items()})
 

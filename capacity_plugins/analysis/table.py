@@ -141,6 +141,7 @@ def step_rows(run: RunData, slo: SLOConfig, also: Sequence[StepConsumer] = ()) -
                 consumer(index, records)
             if index in steps:
                 measure(steps[index], records)
+            del records  # before the next step's columns are allocated (Records.steps)
         for st in run.steps:
             if st.index not in parts:  # no record in this step
                 measure(st, run.records.empty())
