@@ -74,7 +74,7 @@ def _entry(folder: str, build: str, cap: float) -> RunEntry:
 
 
 @pytest.mark.cpu
-def test_the_sqlite_catalog_migrates_once_records_and_filters(tmp_path):
+def test_the_sqlite_catalog_migrates_once_records_and_filters(tmp_path, capsys):
     where = str(tmp_path / "h.sqlite")
     with Catalog(where) as c:
         assert c.schema_version() == schema.LATEST
@@ -84,6 +84,12 @@ def test_the_sqlite_catalog_migrates_once_records_and_filters(tmp_path):
         # analysed again (capacity analyze records too): updated in place, not doubled, and the
         # baseline blessed on it stays (a delete and insert cascaded to the baseline and lost it)
         again = c.record(_entry("/r/1", "c", 11.0), "{}")
+    # the text listing: each column as wide as its widest cell, the labels included
+    capsys.readouterr()
+    assert main(["history", "list", "--history", where, "--label", "build=c"]) == 0
+    header, row, count = capsys.readouterr().out.splitlines()
+    assert header.index("results") == row.index("/r/1") and header.index("capacity") == row.index("11 rps")
+    assert "build=c" in row and count == f"1 runs in {where}"
     with Catalog(where) as c:  # reopened: nothing migrates twice
         assert [r.capacity_rps for r in c.runs()] == [11.0, 7.0] and again == first
         assert [r.results_dir for r in c.runs(labels={"build": "c"})] == ["/r/1"]

@@ -51,12 +51,22 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _line(r: RunEntry) -> str:
+LIST_HEADERS = ("id", "kind", "scenario", "labels", "capacity per node", "verdict", "results")
+
+
+def _cells(r: RunEntry) -> tuple[str, ...]:
     ci = f" [{r.capacity_lo:.3g}, {r.capacity_hi:.3g}]" if r.capacity_lo is not None and r.capacity_hi is not None else ""
     cap = f"{r.capacity_rps:.3g} rps{ci}" if r.capacity_rps is not None else "capacity unknown"
     labels = ",".join(f"{k}={v}" for k, v in r.labels.items()) or "-"
     kind = f"set of {r.repeats}" if r.kind == "repeat_set" else "run" if r.parent_id is None else f"repeat of {r.parent_id}"
-    return f"{r.id:>5}  {kind:<10} {r.scenario or '-':<16} {labels:<24} {cap:<28} {r.verdict or '-':<15} {r.results_dir}"
+    return str(r.id), kind, r.scenario or "-", labels, cap, r.verdict or "-", r.results_dir or "-"
+
+
+def _table(rows: list[tuple[str, ...]]) -> list[str]:
+    """Columns as wide as their widest cell (labels can be long: a matrix entry's are two)."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return ["  ".join(cell.rjust(w) if i == 0 else cell.ljust(w) for i, (cell, w) in enumerate(zip(row, widths, strict=True)))
+            .rstrip() for row in rows]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -79,9 +89,8 @@ def _list(catalog: Catalog, args: argparse.Namespace) -> int:
     if args.format == "json":
         print(json.dumps([r.model_dump(mode="json", exclude={"steps"}) for r in runs], indent=2))
         return 0
-    print(f"{'id':>5}  {'kind':<10} {'scenario':<16} {'labels':<24} {'capacity per node':<28} {'verdict':<15} results")
-    for r in runs:
-        print(_line(r))
+    for line in _table([LIST_HEADERS, *(_cells(r) for r in runs)]):
+        print(line)
     print(f"{len(runs)} runs in {catalog.name}")
     return 0
 
@@ -93,7 +102,8 @@ def _show(catalog: Catalog, args: argparse.Namespace) -> int:
     if args.format == "json":
         print(r.dumps())
         return 0
-    print(_line(r))
+    for line in _table([LIST_HEADERS, _cells(r)]):
+        print(line)
     print(f"engine {r.engine or '-'} {r.engine_version or ''}  model {r.model or '-'}  target {r.target or '-'}")
     print(f"knee {r.knee if r.knee is not None else '-'} {r.knee_unit or ''}  SLO {r.slo}  limiting {r.limiting_slo or '-'}")
     print(f"{'level':>8} {'rps':>8} {'interval':>18} {'TTFT P95':>9} {'E2E P99':>9} {'SLO':>5} valid")
