@@ -28,6 +28,10 @@ from pathlib import Path
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from capacity_plugins.contracts.meta import META_FILE, Meta  # noqa: E402 - after sys.path names this checkout
+from capacity_plugins.contracts.summary import Summary, load_summary  # noqa: E402
+
 BATCH = 8
 
 
@@ -47,7 +51,8 @@ def wait_ready(url: str, server: subprocess.Popen[bytes], timeout_s: float = 120
                 if r.status == 200:
                     return
         except OSError:
-            time.sleep(0.5)
+            pass
+        time.sleep(0.5)
     raise SystemExit(f"check: {url} not ready after {timeout_s:.0f} s")
 
 
@@ -113,20 +118,21 @@ def main() -> int:
         print(f"check: FAILED: capacity run exited {run.returncode} without an analysed folder")
         return 1
     folder = folders[-1]
-    summary = json.loads((folder / "summary.json").read_text())
+    summary = load_summary(folder)
+    assert isinstance(summary, Summary)  # one run, not a repeat set
     records = [json.loads(line) for line in (folder / "requests.jsonl").read_text().splitlines()]
-    print(summary["answer"])
-    rates = summary.get("item_rates") or {}
-    for step in rates.get("steps", []):
-        print(f"  {step.get('level'):g} users: {step.get('items_per_s')} items/s "
-              f"(interval {step.get('items_per_s_ci')}), input tokens/s {step.get('input_tokens_per_s')}")
+    print(summary.answer)
+    for step in summary.item_rates.steps if summary.item_rates is not None else []:
+        print(f"  {step.level:g} users: {step.items_per_s} items/s (interval {step.items_per_s_ci}), "
+              f"input tokens/s {step.input_tokens_per_s}")
     failed = [r for r in records if not r["ok"]]
     problems = []
     if failed:
         problems.append(f"{len(failed)} of {len(records)} requests failed (first: {failed[0].get('error')})")
-    if summary["capacity"].get("per_node_rps") is None:
-        problems.append(f"no capacity: {summary['capacity'].get('unknown_reason')}")
-    lost = (json.loads((folder / "meta.json").read_text()).get("records") or {}).get("lost")
+    if summary.capacity.per_node_rps is None:
+        problems.append(f"no capacity: {summary.capacity.unknown_reason}")
+    meta = Meta.from_json(json.loads((folder / META_FILE).read_text()), META_FILE)
+    lost = meta.records.lost if meta.records is not None else None
     if lost:
         problems.append(f"{lost} records lost")
     if problems:
