@@ -28,15 +28,18 @@ MAX_LORAS = 2
 SWAP_MS = 100.0
 
 
-def _run_engine(cfg: SimConfig, adapters: list[str | None], target: int = 3) -> tuple[list[int], Engine]:
+def _run_engine(cfg: SimConfig, adapters: list[str | None], target: int = 3,
+                exposed: list[bytes] | None = None) -> tuple[list[int], Engine]:
     """Submit one request per entry at once and run the engine until all finish; the number of
-    distinct adapters in the batch at each token emission."""
+    distinct adapters in the batch at each token emission (and, into `exposed`, /metrics then)."""
     engine = Engine(cfg, EngineMetrics(cfg), random.Random(0))
     seen: list[int] = []
     done = 0
 
     def on_token(seq: Sequence) -> None:
         seen.append(len({s.adapter for s in engine.running if s.adapter is not None}))
+        if exposed is not None:
+            exposed.append(engine.metrics.render())
 
     def on_finish(seq: Sequence) -> None:
         nonlocal done
@@ -60,8 +63,15 @@ def test_a_batch_never_holds_more_adapters_than_max_loras_and_loads_follow_lru()
     cfg = SimConfig(max_num_seqs=8, lora_adapters=ADAPTERS, max_loras=MAX_LORAS, lora_swap_ms=0.0,
                     decode_base_ms=0.2, decode_per_seq_ms=0.0)
     order = [f"lora-{1 + i % ADAPTERS}" for i in range(16)] + [None, None]
-    seen, engine = _run_engine(cfg, order)
+    exposed: list[bytes] = []
+    seen, engine = _run_engine(cfg, order, exposed=exposed)
     assert max(seen) == MAX_LORAS  # the cap binds: four adapters were queued at once
+    # The first batch: lora-1 and lora-2's eight requests fill the 8 slots. In the queue, lora-3
+    # and lora-4's eight are deferred (their adapter cannot join), the two base-model requests wait
+    # for a slot: vLLM's num_requests_waiting_by_reason, which the analysis reads as server_deferred.
+    first = exposed[0].decode()
+    assert 'vllm:num_requests_waiting_by_reason{engine="0",model_name="sim-model",reason="deferred"} 8.0' in first
+    assert 'reason="capacity"} 2.0' in first and "vllm:num_requests_waiting{" in first
     assert engine.adapters is not None and len(engine.adapters.loaded) == MAX_LORAS
     # every adapter was loaded at least once; with all four queued the batch took two, then two more
     assert engine.adapters.loads == ADAPTERS
@@ -142,6 +152,14 @@ def test_adapters_beyond_max_loras_pay_the_swap_and_the_mix_names_its_limiting_a
     s = json.loads((folder / "summary.json").read_text())
     at8 = next(st for st in s["steps"] if st["level"] == 8)
     assert at8["rps"] < 0.6 * 8 / (8 * 0.016 + 0.003), at8["rps"]
+    # ... because requests of the other adapters wait, deferred, with batch slots free: the server
+    # says so (num_requests_waiting_by_reason) and the analysis names it, not the GPU
+    at1 = next(st for st in s["steps"] if st["level"] == 1)
+    assert at1["server_deferred"] == 0.0 and at8["server_deferred"] > 0.5, (at1, at8)
+    assert at8["server_deferred"] <= at8["server_waiting"]
+    if at8["server_deferred"] >= 1.0:  # verdict.deferred_min (measured here: 1.2 of 2.4 waiting)
+        assert s["verdict"]["bottleneck"] == "adapters", s["verdict"]
+        assert any("LoRA adapter to join a batch" in h for h in s["verdict"]["bottleneck_hints"])
     classes = {k["name"]: k for k in s["workloads"]["classes"]}
     assert {k: v["model"] for k, v in classes.items()} == {f"a{i}": f"lora-{i}" for i in range(1, ADAPTERS + 1)}
     # each adapter has its own latency per step; the mix's capacity is the lowest, its adapter named

@@ -75,6 +75,20 @@ def test_verdict_dont_scale_yet_when_gpu_idles_while_latency_misses_slo(tmp_path
     assert "not the bottleneck" in v.reasons[0] and v.bottleneck == "feeding"
 
 
+def test_requests_deferred_for_their_lora_adapter_are_not_a_reason_to_add_gpus(tmp_path):
+    # An idle GPU and a long queue, all of it deferred (vLLM: adapters beyond --max-loras): the same
+    # queue waiting for batch slots would not clear the GPU; deferred requests do, and say why.
+    kw = dict(gpu_util=[10, 15, 20, 22], waiting=[0, 4, 9, 14], capacity={"peak_qps": 100, "current_nodes": 1},
+              **SEED_001)
+    v = _verdict(tmp_path / "deferred", deferred=[0, 4, 9, 14], **kw)
+    assert (v.decision, v.rule, v.bottleneck) == ("dont_scale_yet", "gpu_not_the_bottleneck", "adapters")
+    assert "14.0 requests wait for their LoRA adapter to join a batch, 0.0 for a batch slot" in v.reasons[0], v.reasons
+    assert "--max-loras" in v.measure_next[0] and any("LoRA adapter to join" in h for h in v.bottleneck_hints or [])
+    queued = _verdict(tmp_path / "queued", **kw)
+    assert queued.rule != "gpu_not_the_bottleneck" and queued.bottleneck == "feeding"
+    assert not any("LoRA" in h for h in queued.bottleneck_hints or [])
+
+
 def test_verdict_observe_between_70_and_100_pct(tmp_path):
     # capacity 9 rps/node × 2 nodes = 18; peak 15 = 83 %
     v = _verdict(tmp_path, gpu_util=[35, 72, 89, 91], capacity={"peak_qps": 15, "current_nodes": 2}, **SEED_001)

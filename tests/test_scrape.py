@@ -39,6 +39,8 @@ def test_vllm_gauges_histogram_deltas_and_rates(canned_url):
     key = (host, VLLM_MODEL, "server_running")
     assert series[key]["value"] == 20.0 and series[key]["unit"] == "requests"  # summed over engines
     assert series[(host, VLLM_MODEL, "server_waiting")]["value"] == 5.0
+    # of which deferred (its adapter cannot join the batch), summed over engines; `capacity` not counted
+    assert series[(host, VLLM_MODEL, "server_deferred")]["value"] == 2.0
     assert series[(host, VLLM_MODEL, "kv_cache_usage")]["value"] == pytest.approx(0.6)  # mean over engines
     assert series[(host, VLLM_MODEL, "server_ttft_s")]["value"] == pytest.approx(0.25)
     assert series[(host, VLLM_MODEL, "server_ttft_s")]["unit"] == "s"

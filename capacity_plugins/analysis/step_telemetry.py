@@ -66,6 +66,9 @@ def telemetry_for(run: RunData, step: Step) -> dict[str, Any]:
     out["server_running"] = agg("server_running", "sum_mean")
     out["server_waiting"] = agg("server_waiting", "sum_mean")
     out["server_waiting_max"] = agg("server_waiting", "sum_max")
+    deferred = agg("server_deferred", "sum_mean")
+    if deferred is not None:  # only servers that split their queue by reason (vLLM 0.32+) report it
+        out["server_deferred"] = deferred
     out["kv_cache_usage_max"] = agg("kv_cache_usage", "max")
     cpu = agg("client_cpu_pct", "max")
     if cpu is not None:

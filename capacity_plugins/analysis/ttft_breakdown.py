@@ -178,10 +178,15 @@ def ttft_reasons(rows: list[StepSummary], loaded: StepSummary | None, vc: Any,
     share = loaded.ttft_queue_share if loaded is not None else None
     if loaded is not None and share is not None and share >= vc.queue_dominant_share:
         of = "the server's TTFT" if loaded.ttft_queue_share_basis == "server_ttft" else "TTFT"
+        # A queue the server holds back for LoRA adapters clears with more adapters per batch, not more slots.
+        deferred = loaded.server_deferred is not None and loaded.server_deferred >= vc.deferred_min
+        fix = ("let one batch hold more LoRA adapters (vLLM's --max-loras) before adding replicas" if deferred
+               else "add replicas or batch slots, not faster GPUs")
         out.append(f"TTFT is {share * 100:.0f} % queue at {_level(loaded)} (the server queue takes "
-                   f"{loaded.server_queue_mean_ms:.0f} ms of {of} {_of_ms(loaded):.0f} ms on average): add replicas "
-                   "or batch slots, not faster GPUs.")
+                   f"{loaded.server_queue_mean_ms:.0f} ms of {of} {_of_ms(loaded):.0f} ms on average): {fix}.")
         use("verdict.queue_dominant_share", vc.queue_dominant_share)
+        if deferred:
+            use("verdict.deferred_min", vc.deferred_min)
     valid = [(r.client_remainder_ms, r) for r in rows if r.valid and r.client_remainder_ms is not None]
     if valid:
         rem, worst = max(valid, key=lambda p: p[0])

@@ -68,6 +68,8 @@ SETTING_MEANINGS = {
     "verdict.gpu_low_pct": "GPU counted not saturated below this (%)",
     "verdict.gpu_hot_c": "GPU likely throttles above this temperature (°C)",
     "verdict.queue_idle_max": "server queue (requests waiting) below which nothing waits for the GPU",
+    "verdict.deferred_min": "requests deferred by the server (LoRA adapters beyond --max-loras) from which the "
+                            "adapters are the bottleneck",
     "verdict.kv_cache_full": "KV cache counted full at this share (0–1)",
     "verdict.peak_e2e_p99_ms": "E2E p99 limit at the forecast peak (ms)",
     "verdict.trigger_share": "share of the current capacity at which planning starts",
@@ -185,6 +187,11 @@ class Bottleneck:
     settings: list[Setting] = field(default_factory=list)
 
 
+def waiting_for_gpu(row: StepSummary) -> float:
+    """Requests queued for a batch slot: the server's queue less the ones it defers (LoRA budget)."""
+    return (row.server_waiting or 0.0) - (row.server_deferred or 0.0)
+
+
 def bottleneck(row: StepSummary | None, vc: VerdictConfig | None = None, client_cpu_max_pct: float = 90.0,
                simulated: bool = False) -> Bottleneck:
     """Which resource the telemetry of a loaded step points at (the bottleneck hints in docs/capacity.md):
@@ -196,7 +203,7 @@ def bottleneck(row: StepSummary | None, vc: VerdictConfig | None = None, client_
     gpu = "simulated GPU" if simulated else "GPU"
     at = level_words(row)
     gu, kv, temp = row.gpu_util_pct, row.kv_cache_usage_max, row.gpu_temp_max_c
-    cpu, wait = row.client_cpu_max_pct, row.server_waiting
+    cpu, wait, deferred = row.client_cpu_max_pct, row.server_waiting, row.server_deferred
     hints: list[str] = []
     kind = "unknown"
     low = vc.gpu_low_pct
@@ -229,8 +236,16 @@ def bottleneck(row: StepSummary | None, vc: VerdictConfig | None = None, client_
         hints.append(f"KV cache {kv:.0%} full at {at}: preemption / queueing on cache")
         used("verdict.kv_cache_full", vc.kv_cache_full)
         kind = "kv_cache" if kind == "unknown" else kind
-    if wait is not None and wait >= vc.queue_idle_max:
-        hints.append(f"{wait:.1f} requests wait in the server queue on average at {at}: they wait for a batch slot")
+    if deferred is not None and deferred >= vc.deferred_min:
+        # The server holds these back while it has batch slots: more GPUs would hold them back too.
+        kind = "adapters" if kind in ("unknown", "feeding") else kind
+        hints.append(f"{deferred:.1f} requests on average at {at} wait for their LoRA adapter to join a batch, "
+                     "not for a batch slot: the server holds fewer adapters per batch than the traffic uses "
+                     "(vLLM's --max-loras)")
+        used("verdict.deferred_min", vc.deferred_min)
+    if wait is not None and wait - (deferred or 0.0) >= vc.queue_idle_max:
+        hints.append(f"{wait - (deferred or 0.0):.1f} requests wait in the server queue on average at {at}: they "
+                     "wait for a batch slot")
         used("verdict.queue_idle_max", vc.queue_idle_max)
     if gu is None:
         hints.append("no GPU telemetry: run with the GPU agent or a DCGM scrape to tell GPU from other limits")
@@ -289,17 +304,24 @@ def decide(rows: list[StepSummary], knee: Knee, capacity: Capacity, plan: Plan, 
         return result("observe", "too_few_valid_steps")
 
     # Latency over the SLO while the GPU idles: more GPUs would idle too (docs/capacity.md, "Verdict").
+    # Requests the server defers (a LoRA adapter that cannot join the batch) do not wait for the GPU.
     if ff is not None and ff.gpu_util_pct is not None and ff.gpu_util_pct < vc.gpu_idle_pct \
-            and (ff.server_waiting or 0) < vc.queue_idle_max:
+            and waiting_for_gpu(ff) < vc.queue_idle_max:
         missed = missed_limits(ff, slo, used)
         used("verdict.gpu_idle_pct", vc.gpu_idle_pct)
         used("verdict.queue_idle_max", vc.queue_idle_max)
         focus = ff
+        held = ff.server_deferred is not None and ff.server_deferred >= vc.deferred_min
+        waits = (f"{ff.server_deferred:.1f} requests wait for their LoRA adapter to join a batch, "
+                 f"{waiting_for_gpu(ff):.1f} for a batch slot" if held
+                 else f"{_fmt(ff.server_waiting, '', 1)} requests wait in the server queue")
         reasons.append(f"The GPU is not the bottleneck: at {level_words(ff)} the SLO fails ({_and(missed) or 'missed'}) "
-                       f"while the {gpu} is busy only {ff.gpu_util_pct:.0f} % and "
-                       f"{_fmt(ff.server_waiting, '', 1)} requests wait in the server queue.")
+                       f"while the {gpu} is busy only {ff.gpu_util_pct:.0f} % and {waits}.")
         if unknown and capacity.unknown_reason:
             reasons.append(f"Capacity unknown: {capacity.unknown_reason}.")
+        if held:
+            next_steps.append("let one batch hold more adapters (vLLM's --max-loras) or send fewer adapters to each "
+                              "node, then re-measure before adding GPUs")
         next_steps.append("check batching, caching, tokenizer/preprocessing, client and network before adding GPUs")
         if unknown and capacity.measure_next:
             next_steps.append(capacity.measure_next)

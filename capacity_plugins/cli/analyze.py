@@ -33,6 +33,8 @@ VERDICT_HELP = {
     "gpu_low_pct": "GPU util %% below which it is not saturated (bottleneck hints; default 50)",
     "gpu_hot_c": "GPU temperature (°C) above which it likely throttles (default 85)",
     "queue_idle_max": "server queue below which requests do not wait for the GPU (default 5)",
+    "deferred_min": "requests the server defers on average (LoRA adapters beyond --max-loras) from which the "
+                    "adapters are the bottleneck (default 1)",
     "kv_cache_full": "KV-cache usage (0-1) at which memory is full (default 0.9)",
     "peak_e2e_p99_ms": "E2E P99 limit at the forecast peak for `scale` (default: the SLO's own limits)",
     "trigger_share": "share of current capacity that triggers planning (default 0.7)",

@@ -85,6 +85,10 @@ class VerdictConfig(_Strict):
     gpu_hot_c: float = Field(default=85.0, gt=0)
     # With an idle GPU, a server queue below this says requests are not waiting for the GPU.
     queue_idle_max: float = Field(default=5.0, ge=0)
+    # Requests the server defers on average (vLLM: a LoRA adapter that cannot join a batch already at
+    # --max-loras) from which the adapters, not the GPU, are the bottleneck. One: a sustained
+    # deferral is the server's configuration at work, not noise.
+    deferred_min: float = Field(default=1.0, gt=0)
     # KV-cache usage (0-1) at or above which memory, not compute, is full.
     kv_cache_full: float = Field(default=0.9, gt=0, le=1)
     # Latency judged at the forecast peak for `scale`: None = the SLO's own limits (the step at the

@@ -136,7 +136,7 @@ class StepSummary(Section):
     """
 
     SOMETIMES = frozenset({
-        "rps_littles_law",
+        "rps_littles_law", "server_deferred",
         "ttft_from_schedule_p50_ms", "ttft_from_schedule_p50_ci_ms", "ttft_from_schedule_p95_ms",
         "ttft_from_schedule_p95_ci_ms", "ttft_from_schedule_p99_ms", "ttft_from_schedule_p99_ci_ms",
         "e2e_from_schedule_p50_ms", "e2e_from_schedule_p50_ci_ms", "e2e_from_schedule_p95_ms",
@@ -248,6 +248,11 @@ class StepSummary(Section):
     server_waiting: float | None = None
     """Mean of the sum over engines."""
     server_waiting_max: float | None = None
+    server_deferred: float | None = None
+    """Mean of the sum over engines of the queued requests held back by a transient constraint, not
+    by a lack of batch slots (vLLM's `num_requests_waiting_by_reason{reason="deferred"}`): with LoRA
+    adapters, requests whose adapter cannot join a batch that already holds `--max-loras` adapters.
+    Part of `server_waiting`; null when the server does not report it."""
     kv_cache_usage_max: float | None = None
     """0–1."""
     client_cpu_max_pct: float | None = None
@@ -607,7 +612,7 @@ class Verdict(Section):
     reasons: list[str] = Field(default_factory=list)
     """Plain sentences with the evidence numbers, no configuration key inside."""
     bottleneck: str | None = None
-    """A run's: `gpu`, `kv_cache`, `memory`, `feeding`, `cpu`, `thermal`, `unknown`."""
+    """A run's: `gpu`, `kv_cache`, `memory`, `feeding`, `cpu`, `thermal`, `adapters`, `unknown`."""
     bottleneck_hints: list[str] | None = None
     """A run's: plain words, the same step's figures as the reasons."""
     measure_next: list[str] | None = None

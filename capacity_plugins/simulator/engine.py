@@ -250,6 +250,7 @@ class Engine:
         m.lora_loads = slots.loads
         m.lora_running = sorted(in_batch)
         m.lora_waiting = sorted(adapters_of(self.waiting))
+        m.deferred = sum(1 for s in self.waiting if not slots.may_join(s.adapter, in_batch))
         return swap_s
 
     def _admit(self, seq: Sequence, now: float) -> None:

@@ -111,6 +111,7 @@ class EngineMetrics:
         self.context = 0  # requests that joined the batch (prefilled) in the current step
         # LoRA adapters (simulator/lora.py): loads into a GPU slot, the adapters running and waiting
         self.lora_loads = 0
+        self.deferred = 0  # waiting requests held by the max_loras rule (vLLM's reason="deferred")
         self.lora_running: list[str] = []
         self.lora_waiting: list[str] = []
         # GPU simulation state
@@ -188,6 +189,12 @@ class EngineMetrics:
 
         gauge("vllm:num_requests_running", "Number of requests in model execution batches.", float(self.running))
         gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.", float(self.waiting))
+        # vLLM (0.32) splits the queue by why a request waits: `capacity` for a batch slot or KV
+        # room, `deferred` for a transient constraint (here: its adapter cannot join the batch).
+        out += ["# HELP vllm:num_requests_waiting_by_reason Number of requests waiting by reason.",
+                "# TYPE vllm:num_requests_waiting_by_reason gauge",
+                f'vllm:num_requests_waiting_by_reason{{{lab},reason="capacity"}} {float(self.waiting - self.deferred)!r}',
+                f'vllm:num_requests_waiting_by_reason{{{lab},reason="deferred"}} {float(self.deferred)!r}']
         gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.",
               self.kv_used / cfg.kv_cache_tokens)
         counter("vllm:num_preemptions", "Cumulative number of preemption from the engine.", [(lab, self.preemptions)])

@@ -39,7 +39,7 @@ UNITS: dict[str, str] = {
     "tensor_active": "ratio", "dram_active": "ratio", "vram_used_bytes": "bytes",
     "vram_free_bytes": "bytes", "vram_total_bytes": "bytes", "gpu_temp_c": "C", "gpu_power_w": "W",
     "gpu_power_limit_w": "W", "sm_clock_mhz": "MHz", "clock_event_reasons": "bitmask",
-    "server_running": "requests", "server_waiting": "requests", "kv_cache_usage": "ratio",
+    "server_running": "requests", "server_waiting": "requests", "server_deferred": "requests", "kv_cache_usage": "ratio",
     "server_ttft_s": "s", "server_queue_s": "s", "server_prefill_s": "s", "server_e2e_s": "s",
     "server_itl_s": "s", "server_output_tps": "tokens/s", "server_prompt_tps": "tokens/s",
     "server_preemptions_per_s": "1/s", "prefix_cache_hit_rate": "ratio", "client_cpu_pct": "%", "client_system_cpu_pct": "%",
@@ -92,6 +92,10 @@ GPU_AGENT: tuple[Rule, ...] = DCGM + (
 VLLM: tuple[Rule, ...] = (
     Rule("vllm:num_requests_running", "server_running", device_label="model_name"),
     Rule("vllm:num_requests_waiting", "server_waiting", device_label="model_name"),
+    # The part of that queue held back by a transient constraint rather than a lack of batch
+    # slots: with LoRA adapters, requests whose adapter cannot join a batch already at --max-loras.
+    Rule("vllm:num_requests_waiting_by_reason", "server_deferred", device_label="model_name",
+         match=(("reason", "deferred"),)),
     Rule("vllm:kv_cache_usage_perc", "kv_cache_usage", agg="mean", device_label="model_name"),
     Rule("vllm:gpu_cache_usage_perc", "kv_cache_usage", agg="mean", device_label="model_name"),
     Rule("vllm:time_to_first_token_seconds", "server_ttft_s", "hist", device_label="model_name"),

@@ -40,6 +40,7 @@ DEFAULT_QUERIES: dict[str, str] = {
     "gpu_power_w": "DCGM_FI_DEV_POWER_USAGE",
     "server_running": "sum by (instance, model_name) (vllm:num_requests_running)",
     "server_waiting": "sum by (instance, model_name) (vllm:num_requests_waiting)",
+    "server_deferred": 'sum by (instance, model_name) (vllm:num_requests_waiting_by_reason{reason="deferred"})',
     "kv_cache_usage": "avg by (instance, model_name) (vllm:kv_cache_usage_perc)",
     "server_ttft_s": ("sum by (instance, model_name) (rate(vllm:time_to_first_token_seconds_sum[1m]))"
                       " / sum by (instance, model_name) (rate(vllm:time_to_first_token_seconds_count[1m]))"),

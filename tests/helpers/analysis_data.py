@@ -53,6 +53,7 @@ def make_results(
     gpu_util: list[float] | None = None,
     kv_cache: list[float] | None = None,
     waiting: list[float] | None = None,
+    deferred: list[float] | None = None,
     gpu_temp: list[float] | None = None,
     slo: dict[str, Any] | None = None,
     capacity: dict[str, Any] | None = None,
@@ -137,6 +138,8 @@ def make_results(
                 telem.append(f"{ts},{k},srv,,kv_cache_usage,{kv_cache[k]},ratio")
             if waiting:
                 telem.append(f"{ts},{k},srv,,server_waiting,{waiting[k]},requests")
+            if deferred:
+                telem.append(f"{ts},{k},srv,,server_deferred,{deferred[k]},requests")
                 telem.append(f"{ts},{k},srv,,server_running,{levels[k]},requests")
         t = end + 1.0
     (path / "requests.jsonl").write_bytes(b"\n".join(lines) + (b"\n" if lines else b""))

@@ -54,6 +54,12 @@ def vllm_text(k: int) -> str:
                                   ("vllm:kv_cache_usage_perc", kv, "KV-cache usage. 1 means 100 percent usage.")):
         parts += [f"# HELP {metric} {help_}", f"# TYPE {metric} gauge"]
         parts += [f'{metric}{{engine="{e}",model_name="{VLLM_MODEL}"}} {v}' for e, v in values.items()]
+    # vLLM 0.32 splits the queue by reason; engine 0's 3 waiting: 1 for capacity, 2 deferred (LoRA budget)
+    parts += ["# HELP vllm:num_requests_waiting_by_reason Number of requests waiting by reason.",
+              "# TYPE vllm:num_requests_waiting_by_reason gauge"]
+    parts += [f'vllm:num_requests_waiting_by_reason{{engine="{e}",model_name="{VLLM_MODEL}",reason="{r}"}} {v}'
+              for e, by in (("0", {"capacity": 1.0, "deferred": 2.0}), ("1", {"capacity": 2.0, "deferred": 0.0}))
+              for r, v in by.items()]
     parts += ["# HELP vllm:generation_tokens_total Number of generation tokens processed.",
               "# TYPE vllm:generation_tokens_total counter"]
     parts += [f'vllm:generation_tokens_total{{engine="{e}",model_name="{VLLM_MODEL}"}} {40.0 * k}' for e in "01"]
