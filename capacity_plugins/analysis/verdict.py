@@ -243,8 +243,8 @@ def bottleneck(row: StepSummary | None, vc: VerdictConfig | None = None, client_
                      "not for a batch slot: the server holds fewer adapters per batch than the traffic uses "
                      "(vLLM's --max-loras)")
         used("verdict.deferred_min", vc.deferred_min)
-    if wait is not None and wait - (deferred or 0.0) >= vc.queue_idle_max:
-        hints.append(f"{wait - (deferred or 0.0):.1f} requests wait in the server queue on average at {at}: they "
+    if wait is not None and waiting_for_gpu(row) >= vc.queue_idle_max:
+        hints.append(f"{waiting_for_gpu(row):.1f} requests wait in the server queue on average at {at}: they "
                      "wait for a batch slot")
         used("verdict.queue_idle_max", vc.queue_idle_max)
     if gu is None:
