@@ -89,6 +89,25 @@ def test_requests_deferred_for_their_lora_adapter_are_not_a_reason_to_add_gpus(t
     assert not any("LoRA" in h for h in queued.bottleneck_hints or [])
 
 
+def test_a_step_too_short_to_show_the_slo_says_how_many_requests_would(tmp_path):
+    # 60 requests at 2 users, all within E2E ≤ 2 s: a pass as measured, but 60 of 60 cannot show
+    # 95 % at 95 % confidence (the exact low end is 0.025^(1/60) = 0.94), so the capacity interval
+    # reaches 0 and the plan refuses. What to do is a number: the 72 that can (0.025^(1/72) ≥ 0.95).
+    kw = dict(levels=[2, 6, 12], rps=[1.0, 3.0, 6.0], e2e_p50_ms=[400, 1500, 3000], e2e_p99_ms=[600, 2600, 5000],
+              slo=SLO_E2E, capacity={"peak_qps": 10, "current_nodes": 1}, gpu_util=[20, 50, 90],
+              load={"min_requests": 50})
+    s = summarise(load_run(make_results(tmp_path / "short", window_s=60.0, **kw)))
+    assert s.capacity.per_node_rps_ci is not None and s.capacity.per_node_rps_ci[0] == 0.0
+    assert s.capacity.requests_to_show == 72 and s.verdict.rule == "plan_refused"
+    assert s.verdict.measure_next[0].startswith("lengthen the steps until every step holds at least 72 successful"), \
+        s.verdict.measure_next
+    assert any("its 60 requests cannot show 95% within the limits" in n for n in s.capacity.notes), s.capacity.notes
+    # 100 requests a step: the same latencies can show it, and nothing is said about the count
+    s = summarise(load_run(make_results(tmp_path / "long", window_s=100.0, **kw)))
+    assert s.capacity.requests_to_show is None and "requests_to_show" not in s.capacity.to_json()
+    assert s.capacity.per_node_rps_ci is not None and s.capacity.per_node_rps_ci[0] > 0
+
+
 def test_verdict_observe_between_70_and_100_pct(tmp_path):
     # capacity 9 rps/node × 2 nodes = 18; peak 15 = 83 %
     v = _verdict(tmp_path, gpu_util=[35, 72, 89, 91], capacity={"peak_qps": 15, "current_nodes": 2}, **SEED_001)

@@ -37,7 +37,7 @@ import math
 from typing import Literal
 
 from capacity_plugins.contracts.planning import CapacityConfig, SLOConfig
-from capacity_plugins.contracts.slo import LIMITS
+from capacity_plugins.contracts.slo import LIMITS, min_requests_to_show
 from capacity_plugins.contracts.summary import Capacity, StepSummary
 
 BRACKET_WARN = 0.20
@@ -95,7 +95,8 @@ def _view(row: StepSummary, side: Side, slo: SLOConfig) -> StepSummary:
     })
 
 
-def capacity_under_slo(rows: list[StepSummary], slo: SLOConfig, cap: CapacityConfig, sweep_kind: str) -> Capacity:
+def capacity_under_slo(rows: list[StepSummary], slo: SLOConfig, cap: CapacityConfig, sweep_kind: str,
+                       confidence: float) -> Capacity:
     valid = sorted((r for r in rows if r.valid), key=lambda r: r.level)
     out = _capacity(valid, slo, cap, sweep_kind)
     out.unknown_reason = out.measure_next = None
@@ -131,10 +132,26 @@ def capacity_under_slo(rows: list[StepSummary], slo: SLOConfig, cap: CapacityCon
     if point > 0:
         out.relative_interval = (rps_ci[1] - rps_ci[0]) / point
     if lo.method != out.method:
+        short = _too_few_to_show(valid, lo.first_fail_level, slo, confidence)
+        why = ""
+        if short is not None:
+            out.requests_to_show = need = min_requests_to_show(slo.attainment, confidence)
+            why = (f": its {short.ok_requests} requests cannot show {slo.attainment:.0%} within the limits at "
+                   f"{confidence:.0%} confidence, which takes at least {need} even when every one is within")
         out.notes.append(f"at the pessimistic end of the step intervals the method becomes {lo.method}"
-                         + (f" (the SLO may already fail at level {lo.first_fail_level:g})"
+                         + (f" (the SLO may already fail at level {lo.first_fail_level:g}{why})"
                             if lo.first_fail_level is not None else ""))
     return out
+
+
+def _too_few_to_show(valid: list[StepSummary], level: float | None, slo: SLOConfig,
+                     confidence: float) -> StepSummary | None:
+    """The step at `level` when it passes as measured but holds fewer successful requests than any
+    step needs to show the attainment: its pessimistic fail is the sample's size, not its latency."""
+    row = next((r for r in valid if r.level == level), None)
+    if row is None or not row.slo_pass or row.ok_requests >= min_requests_to_show(slo.attainment, confidence):
+        return None
+    return row
 
 
 def _capacity(valid: list[StepSummary], slo: SLOConfig, cap: CapacityConfig, sweep_kind: str) -> Capacity:

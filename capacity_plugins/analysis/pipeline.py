@@ -65,7 +65,7 @@ def summarise(run: RunData, progress: Callable[[str], None] | None = None) -> Su
     conclude(rows, run.slo, run.verdict)  # each step's one-line reading, once its SLO fields are final
     built = [(s, found) for s in present if (found := s.build(run, rows, kind)) is not None]
     knee = find_knee(rows, kind)
-    cap = capacity_under_slo(rows, run.slo, run.capacity, kind)
+    cap = capacity_under_slo(rows, run.slo, run.capacity, kind, run.verdict.confidence)
     for s, found in built:  # e.g. the mix's capacity in place of the top-level one, a note on it
         cap = s.capacity(found, cap, run)
     plan = make_plan(cap, run.capacity, run.verdict)

@@ -356,6 +356,10 @@ def decide(rows: list[StepSummary], knee: Knee, capacity: Capacity, plan: Plan, 
         return result("observe", "no_peak")
     if plan.refused:
         reasons.append(f"The plan gives no fleet size: {plan.refused}.")
+        if capacity.requests_to_show:
+            every = "every workload class's step" if any(r.workloads for r in rows) else "every step"
+            next_steps.append(f"lengthen the steps until {every} holds at least {capacity.requests_to_show} "
+                              "successful requests: fewer cannot show the SLO met, however fast they are")
         next_steps.append("repeat the run or lengthen its steps until the capacity interval is narrow enough")
         return result("observe", "plan_refused")
     peak = plan.peak_qps

@@ -178,7 +178,8 @@ def workloads_section(rows: list[StepSummary], run: RunData, sweep_kind: str) ->
     classes = []
     for c in run.settings.workloads:
         mine = [_classes_of(r)[c.name] for r in rows]
-        own = capacity_under_slo([_class_view(r, k) for r, k in zip(rows, mine, strict=True)], c.slo, cap, sweep_kind)
+        own = capacity_under_slo([_class_view(r, k) for r, k in zip(rows, mine, strict=True)], c.slo, cap, sweep_kind,
+                                 run.verdict.confidence)
         classes.append(WorkloadClass(name=c.name, weight=c.weight, slo=c.slo.model_copy(),
                                      requests=sum(k.requests for k in mine),
                                      insufficient_levels=[r.level for r, k in zip(rows, mine, strict=True)
@@ -218,6 +219,10 @@ def _lowest(classes: list[WorkloadClass]) -> Capacity:
         return out
     low = min(classes, key=lambda k: k.capacity.per_node_rps or 0.0)
     out = low.capacity.model_copy(deep=True)
+    # The mix's interval ends where any class's does: a class short of requests shortens it too.
+    shown = [k.capacity.requests_to_show for k in classes if k.capacity.requests_to_show]
+    if shown:
+        out.requests_to_show = max(shown)
     # A class limits the mix only when its SLO failed somewhere; when none did, the mix held throughout.
     missed = out.method in ("interpolated", "fails_at_lowest_load")
     out.limiting_workload = low.name if missed else None

@@ -452,7 +452,7 @@ class Capacity(Section):
         # a run's
         "limiting_slo", "last_pass_level", "first_fail_level", "replicas_behind_url", "last_pass_rps",
         "first_fail_rps", "bracket_requests", "bracket_width", "unknown_reason", "measure_next", "excluded_steps",
-        "per_node_concurrency_ci", "limiting_workload",
+        "per_node_concurrency_ci", "limiting_workload", "requests_to_show",
         # a repeat set's
         "sd", "min", "max", "values", "n", "methods", "interval_kind",
     })
@@ -501,6 +501,11 @@ class Capacity(Section):
     """A run's, as `per_node_rps_ci`."""
     relative_interval: float | None = None
     """Width ÷ capacity; the plan refuses above `verdict.max_capacity_interval`."""
+    requests_to_show: int | None = None
+    """A run's, written when the interval's pessimistic end fails at a step that passes as measured
+    but holds fewer successful requests than any step needs to show its SLO met: that fewest number
+    (72 for 95 % at 95 % confidence, when every request is within the limits; with workload classes,
+    per class). Lengthening the steps until each holds it is what narrows the interval."""
     limiting_workload: str | None = None
     """With workload classes: the class that misses first (null when no class missed its SLO at a valid
     level: a lower bound; the first class without a valid step when one has none: unknown)."""
