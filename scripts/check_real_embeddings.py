@@ -15,12 +15,22 @@ reason on one line).
 
 from __future__ import annotations
 
-import argparse
 import sys
-import tempfile
 from pathlib import Path
 
-from real_server import Run, capacity_run, free_port, post, start, stop, wait_ready, write_scenario
+from real_server import (
+    Run,
+    capacity_run,
+    finish,
+    free_port,
+    out_folder,
+    parser,
+    post,
+    start,
+    stop,
+    wait_ready,
+    write_scenario,
+)
 
 BATCH = 8
 NAME = "embeddings-llamacpp"
@@ -50,13 +60,10 @@ def scenario(url: str, out: Path) -> Path:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--server-python", required=True, help="a Python with llama-cpp-python[server] installed")
+    ap = parser(__doc__, "a Python with llama-cpp-python[server] installed")
     ap.add_argument("--gguf", required=True, help="the GGUF model the server loads")
-    ap.add_argument("--out", help="where the scenario and results go (default: a new temporary folder)")
     args = ap.parse_args()
-    out = Path(args.out or tempfile.mkdtemp(prefix="capacity-real-embeddings-"))
-    out.mkdir(parents=True, exist_ok=True)
+    out = out_folder(args.out, "capacity-real-embeddings-")
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     server = start([args.server_python, "-m", "llama_cpp.server", "--model", args.gguf, "--model_alias", "tiny",
@@ -81,12 +88,7 @@ def main() -> int:
         ci = "–".join(f"{x:.1f}" for x in step.items_per_s_ci or [] if x is not None)
         print(f"  {step.level:g} users: {step.items_per_s or 0:.1f} [{ci}] items/s, "
               f"input tokens/s {step.input_tokens_per_s}")
-    problems = run.problems()
-    if problems:
-        print("check: FAILED: " + "; ".join(problems))
-        return 1
-    print(f"check: ok: {len(run.records)} requests of {BATCH} texts, all answered; results: {run.folder}")
-    return 0
+    return finish(run.problems(), f"{len(run.records)} requests of {BATCH} texts, all answered; results: {run.folder}")
 
 
 if __name__ == "__main__":

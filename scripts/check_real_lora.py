@@ -21,18 +21,19 @@ not (the reasons on one line).
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-import tempfile
 from pathlib import Path
 
 from real_server import (
     Run,
     capacity_run,
+    finish,
     free_port,
     get,
+    out_folder,
+    parser,
     post,
-    start,
+    start_vllm,
     stop,
     wait_ready,
     write_scenario,
@@ -40,8 +41,6 @@ from real_server import (
 
 BASE = "tiny"
 TIGHT = 2  # adapter slots per batch in the first pass: fewer than the adapters in use
-SERVER_ENV = {"VLLM_CPU_KVCACHE_SPACE": "2", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-              "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
 
 
 def served(url: str, adapters: list[str]) -> str | None:
@@ -82,12 +81,9 @@ def one_pass(args: argparse.Namespace, out: Path, adapters: list[str], max_loras
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     log = out / f"server-max-loras-{max_loras}.log"
-    server = start([args.server_python, "-m", "vllm.entrypoints.openai.api_server", "--model", args.model,
-                    "--served-model-name", BASE, "--host", "127.0.0.1", "--port", str(port), "--max-model-len", "4096",
-                    "--enable-lora", "--max-loras", str(max_loras), "--max-lora-rank", "8",
-                    "--max-cpu-loras", str(len(adapters)),
-                    "--lora-modules", *[f"{a}={Path(args.adapters) / a}" for a in adapters]],
-                   log, env={**os.environ, **SERVER_ENV})
+    server = start_vllm(args.server_python, args.model, BASE, port, log, "--enable-lora", "--max-loras", str(max_loras),
+                        "--max-lora-rank", "8", "--max-cpu-loras", str(len(adapters)),
+                        "--lora-modules", *[f"{a}={Path(args.adapters) / a}" for a in adapters])
     try:
         wait_ready(url, server, timeout_s=600)  # the first start compiles
         print(f"check: vLLM ready at {url}, --max-loras {max_loras} (log: {log})", flush=True)
@@ -111,18 +107,15 @@ def show(run: Run, max_loras: int) -> None:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--server-python", required=True, help="a Python with vllm-cpu installed")
+    ap = parser(__doc__, "a Python with vllm-cpu installed")
     ap.add_argument("--model", required=True, help="the base model's Hugging Face folder")
     ap.add_argument("--adapters", required=True, help="a folder of adapter folders lora-1 … lora-N")
-    ap.add_argument("--out", help="where the scenarios and results go (default: a new temporary folder)")
     args = ap.parse_args()
     adapters = sorted((p.name for p in Path(args.adapters).glob("lora-*")), key=lambda n: int(n.split("-")[1]))
     if len(adapters) <= TIGHT:
         print(f"check: {args.adapters} holds {len(adapters)} adapters; the check needs more than {TIGHT}")
         return 1
-    out = Path(args.out or tempfile.mkdtemp(prefix="capacity-real-lora-"))
-    out.mkdir(parents=True, exist_ok=True)
+    out = out_folder(args.out, "capacity-real-lora-")
     runs: dict[int, Run] = {}
     problems: list[str] = []
     for max_loras in (TIGHT, len(adapters)):
@@ -149,12 +142,11 @@ def main() -> int:
     if low is not None and high is not None and not low < high:
         problems.append(f"the mix's capacity with {TIGHT} adapter slots ({low:.2f} req/s) is not below "
                         f"its capacity with {len(adapters)} ({high:.2f} req/s)")
-    if problems:
-        print("check: FAILED: " + "; ".join(problems))
-        return 1
-    print(f"check: ok: capacity {low:.2f} req/s with {TIGHT} adapter slots per batch, {high:.2f} with "
-          f"{len(adapters)}; results: {out / 'results'}")
-    return 0
+    def rps(x: float | None) -> str:
+        return "unknown" if x is None else f"{x:.2f} req/s"
+
+    return finish(problems, f"capacity {rps(low)} with {TIGHT} adapter slots per batch, {rps(high)} with "
+                            f"{len(adapters)}; results: {out / 'results'}")
 
 
 if __name__ == "__main__":

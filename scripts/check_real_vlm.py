@@ -16,21 +16,27 @@ one line).
 
 from __future__ import annotations
 
-import argparse
 import json
-import os
 import statistics
 import sys
-import tempfile
 from pathlib import Path
 
-from real_server import Run, capacity_run, free_port, start, stop, wait_ready, write_scenario
+from real_server import (
+    Run,
+    capacity_run,
+    finish,
+    free_port,
+    out_folder,
+    parser,
+    start_vllm,
+    stop,
+    wait_ready,
+    write_scenario,
+)
 
 MODEL = "tiny-vlm"
 NAME = "vlm-vllm"
 MAX_IMAGES = 4
-SERVER_ENV = {"VLLM_TARGET_DEVICE": "cpu", "VLLM_CPU_KVCACHE_SPACE": "2", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-              "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
 
 
 def image_tokens(model_dir: Path) -> int:
@@ -55,20 +61,15 @@ def scenario(url: str, out: Path) -> Path:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--server-python", required=True, help="a Python with vllm-cpu installed")
+    ap = parser(__doc__, "a Python with vllm-cpu and torchvision installed")
     ap.add_argument("--model", required=True, help="the vision-language model's Hugging Face folder")
-    ap.add_argument("--out", help="where the scenario and results go (default: a new temporary folder)")
     args = ap.parse_args()
-    out = Path(args.out or tempfile.mkdtemp(prefix="capacity-real-vlm-"))
-    out.mkdir(parents=True, exist_ok=True)
+    out = out_folder(args.out, "capacity-real-vlm-")
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     log = out / "server.log"
-    server = start([args.server_python, "-m", "vllm.entrypoints.openai.api_server", "--model", args.model,
-                    "--served-model-name", MODEL, "--host", "127.0.0.1", "--port", str(port),
-                    "--max-model-len", "4096", "--limit-mm-per-prompt", json.dumps({"image": MAX_IMAGES})],
-                   log, env={**os.environ, **SERVER_ENV})
+    server = start_vllm(args.server_python, args.model, MODEL, port, log,
+                        "--limit-mm-per-prompt", json.dumps({"image": MAX_IMAGES}))
     try:
         wait_ready(url, server, timeout_s=600)  # the first start compiles
         print(f"check: vLLM ready at {url} (log: {log})", flush=True)
@@ -103,11 +104,7 @@ def main() -> int:
     if s.images is None or not (s.images.ttft_p50_ms_per_image or 0) > 0:
         problems.append("TTFT does not grow with the images: "
                         f"{s.images.ttft_p50_ms_per_image if s.images else 'no Images section'}")
-    if problems:
-        print("check: FAILED: " + "; ".join(problems))
-        return 1
-    print(f"check: ok: {len(run.records)} requests, all answered; results: {run.folder}")
-    return 0
+    return finish(problems, f"{len(run.records)} requests, all answered; results: {run.folder}")
 
 
 if __name__ == "__main__":

@@ -4,10 +4,13 @@ pass (every request answered, no record lost, the capacity decided)."""
 
 from __future__ import annotations
 
+import argparse
 import json
+import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -20,6 +23,25 @@ sys.path.insert(0, str(ROOT))
 from capacity_plugins.contracts.meta import META_FILE, Meta  # noqa: E402 - after sys.path names this checkout
 from capacity_plugins.contracts.summary import Summary, load_summary  # noqa: E402
 
+# vLLM for CPU, offline: the KV cache it may take, no hub, no usage reports; VLLM_TARGET_DEVICE
+# because an environment with PyPI's CUDA build of torch (for torchvision, images) would guess CUDA.
+VLLM_ENV = {"VLLM_TARGET_DEVICE": "cpu", "VLLM_CPU_KVCACHE_SPACE": "2", "HF_HUB_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
+
+
+def parser(doc: str, server_help: str) -> argparse.ArgumentParser:
+    """The arguments every check takes: the server's Python and where the results go."""
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
+    ap.add_argument("--server-python", required=True, help=server_help)
+    ap.add_argument("--out", help="where the scenarios and results go (default: a new temporary folder)")
+    return ap
+
+
+def out_folder(given: str | None, prefix: str) -> Path:
+    out = Path(given or tempfile.mkdtemp(prefix=prefix))
+    out.mkdir(parents=True, exist_ok=True)
+    return out
+
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -30,6 +52,14 @@ def free_port() -> int:
 def start(argv: list[str], log: Path, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
     with log.open("wb") as f:
         return subprocess.Popen(argv, stdout=f, stderr=subprocess.STDOUT, env=env)
+
+
+def start_vllm(python: str, model: str, name: str, port: int, log: Path, *flags: str) -> subprocess.Popen[bytes]:
+    """vLLM's OpenAI server on loopback (the module, not the `vllm` script: vllm-cpu's distribution is
+    not named `vllm`, and the script dies looking it up)."""
+    return start([python, "-m", "vllm.entrypoints.openai.api_server", "--model", model, "--served-model-name", name,
+                  "--host", "127.0.0.1", "--port", str(port), "--max-model-len", "4096", *flags],
+                 log, env={**os.environ, **VLLM_ENV})
 
 
 def wait_ready(url: str, server: subprocess.Popen[bytes], timeout_s: float = 120.0) -> None:
@@ -99,6 +129,15 @@ class Run:
         if lost:
             out.append(f"{lost} records lost")
         return out
+
+
+def finish(problems: list[str], ok: str) -> int:
+    """The check's last line and exit status: 1 with every problem on one line, else 0."""
+    if problems:
+        print("check: FAILED: " + "; ".join(problems))
+        return 1
+    print(f"check: ok: {ok}")
+    return 0
 
 
 def capacity_run(scenario: Path, results: Path, name: str) -> Run | str:
