@@ -8,8 +8,9 @@ of consecutive steps interleave and 25 of which have no step (`mixed_records`), 
 one-step soak whose latency drifts (its stability reads the records whole). Each is analysed from
 requests.arrow up to a gap with the JSONL's lines after it (the tail), and from requests.jsonl
 alone; both must give the stored summary key for key, and the report's box-plot samples must be
-the ones the report drew from the whole frame. One change since: the soak's telemetry is constant,
-and its trends are 0.0 where the old fit on raw Unix times gave rounding noise (stability.py).
+the ones the report drew from the whole frame. Two changes since: the soak's telemetry is constant,
+and its trends are 0.0 where the old fit on raw Unix times gave rounding noise (stability.py); and
+`verdict_settings` holds `deferred_min` (1.0), a threshold added later, which these runs never reach.
 """
 
 from __future__ import annotations

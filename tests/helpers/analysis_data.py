@@ -138,9 +138,9 @@ def make_results(
                 telem.append(f"{ts},{k},srv,,kv_cache_usage,{kv_cache[k]},ratio")
             if waiting:
                 telem.append(f"{ts},{k},srv,,server_waiting,{waiting[k]},requests")
+                telem.append(f"{ts},{k},srv,,server_running,{levels[k]},requests")
             if deferred:
                 telem.append(f"{ts},{k},srv,,server_deferred,{deferred[k]},requests")
-                telem.append(f"{ts},{k},srv,,server_running,{levels[k]},requests")
         t = end + 1.0
     (path / "requests.jsonl").write_bytes(b"\n".join(lines) + (b"\n" if lines else b""))
     if itl == "jsonl":
