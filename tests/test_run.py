@@ -30,7 +30,10 @@ def test_concurrency_sweep_every_step_and_records_tagged(tmp_path):
         "sweep",
         target=SIM,
         request={"max_tokens": 12, "timeout_s": 10},
-        load={"kind": "concurrency_sweep", "levels": [1, 2, 4], "step_s": 3, "warmup_s": 1},
+        # 3-s steps: one late wake-up of the generator's loop is its p99; what is asserted here is the
+        # tagging, not the generator's timing (test_starvation and test_analysis_validity own that)
+        load={"kind": "concurrency_sweep", "levels": [1, 2, 4], "step_s": 3, "warmup_s": 1,
+              "max_loop_lag_p99_ms": 500},
     )
     r = capacity("run", str(sc))
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
@@ -50,7 +53,7 @@ def test_concurrency_sweep_every_step_and_records_tagged(tmp_path):
         # tagged at send time: the measured ones were sent inside the step's window
         assert all(s["warmup_end_unix"] <= r["sent_unix"] < s["end_unix"] for r in measured)
         assert all(s["start_unix"] <= r["sent_unix"] < s["drain_end_unix"] for r in mine)
-        assert s["achieved_rps"] > 0 and s["client_limited"] is False
+        assert s["achieved_rps"] > 0 and s["client_limited"] is False, s["client_limited_reason"]
     # more users, more throughput below the simulator's 4-slot batch
     assert steps[2]["achieved_rps"] > steps[0]["achieved_rps"]
     meta = read_meta(folder)
