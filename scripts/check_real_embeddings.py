@@ -20,15 +20,13 @@ from pathlib import Path
 
 from real_server import (
     Run,
-    capacity_run,
     finish,
     free_port,
     out_folder,
     parser,
     post,
+    serve_and_run,
     start,
-    stop,
-    wait_ready,
     write_scenario,
 )
 
@@ -66,21 +64,14 @@ def main() -> int:
     out = out_folder(args.out, "capacity-real-embeddings-")
     port = free_port()
     url = f"http://127.0.0.1:{port}"
+    log = out / "server.log"
     server = start([args.server_python, "-m", "llama_cpp.server", "--model", args.gguf, "--model_alias", "tiny",
                     "--host", "127.0.0.1", "--port", str(port), "--n_ctx", "4096", "--n_threads", "1",
-                    "--embedding", "true", "--interrupt_requests", "False"], out / "server.log")
-    try:
-        wait_ready(url, server)
-        print(f"check: llama.cpp server ready at {url} (log: {out / 'server.log'})", flush=True)
-        wrong = one_answer(url)
-        if wrong is not None:
-            print(f"check: FAILED: {wrong}")
-            return 1
-        run = capacity_run(scenario(url, out), out / "results", NAME)
-    finally:
-        stop(server)
+                    "--embedding", "true", "--interrupt_requests", "False"], log)
+    run = serve_and_run(server, url, log, lambda: scenario(url, out), NAME, check=lambda: one_answer(url),
+                        what="llama.cpp server")
     if not isinstance(run, Run):
-        print(run)
+        print(f"check: FAILED: {run}")
         return 1
     summary = run.summary
     print(summary.answer)

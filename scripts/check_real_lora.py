@@ -26,16 +26,14 @@ from pathlib import Path
 
 from real_server import (
     Run,
-    capacity_run,
     finish,
     free_port,
     get,
     out_folder,
     parser,
     post,
+    serve_and_run,
     start_vllm,
-    stop,
-    wait_ready,
     write_scenario,
 )
 
@@ -84,16 +82,10 @@ def one_pass(args: argparse.Namespace, out: Path, adapters: list[str], max_loras
     server = start_vllm(args.server_python, args.model, BASE, port, log, "--enable-lora", "--max-loras", str(max_loras),
                         "--max-lora-rank", "8", "--max-cpu-loras", str(len(adapters)),
                         "--lora-modules", *[f"{a}={Path(args.adapters) / a}" for a in adapters])
-    try:
-        wait_ready(url, server, timeout_s=600)  # the first start compiles
-        print(f"check: vLLM ready at {url}, --max-loras {max_loras} (log: {log})", flush=True)
-        wrong = served(url, adapters)
-        if wrong is not None:
-            return wrong
-        return capacity_run(scenario(url, out, f"lora-vllm-max-loras-{max_loras}", adapters), out / "results",
-                            f"lora-vllm-max-loras-{max_loras}")
-    finally:
-        stop(server)
+    name = f"lora-vllm-max-loras-{max_loras}"
+    # the first start compiles
+    return serve_and_run(server, url, log, lambda: scenario(url, out, name, adapters), name,
+                         check=lambda: served(url, adapters), timeout_s=600, what=f"vLLM with --max-loras {max_loras}")
 
 
 def show(run: Run, max_loras: int) -> None:

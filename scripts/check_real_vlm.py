@@ -23,14 +23,12 @@ from pathlib import Path
 
 from real_server import (
     Run,
-    capacity_run,
     finish,
     free_port,
     out_folder,
     parser,
+    serve_and_run,
     start_vllm,
-    stop,
-    wait_ready,
     write_scenario,
 )
 
@@ -70,14 +68,10 @@ def main() -> int:
     log = out / "server.log"
     server = start_vllm(args.server_python, args.model, MODEL, port, log,
                         "--limit-mm-per-prompt", json.dumps({"image": MAX_IMAGES}))
-    try:
-        wait_ready(url, server, timeout_s=600)  # the first start compiles
-        print(f"check: vLLM ready at {url} (log: {log})", flush=True)
-        run = capacity_run(scenario(url, out), out / "results", NAME)
-    finally:
-        stop(server)
+    # the first start compiles
+    run = serve_and_run(server, url, log, lambda: scenario(url, out), NAME, timeout_s=600, what="vLLM")
     if not isinstance(run, Run):
-        print(run)
+        print(f"check: FAILED: {run}")
         return 1
     s = run.summary
     print(s.answer)

@@ -13,6 +13,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -146,6 +147,24 @@ def capacity_run(scenario: Path, results: Path, name: str) -> Run | str:
                          cwd=ROOT, text=True, capture_output=True)
     folders = sorted(results.glob(f"{name}-*"))
     if not folders or not (folders[-1] / "summary.json").exists():
-        return (run.stdout[-3000:] + run.stderr[-3000:] +
-                f"\ncheck: capacity run exited {run.returncode} without an analysed folder")
+        return (f"capacity run exited {run.returncode} without an analysed folder; its output ends:\n"
+                + run.stdout[-3000:] + run.stderr[-3000:])
     return Run(folders[-1])
+
+
+def serve_and_run(server: subprocess.Popen[bytes], url: str, log: Path, scenario: Callable[[], Path], name: str,
+                  check: Callable[[], str | None] = lambda: None, timeout_s: float = 120.0,
+                  what: str = "the server") -> Run | str:
+    """A check's one pass: wait until the started server answers, check one answer by hand (`check`:
+    None when right, else why not), run the scenario against it, and stop the server whatever
+    happened. The analysed run, or why there is none."""
+    try:
+        wait_ready(url, server, timeout_s)
+        print(f"check: {what} ready at {url} (log: {log})", flush=True)
+        wrong = check()
+        if wrong is not None:
+            return wrong
+        path = scenario()
+        return capacity_run(path, path.parent / "results", name)
+    finally:
+        stop(server)
